@@ -1,0 +1,57 @@
+//! E2M1: the 4-bit float of NVFP4 and MXFP4.
+
+use crate::minifloat::{Spec, Specials, minifloat_type};
+
+/// E2M1, the 4-bit element of NVFP4 and MXFP4 (OCP MX v1.0 "FP4").
+///
+/// Bit layout `s.ee.m` in the low nibble of the byte: sign bit 3, exponent bits 2..1
+/// (bias 1), mantissa bit 0. Values: ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}; exponent 0 holds
+/// the subnormal 0.5. No infinity and no NaN: every one of the 16 codes is a number.
+///
+/// Conversion ([`E2M1::from_f32`]) rounds to nearest, ties to even, and saturates
+/// (`satfinite`): |x| > 6 and ±Inf become ±6. NaN becomes +6 (code `0x7`), as
+/// NVIDIA's `__nv_cvt_float_to_fp4` and `cvt.rn.satfinite.e2m1x2.f32` do. Negative
+/// values that round to zero keep their sign (code `0x8`). NVIDIA has no
+/// non-saturating E2M1 conversion, so neither do we.
+///
+/// Two codes pack into a byte with the even-indexed element in the low nibble; see
+/// [`crate::pack`].
+///
+/// ```
+/// use blockscale_formats::E2M1;
+/// assert_eq!(E2M1::from_f32(2.5).to_f32(), 2.0); // tie -> even mantissa
+/// assert_eq!(E2M1::from_f32(2.6).to_f32(), 3.0);
+/// assert_eq!(E2M1::from_f32(100.0), E2M1::MAX);
+/// assert_eq!(E2M1::from_f32(f32::NAN), E2M1::MAX);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(transparent)]
+pub struct E2M1(u8);
+
+pub(crate) struct E2M1Spec;
+impl Spec for E2M1Spec {
+    const EXP_BITS: u32 = 2;
+    const MAN_BITS: u32 = 1;
+    const BIAS: i32 = 1;
+    const SIGNED: bool = true;
+    const SPECIALS: Specials = Specials::None;
+}
+
+minifloat_type!(E2M1, E2M1Spec, 0x0f, "E2M1");
+
+impl E2M1 {
+    /// +0.
+    pub const ZERO: Self = Self(0x0);
+    /// 1.0.
+    pub const ONE: Self = Self(0x2);
+    /// Largest finite value, 6.0.
+    pub const MAX: Self = Self(0x7);
+    /// Most negative value, -6.0.
+    pub const MIN: Self = Self(0xf);
+    /// Smallest positive normal value, 1.0.
+    pub const MIN_POSITIVE: Self = Self(0x2);
+    /// Smallest positive subnormal value, 0.5.
+    pub const MIN_POSITIVE_SUBNORMAL: Self = Self(0x1);
+    /// Largest finite value as f32.
+    pub const MAX_F32: f32 = 6.0;
+}

@@ -1,0 +1,143 @@
+//! The formats crate's error type.
+
+use crate::{ScaleLayout, Scheme};
+
+/// Everything that can go wrong in this crate: each variant carries the offending
+/// values, and its message says what to change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// A length or dimension is not a multiple of what the format requires.
+    NotMultiple {
+        /// What was measured (for example `"K"` or `"E2M1 code count"`).
+        what: &'static str,
+        /// Its value.
+        value: usize,
+        /// The required multiple.
+        multiple: usize,
+        /// Why the multiple is required.
+        reason: &'static str,
+    },
+    /// A buffer has the wrong length for the shape it is used with.
+    LengthMismatch {
+        /// Which buffer.
+        what: &'static str,
+        /// The length the shape implies.
+        expected: usize,
+        /// The length given.
+        actual: usize,
+    },
+    /// A shape with a zero dimension.
+    EmptyShape {
+        /// Rows given.
+        rows: usize,
+        /// Columns (K) given.
+        cols: usize,
+    },
+    /// A size computation overflowed `usize`.
+    TooLarge {
+        /// What was being sized.
+        what: &'static str,
+    },
+    /// The scheme's scales cannot be stored in this layout.
+    UnsupportedLayout {
+        /// The scheme.
+        scheme: Scheme,
+        /// The layout asked for.
+        layout: ScaleLayout,
+    },
+    /// A name that is not a scheme (see [`Scheme::ALL`]).
+    UnknownScheme,
+}
+
+impl core::fmt::Display for FormatError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::NotMultiple {
+                what,
+                value,
+                multiple,
+                reason,
+            } => {
+                let up = value.div_ceil(multiple) * multiple;
+                write!(
+                    f,
+                    "{what} = {value} is not a multiple of {multiple} ({reason}); \
+                     pad it to {up} or choose a shape that divides evenly"
+                )
+            }
+            Self::LengthMismatch {
+                what,
+                expected,
+                actual,
+            } => {
+                write!(
+                    f,
+                    "{what} has {actual} elements but the shape needs exactly {expected}"
+                )
+            }
+            Self::EmptyShape { rows, cols } => {
+                write!(
+                    f,
+                    "shape [{rows}, {cols}] is empty; every dimension must be at least 1"
+                )
+            }
+            Self::TooLarge { what } => {
+                write!(f, "{what} does not fit in usize; use a smaller shape")
+            }
+            Self::UnsupportedLayout { scheme, layout } => write!(
+                f,
+                "{scheme} scales cannot be stored {layout}: only schemes with one-byte scales \
+                 (UE4M3 or UE8M0) per row block have a swizzled layout; use the linear layout"
+            ),
+            Self::UnknownScheme => write!(
+                f,
+                "unknown scheme; expected one of nvfp4, mxfp4, mxfp6-e2m3, mxfp6-e3m2, \
+                 mxfp8-e4m3, mxfp8-e5m2, fp8-block-1x128, fp8-block-128x128 (or fp8-block), int4-g32"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for FormatError {}
+
+/// `a * b`, or [`FormatError::TooLarge`].
+pub(crate) fn mul(a: usize, b: usize, what: &'static str) -> Result<usize, FormatError> {
+    a.checked_mul(b).ok_or(FormatError::TooLarge { what })
+}
+
+/// Fails with [`FormatError::LengthMismatch`] unless `actual == expected`.
+pub(crate) fn check_len(
+    what: &'static str,
+    expected: usize,
+    actual: usize,
+) -> Result<(), FormatError> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(FormatError::LengthMismatch {
+            what,
+            expected,
+            actual,
+        })
+    }
+}
+
+/// Fails with [`FormatError::NotMultiple`] unless `multiple` divides `value`.
+pub(crate) fn check_multiple(
+    what: &'static str,
+    value: usize,
+    multiple: usize,
+    reason: &'static str,
+) -> Result<(), FormatError> {
+    if value % multiple == 0 {
+        Ok(())
+    } else {
+        Err(FormatError::NotMultiple {
+            what,
+            value,
+            multiple,
+            reason,
+        })
+    }
+}

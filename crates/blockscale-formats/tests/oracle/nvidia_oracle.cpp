@@ -1,0 +1,140 @@
+// The NVIDIA oracle: runs the host-side conversion functions of NVIDIA's CUDA headers
+// (cuda_fp8.h, cuda_fp6.h, cuda_fp4.h) on inputs the Rust tests send, so that
+// blockscale's encoders are checked against NVIDIA's own code, not against ourselves.
+// Built with plain g++ by tests/nvidia_oracle.rs; no GPU is involved.
+//
+// usage: nvidia_oracle MODE IN OUT
+//   MODE f: IN holds u32 f32 bit patterns     (little-endian)
+//   MODE h: IN holds u16 f16 bit patterns
+//   MODE b: IN holds u16 bf16 bit patterns
+//     OUT gets, per input, RESULTS bytes in this order:
+//       e4m3 satfinite, e4m3 nosat, e5m2 satfinite, e5m2 nosat,
+//       e2m1 rn, e2m3 rn, e3m2 rn,
+//       e8m0 rz satfinite, e8m0 rz nosat, e8m0 rp satfinite, e8m0 rp nosat
+//   MODE d: IN is ignored; OUT gets the decoded value of every code as u16 bit
+//     patterns: e4m3 (256 codes) and e5m2 (256) as f16, e2m3 (64) and e3m2 (64) as
+//     f16, e2m1 (16) as f16, e8m0 (256) as bf16.
+
+#include <cuda_fp4.h>
+#include <cuda_fp6.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+static const int RESULTS = 11;
+
+static std::vector<unsigned char> read_all(const char *path) {
+    std::vector<unsigned char> data;
+    FILE *f = std::fopen(path, "rb");
+    if (!f) return data;
+    unsigned char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.insert(data.end(), buf, buf + n);
+    std::fclose(f);
+    return data;
+}
+
+// Writes the results for one value given as a float (exact for f16/bf16 inputs) plus,
+// for the 16-bit modes, NVIDIA's dedicated halfraw / bfloat16raw entry points.
+static void convert_float(float x, unsigned char *out) {
+    out[0] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    out[1] = __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E4M3);
+    out[2] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
+    out[3] = __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E5M2);
+    out[4] = __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest);
+    out[5] = __nv_cvt_float_to_fp6(x, __NV_E2M3, cudaRoundNearest);
+    out[6] = __nv_cvt_float_to_fp6(x, __NV_E3M2, cudaRoundNearest);
+    out[7] = __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero);
+    out[8] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundZero);
+    out[9] = __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf);
+    out[10] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf);
+}
+
+static void convert_half(uint16_t bits, unsigned char *out) {
+    __half_raw h;
+    h.x = bits;
+    out[0] = __nv_cvt_halfraw_to_fp8(h, __NV_SATFINITE, __NV_E4M3);
+    out[1] = __nv_cvt_halfraw_to_fp8(h, __NV_NOSAT, __NV_E4M3);
+    out[2] = __nv_cvt_halfraw_to_fp8(h, __NV_SATFINITE, __NV_E5M2);
+    out[3] = __nv_cvt_halfraw_to_fp8(h, __NV_NOSAT, __NV_E5M2);
+    out[4] = __nv_cvt_halfraw_to_fp4(h, __NV_E2M1, cudaRoundNearest);
+    out[5] = __nv_cvt_halfraw_to_fp6(h, __NV_E2M3, cudaRoundNearest);
+    out[6] = __nv_cvt_halfraw_to_fp6(h, __NV_E3M2, cudaRoundNearest);
+    // cuda_fp8.h has no half entry point for E8M0: convert the exact float value.
+    float x = __half2float(__half(h));
+    out[7] = __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero);
+    out[8] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundZero);
+    out[9] = __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf);
+    out[10] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf);
+}
+
+static void convert_bf16(uint16_t bits, unsigned char *out) {
+    __nv_bfloat16_raw b;
+    b.x = bits;
+    out[0] = __nv_cvt_bfloat16raw_to_fp8(b, __NV_SATFINITE, __NV_E4M3);
+    out[1] = __nv_cvt_bfloat16raw_to_fp8(b, __NV_NOSAT, __NV_E4M3);
+    out[2] = __nv_cvt_bfloat16raw_to_fp8(b, __NV_SATFINITE, __NV_E5M2);
+    out[3] = __nv_cvt_bfloat16raw_to_fp8(b, __NV_NOSAT, __NV_E5M2);
+    out[4] = __nv_cvt_bfloat16raw_to_fp4(b, __NV_E2M1, cudaRoundNearest);
+    out[5] = __nv_cvt_bfloat16raw_to_fp6(b, __NV_E2M3, cudaRoundNearest);
+    out[6] = __nv_cvt_bfloat16raw_to_fp6(b, __NV_E3M2, cudaRoundNearest);
+    out[7] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_SATFINITE, cudaRoundZero);
+    out[8] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_NOSAT, cudaRoundZero);
+    out[9] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_SATFINITE, cudaRoundPosInf);
+    out[10] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_NOSAT, cudaRoundPosInf);
+}
+
+static void push16(std::vector<unsigned char> &out, uint16_t v) {
+    out.push_back(v & 0xff);
+    out.push_back(v >> 8);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4 || std::strlen(argv[1]) != 1) {
+        std::fprintf(stderr, "usage: %s f|h|b|d IN OUT\n", argv[0]);
+        return 2;
+    }
+    char mode = argv[1][0];
+    std::vector<unsigned char> in = read_all(argv[2]);
+    std::vector<unsigned char> out;
+    if (mode == 'f') {
+        size_t n = in.size() / 4;
+        out.resize(n * RESULTS);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t bits = in[4 * i] | (in[4 * i + 1] << 8) | (in[4 * i + 2] << 16) | ((uint32_t)in[4 * i + 3] << 24);
+            float x;
+            std::memcpy(&x, &bits, 4);
+            convert_float(x, &out[i * RESULTS]);
+        }
+    } else if (mode == 'h' || mode == 'b') {
+        size_t n = in.size() / 2;
+        out.resize(n * RESULTS);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t bits = in[2 * i] | (in[2 * i + 1] << 8);
+            if (mode == 'h')
+                convert_half(bits, &out[i * RESULTS]);
+            else
+                convert_bf16(bits, &out[i * RESULTS]);
+        }
+    } else if (mode == 'd') {
+        for (int c = 0; c < 256; c++) push16(out, __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, __NV_E4M3).x);
+        for (int c = 0; c < 256; c++) push16(out, __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, __NV_E5M2).x);
+        for (int c = 0; c < 64; c++) push16(out, __nv_cvt_fp6_to_halfraw((__nv_fp6_storage_t)c, __NV_E2M3).x);
+        for (int c = 0; c < 64; c++) push16(out, __nv_cvt_fp6_to_halfraw((__nv_fp6_storage_t)c, __NV_E3M2).x);
+        for (int c = 0; c < 16; c++) push16(out, __nv_cvt_fp4_to_halfraw((__nv_fp4_storage_t)c, __NV_E2M1).x);
+        for (int c = 0; c < 256; c++) push16(out, __nv_cvt_e8m0_to_bf16raw((__nv_fp8_storage_t)c).x);
+    } else {
+        std::fprintf(stderr, "unknown mode %c\n", mode);
+        return 2;
+    }
+    FILE *f = std::fopen(argv[3], "wb");
+    if (!f || std::fwrite(out.data(), 1, out.size(), f) != out.size()) {
+        std::fprintf(stderr, "cannot write %s\n", argv[3]);
+        return 1;
+    }
+    std::fclose(f);
+    return 0;
+}

@@ -1,0 +1,94 @@
+//! `cargo xtask setup-cuda` and `setup-python`: pinned toolchains from PyPI under
+//! `target/`, installed once and reused.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::util::{root, run};
+
+/// The CUDA packages, pinned to one 13.0.x release (mixing releases breaks nvcc), and
+/// matching the GPU machines' driver. `nvidia-cuda-runtime` carries the headers
+/// (`cuda_fp8.h`, `cuda_fp6.h`, `cuda_fp4.h`) whose host functions are our oracle.
+pub const CUDA_PACKAGES: &[&str] = &[
+    "nvidia-cuda-nvcc==13.0.88",
+    "nvidia-cuda-crt==13.0.88",
+    "nvidia-nvvm==13.0.88",
+    "nvidia-cuda-cccl==13.0.85",
+    "nvidia-cuda-runtime==13.0.88",
+];
+
+/// The Python oracles: ml_dtypes (a second, independent element-format oracle).
+pub const PYTHON_PACKAGES: &[&str] = &["ml_dtypes==0.6.0", "numpy==2.4.6"];
+
+/// Where `setup-cuda` installs: `CUDA_HOME` is `<this>/nvidia/cu13`.
+pub fn cuda_prefix() -> PathBuf {
+    root().join("target").join("cuda-13.0")
+}
+
+/// The CUDA home inside the install prefix (holds `bin/nvcc` and `include/`).
+pub fn cuda_home() -> PathBuf {
+    cuda_prefix().join("nvidia").join("cu13")
+}
+
+/// Where `setup-python` installs (a `--target` directory for `PYTHONPATH`).
+pub fn python_dir() -> PathBuf {
+    root().join("target").join("python-oracles")
+}
+
+/// Installs the CUDA toolchain unless a complete install with the same pins exists.
+pub fn cuda(force: bool) -> Result<PathBuf> {
+    let home = cuda_home();
+    let ready = home.join("bin").join("nvcc").is_file() && home.join("include").join("cuda_fp4.h").is_file();
+    pip_install(&cuda_prefix(), CUDA_PACKAGES, force || !ready)?;
+    if !home.join("include").join("cuda_fp4.h").is_file() {
+        bail!("pip finished but {} has no include/cuda_fp4.h", home.display());
+    }
+    Ok(home)
+}
+
+/// Installs the Python oracles unless present with the same pins.
+pub fn python(force: bool) -> Result<PathBuf> {
+    let dir = python_dir();
+    pip_install(&dir, PYTHON_PACKAGES, force || !dir.join("ml_dtypes").is_dir())?;
+    Ok(dir)
+}
+
+/// `pip install --no-deps --target prefix packages`, skipped when a stamp file shows
+/// the same package list is already installed there.
+fn pip_install(prefix: &Path, packages: &[&str], needed: bool) -> Result<()> {
+    let stamp = prefix.join(".blockscale-pins");
+    let want = packages.join("\n");
+    if !needed && std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
+        return Ok(());
+    }
+    if prefix.exists() {
+        std::fs::remove_dir_all(prefix).with_context(|| format!("removing {}", prefix.display()))?;
+    }
+    std::fs::create_dir_all(prefix)?;
+    let python = python_interpreter()?;
+    let mut cmd = Command::new(&python);
+    cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+        .arg(prefix)
+        .args(packages);
+    run(&mut cmd).context(
+        "installing from PyPI failed: is pypi.org reachable? (the packages are listed in \
+         xtask/src/setup_cuda.rs)",
+    )?;
+    std::fs::write(&stamp, want)?;
+    Ok(())
+}
+
+/// `$PYTHON`, else `python3`, else `python`.
+pub fn python_interpreter() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("PYTHON") {
+        return Ok(p.into());
+    }
+    for name in ["python3", "python"] {
+        if Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success()) {
+            return Ok(name.into());
+        }
+    }
+    bail!("no Python interpreter found: install python3 (with pip) or set PYTHON")
+}
