@@ -21,14 +21,7 @@ pub enum ElementFormat {
 
 impl ElementFormat {
     /// Every element format.
-    pub const ALL: [Self; 6] = [
-        Self::E2M1,
-        Self::E2M3,
-        Self::E3M2,
-        Self::E4M3,
-        Self::E5M2,
-        Self::Int4,
-    ];
+    pub const ALL: [Self; 6] = [Self::E2M1, Self::E2M3, Self::E3M2, Self::E4M3, Self::E5M2, Self::Int4];
 
     /// Storage width in bits.
     pub const fn bits(self) -> u32 {
@@ -104,7 +97,7 @@ impl ElementFormat {
 
 impl core::fmt::Display for ElementFormat {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 

@@ -53,12 +53,7 @@ pub enum FormatError {
 impl core::fmt::Display for FormatError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match *self {
-            Self::NotMultiple {
-                what,
-                value,
-                multiple,
-                reason,
-            } => {
+            Self::NotMultiple { what, value, multiple, reason } => {
                 let up = value.div_ceil(multiple) * multiple;
                 write!(
                     f,
@@ -66,21 +61,11 @@ impl core::fmt::Display for FormatError {
                      pad it to {up} or choose a shape that divides evenly"
                 )
             }
-            Self::LengthMismatch {
-                what,
-                expected,
-                actual,
-            } => {
-                write!(
-                    f,
-                    "{what} has {actual} elements but the shape needs exactly {expected}"
-                )
+            Self::LengthMismatch { what, expected, actual } => {
+                write!(f, "{what} has {actual} elements but the shape needs exactly {expected}")
             }
             Self::EmptyShape { rows, cols } => {
-                write!(
-                    f,
-                    "shape [{rows}, {cols}] is empty; every dimension must be at least 1"
-                )
+                write!(f, "shape [{rows}, {cols}] is empty; every dimension must be at least 1")
             }
             Self::TooLarge { what } => {
                 write!(f, "{what} does not fit in usize; use a smaller shape")
@@ -107,20 +92,8 @@ pub(crate) fn mul(a: usize, b: usize, what: &'static str) -> Result<usize, Forma
 }
 
 /// Fails with [`FormatError::LengthMismatch`] unless `actual == expected`.
-pub(crate) fn check_len(
-    what: &'static str,
-    expected: usize,
-    actual: usize,
-) -> Result<(), FormatError> {
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(FormatError::LengthMismatch {
-            what,
-            expected,
-            actual,
-        })
-    }
+pub(crate) fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), FormatError> {
+    if expected == actual { Ok(()) } else { Err(FormatError::LengthMismatch { what, expected, actual }) }
 }
 
 /// Fails with [`FormatError::NotMultiple`] unless `multiple` divides `value`.
@@ -130,14 +103,5 @@ pub(crate) fn check_multiple(
     multiple: usize,
     reason: &'static str,
 ) -> Result<(), FormatError> {
-    if value % multiple == 0 {
-        Ok(())
-    } else {
-        Err(FormatError::NotMultiple {
-            what,
-            value,
-            multiple,
-            reason,
-        })
-    }
+    if value.is_multiple_of(multiple) { Ok(()) } else { Err(FormatError::NotMultiple { what, value, multiple, reason }) }
 }

@@ -90,11 +90,7 @@ impl Int4 {
     /// The integer `v`, or `None` outside -8..=7.
     #[inline]
     pub const fn new(v: i8) -> Option<Self> {
-        if v >= -8 && v <= 7 {
-            Some(Self((v as u8) & 0xf))
-        } else {
-            None
-        }
+        if v >= -8 && v <= 7 { Some(Self((v as u8) & 0xf)) } else { None }
     }
 
     /// From a two's-complement nibble (bits above the low nibble are ignored).

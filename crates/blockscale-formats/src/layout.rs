@@ -59,16 +59,12 @@ impl ScaleLayout {
         match self {
             Self::Linear => Ok((rows, cols)),
             Self::Swizzled128x4 => {
-                let r =
-                    rows.checked_next_multiple_of(SWIZZLE_ROWS)
-                        .ok_or(FormatError::TooLarge {
-                            what: "padded scale rows",
-                        })?;
-                let c =
-                    cols.checked_next_multiple_of(SWIZZLE_COLS)
-                        .ok_or(FormatError::TooLarge {
-                            what: "padded scale columns",
-                        })?;
+                let r = rows
+                    .checked_next_multiple_of(SWIZZLE_ROWS)
+                    .ok_or(FormatError::TooLarge { what: "padded scale rows" })?;
+                let c = cols
+                    .checked_next_multiple_of(SWIZZLE_COLS)
+                    .ok_or(FormatError::TooLarge { what: "padded scale columns" })?;
                 Ok((r, c))
             }
         }
@@ -96,7 +92,7 @@ impl ScaleLayout {
 
 impl core::fmt::Display for ScaleLayout {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 
@@ -118,22 +114,9 @@ pub const fn swizzled_offset(row: usize, col: usize, cols: usize) -> usize {
 ///
 /// # Errors
 /// [`FormatError::LengthMismatch`] if `linear` or `out` has the wrong length.
-pub fn swizzle<T: Copy + Default>(
-    linear: &[T],
-    rows: usize,
-    cols: usize,
-    out: &mut [T],
-) -> Result<(), FormatError> {
-    check_len(
-        "linear scales",
-        mul(rows, cols, "scale matrix")?,
-        linear.len(),
-    )?;
-    check_len(
-        "swizzled scales",
-        ScaleLayout::Swizzled128x4.storage_len(rows, cols)?,
-        out.len(),
-    )?;
+pub fn swizzle<T: Copy + Default>(linear: &[T], rows: usize, cols: usize, out: &mut [T]) -> Result<(), FormatError> {
+    check_len("linear scales", mul(rows, cols, "scale matrix")?, linear.len())?;
+    check_len("swizzled scales", ScaleLayout::Swizzled128x4.storage_len(rows, cols)?, out.len())?;
     out.fill(T::default());
     for (r, row) in linear.chunks_exact(cols.max(1)).enumerate().take(rows) {
         let row_base = swizzled_offset(r, 0, cols);
@@ -150,17 +133,8 @@ pub fn swizzle<T: Copy + Default>(
 ///
 /// # Errors
 /// [`FormatError::LengthMismatch`] if `swizzled` or `out` has the wrong length.
-pub fn unswizzle<T: Copy>(
-    swizzled: &[T],
-    rows: usize,
-    cols: usize,
-    out: &mut [T],
-) -> Result<(), FormatError> {
-    check_len(
-        "swizzled scales",
-        ScaleLayout::Swizzled128x4.storage_len(rows, cols)?,
-        swizzled.len(),
-    )?;
+pub fn unswizzle<T: Copy>(swizzled: &[T], rows: usize, cols: usize, out: &mut [T]) -> Result<(), FormatError> {
+    check_len("swizzled scales", ScaleLayout::Swizzled128x4.storage_len(rows, cols)?, swizzled.len())?;
     check_len("linear scales", mul(rows, cols, "scale matrix")?, out.len())?;
     for (r, row) in out.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
         let row_base = swizzled_offset(r, 0, cols);

@@ -35,9 +35,7 @@ pub(crate) trait Spec {
     const MAX_CODE: u32 = match Self::SPECIALS {
         Specials::None => (1 << Self::MAG_BITS) - 1,
         Specials::NanOnly => (1 << Self::MAG_BITS) - 2,
-        Specials::Ieee => {
-            (((1 << Self::EXP_BITS) - 2) << Self::MAN_BITS) | ((1 << Self::MAN_BITS) - 1)
-        }
+        Specials::Ieee => (((1 << Self::EXP_BITS) - 2) << Self::MAN_BITS) | ((1 << Self::MAN_BITS) - 1),
     };
     /// Code that NaN inputs produce. NVIDIA's functions return the positive canonical
     /// NaN (all-ones magnitude) where the format has one, and positive MAX otherwise.
@@ -78,9 +76,7 @@ pub(crate) const fn decode<S: Spec>(code: u8) -> f32 {
         Specials::Ieee if exp_all_ones && man != 0 => f32::NAN,
         Specials::Ieee if exp_all_ones => f32::INFINITY,
         _ if exp == 0 => man as f32 * pow2(1 - S::BIAS - S::MAN_BITS as i32),
-        _ => f32::from_bits(
-            (((exp as i32 - S::BIAS + 127) as u32) << 23) | (man << (23 - S::MAN_BITS)),
-        ),
+        _ => f32::from_bits((((exp as i32 - S::BIAS + 127) as u32) << 23) | (man << (23 - S::MAN_BITS))),
     };
     if negative { -magnitude } else { magnitude }
 }
@@ -100,9 +96,7 @@ fn round_magnitude<S: Spec>(abs: u32) -> u32 {
     // so rounding up across the boundary needs no special case. Flush-to-zero or
     // denormals-are-zero modes cannot change the result: every f32 subnormal rounds to 0.
     let magic = pow2(24 - S::BIAS - S::MAN_BITS as i32);
-    let sub = (f32::from_bits(abs) + magic)
-        .to_bits()
-        .wrapping_sub(magic.to_bits());
+    let sub = (f32::from_bits(abs) + magic).to_bits().wrapping_sub(magic.to_bits());
     let min_normal = ((127 + 1 - S::BIAS) as u32) << 23;
     if abs < min_normal { sub } else { normal }
 }
@@ -117,11 +111,7 @@ pub(crate) fn encode<S: Spec>(x: f32, saturate: bool) -> u8 {
     let abs = bits & 0x7fff_ffff;
     let negative = bits >> 31 == 1;
     let mag = round_magnitude::<S>(abs);
-    let overflow = if saturate {
-        S::MAX_CODE
-    } else {
-        S::OVERFLOW_CODE
-    };
+    let overflow = if saturate { S::MAX_CODE } else { S::OVERFLOW_CODE };
     let mag = if mag > S::MAX_CODE { overflow } else { mag };
     let code = if S::SIGNED {
         mag | ((negative as u32) << S::MAG_BITS)
@@ -130,11 +120,7 @@ pub(crate) fn encode<S: Spec>(x: f32, saturate: bool) -> u8 {
     } else {
         mag
     };
-    if abs > 0x7f80_0000 {
-        S::NAN_CODE
-    } else {
-        code as u8
-    }
+    if abs > 0x7f80_0000 { S::NAN_CODE } else { code as u8 }
 }
 
 /// Implements the methods every minifloat element type shares. The type must be a

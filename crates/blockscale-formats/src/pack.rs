@@ -32,12 +32,7 @@ use crate::{E2M1, E2M3, E3M2, FormatError, Int4, Int4Storage};
 /// [`FormatError::NotMultiple`] for an odd number of codes;
 /// [`FormatError::LengthMismatch`] unless `out.len() == codes.len() / 2`.
 pub fn pack_e2m1(codes: &[E2M1], out: &mut [u8]) -> Result<(), FormatError> {
-    check_multiple(
-        "E2M1 code count",
-        codes.len(),
-        2,
-        "two FP4 codes share a byte",
-    )?;
+    check_multiple("E2M1 code count", codes.len(), 2, "two FP4 codes share a byte")?;
     check_len("packed E2M1 bytes", codes.len() / 2, out.len())?;
     for (o, pair) in out.iter_mut().zip(codes.chunks_exact(2)) {
         *o = pair[0].to_bits() | (pair[1].to_bits() << 4);
@@ -100,18 +95,10 @@ impl Fp6 for E3M2 {
 /// [`FormatError::NotMultiple`] unless the count is a multiple of 4;
 /// [`FormatError::LengthMismatch`] unless `out.len() == codes.len() * 3 / 4`.
 pub fn pack_fp6<T: Fp6>(codes: &[T], out: &mut [u8]) -> Result<(), FormatError> {
-    check_multiple(
-        "FP6 code count",
-        codes.len(),
-        4,
-        "four FP6 codes fill three bytes",
-    )?;
+    check_multiple("FP6 code count", codes.len(), 4, "four FP6 codes fill three bytes")?;
     check_len("packed FP6 bytes", codes.len() / 4 * 3, out.len())?;
     for (o, quad) in out.chunks_exact_mut(3).zip(codes.chunks_exact(4)) {
-        let w = quad
-            .iter()
-            .enumerate()
-            .fold(0u32, |w, (i, c)| w | (u32::from(c.code()) << (6 * i)));
+        let w = quad.iter().enumerate().fold(0u32, |w, (i, c)| w | (u32::from(c.code()) << (6 * i)));
         o.copy_from_slice(&w.to_le_bytes()[..3]);
     }
     Ok(())
@@ -123,12 +110,7 @@ pub fn pack_fp6<T: Fp6>(codes: &[T], out: &mut [u8]) -> Result<(), FormatError> 
 /// [`FormatError::NotMultiple`] unless `packed.len()` is a multiple of 3;
 /// [`FormatError::LengthMismatch`] unless `out.len() == packed.len() / 3 * 4`.
 pub fn unpack_fp6<T: Fp6>(packed: &[u8], out: &mut [T]) -> Result<(), FormatError> {
-    check_multiple(
-        "packed FP6 byte count",
-        packed.len(),
-        3,
-        "four FP6 codes fill three bytes",
-    )?;
+    check_multiple("packed FP6 byte count", packed.len(), 3, "four FP6 codes fill three bytes")?;
     check_len("FP6 codes", packed.len() / 3 * 4, out.len())?;
     for (quad, b) in out.chunks_exact_mut(4).zip(packed.chunks_exact(3)) {
         let w = u32::from_le_bytes([b[0], b[1], b[2], 0]);
@@ -145,22 +127,11 @@ pub fn unpack_fp6<T: Fp6>(packed: &[u8], out: &mut [T]) -> Result<(), FormatErro
 /// # Errors
 /// [`FormatError::NotMultiple`] unless the count is a multiple of 8;
 /// [`FormatError::LengthMismatch`] unless `out.len() == values.len() / 8`.
-pub fn pack_int4(
-    values: &[Int4],
-    storage: Int4Storage,
-    out: &mut [u32],
-) -> Result<(), FormatError> {
-    check_multiple(
-        "INT4 value count",
-        values.len(),
-        8,
-        "eight INT4 values fill a u32",
-    )?;
+pub fn pack_int4(values: &[Int4], storage: Int4Storage, out: &mut [u32]) -> Result<(), FormatError> {
+    check_multiple("INT4 value count", values.len(), 8, "eight INT4 values fill a u32")?;
     check_len("packed INT4 words", values.len() / 8, out.len())?;
     for (o, oct) in out.iter_mut().zip(values.chunks_exact(8)) {
-        *o = oct.iter().enumerate().fold(0u32, |w, (i, &v)| {
-            w | (u32::from(storage.encode(v)) << (4 * i))
-        });
+        *o = oct.iter().enumerate().fold(0u32, |w, (i, &v)| w | (u32::from(storage.encode(v)) << (4 * i)));
     }
     Ok(())
 }
@@ -169,11 +140,7 @@ pub fn pack_int4(
 ///
 /// # Errors
 /// [`FormatError::LengthMismatch`] unless `out.len() == 8 * words.len()`.
-pub fn unpack_int4(
-    words: &[u32],
-    storage: Int4Storage,
-    out: &mut [Int4],
-) -> Result<(), FormatError> {
+pub fn unpack_int4(words: &[u32], storage: Int4Storage, out: &mut [Int4]) -> Result<(), FormatError> {
     check_len("INT4 values", words.len() * 8, out.len())?;
     for (oct, &w) in out.chunks_exact_mut(8).zip(words) {
         for (i, v) in oct.iter_mut().enumerate() {
@@ -215,15 +182,8 @@ pub const INTERLEAVE_K: usize = 32;
 pub const INTERLEAVE_WORDS: usize = INTERLEAVE_K / 8;
 
 fn interleave_shape(n: usize, k: usize) -> Result<usize, FormatError> {
-    check_multiple(
-        "K",
-        k,
-        INTERLEAVE_K,
-        "the interleaved layout groups 32 4-bit elements per 128-bit load",
-    )?;
-    n.checked_mul(k / 8).ok_or(FormatError::TooLarge {
-        what: "interleaved weight",
-    })
+    check_multiple("K", k, INTERLEAVE_K, "the interleaved layout groups 32 4-bit elements per 128-bit load")?;
+    n.checked_mul(k / 8).ok_or(FormatError::TooLarge { what: "interleaved weight" })
 }
 
 /// Rewrites `n` rows of `k` packed 4-bit elements (row-major `[n, k/8]` words, as
@@ -235,12 +195,7 @@ fn interleave_shape(n: usize, k: usize) -> Result<usize, FormatError> {
 /// # Errors
 /// [`FormatError::NotMultiple`] unless `k` is a multiple of 32;
 /// [`FormatError::LengthMismatch`] unless `rows.len() == out.len() == n * k / 8`.
-pub fn to_block_interleaved(
-    rows: &[u32],
-    n: usize,
-    k: usize,
-    out: &mut [u32],
-) -> Result<(), FormatError> {
+pub fn to_block_interleaved(rows: &[u32], n: usize, k: usize, out: &mut [u32]) -> Result<(), FormatError> {
     let len = interleave_shape(n, k)?;
     check_len("row-major words", len, rows.len())?;
     check_len("interleaved words", len, out.len())?;
@@ -260,12 +215,7 @@ pub fn to_block_interleaved(
 ///
 /// # Errors
 /// As [`to_block_interleaved`].
-pub fn from_block_interleaved(
-    interleaved: &[u32],
-    n: usize,
-    k: usize,
-    out: &mut [u32],
-) -> Result<(), FormatError> {
+pub fn from_block_interleaved(interleaved: &[u32], n: usize, k: usize, out: &mut [u32]) -> Result<(), FormatError> {
     let len = interleave_shape(n, k)?;
     check_len("interleaved words", len, interleaved.len())?;
     check_len("row-major words", len, out.len())?;

@@ -87,7 +87,7 @@ impl ScaleRule {
 
 impl core::fmt::Display for ScaleRule {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 
@@ -96,11 +96,9 @@ impl core::fmt::Display for ScaleRule {
 pub(crate) fn select_byte(rule: ScaleRule, amax: f32, element: ElementFormat) -> u8 {
     let bits = amax.to_bits() & 0x7fff_ffff;
     match rule {
-        ScaleRule::Rceil => crate::ue8m0::encode_e8m0(
-            f32::from_bits(bits) * element.max_recip(),
-            E8M0Rounding::PosInf,
-            true,
-        ),
+        ScaleRule::Rceil => {
+            crate::ue8m0::encode_e8m0(f32::from_bits(bits) * element.max_recip(), E8M0Rounding::PosInf, true)
+        }
         ScaleRule::Floor => exponent_rule(bits, 0, element),
         ScaleRule::Ceil => exponent_rule(bits, ((bits & 0x7f_ffff) != 0) as i32, element),
         ScaleRule::Even => {

@@ -156,9 +156,7 @@ impl Scheme {
     pub const fn supports_layout(self, layout: ScaleLayout) -> bool {
         match layout {
             ScaleLayout::Linear => true,
-            ScaleLayout::Swizzled128x4 => {
-                self.scale_format().bytes() == 1 && self.block_rows() == 1
-            }
+            ScaleLayout::Swizzled128x4 => self.scale_format().bytes() == 1 && self.block_rows() == 1,
         }
     }
 
@@ -222,7 +220,7 @@ impl Scheme {
 
 impl core::fmt::Display for Scheme {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 
@@ -234,17 +232,12 @@ impl core::str::FromStr for Scheme {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let matches = |name: &str| {
             s.len() == name.len()
-                && s.bytes()
-                    .zip(name.bytes())
-                    .all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
+                && s.bytes().zip(name.bytes()).all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
         };
         if matches("fp8-block") {
             return Ok(Self::Fp8Block(Fp8Tile::Tile128x128));
         }
-        Self::ALL
-            .into_iter()
-            .find(|sch| matches(sch.name()))
-            .ok_or(FormatError::UnknownScheme)
+        Self::ALL.into_iter().find(|sch| matches(sch.name())).ok_or(FormatError::UnknownScheme)
     }
 }
 
@@ -275,10 +268,7 @@ impl QuantShape {
     /// [`FormatError::TooLarge`] on overflow.
     pub fn scale_len(&self, layout: ScaleLayout) -> Result<usize, FormatError> {
         if !self.scheme.supports_layout(layout) {
-            return Err(FormatError::UnsupportedLayout {
-                scheme: self.scheme,
-                layout,
-            });
+            return Err(FormatError::UnsupportedLayout { scheme: self.scheme, layout });
         }
         layout.storage_len(self.scale_rows, self.scale_cols)
     }

@@ -53,12 +53,7 @@ pub fn decode<E: Element>(src: &[E], dst: &mut [f32]) -> Result<(), FormatError>
 /// [`FormatError::NotMultiple`] for an odd `src.len()`;
 /// [`FormatError::LengthMismatch`] unless `dst.len() == src.len() / 2`.
 pub fn encode_e2m1_packed<S: Source>(src: &[S], dst: &mut [u8]) -> Result<(), FormatError> {
-    check_multiple(
-        "E2M1 input length",
-        src.len(),
-        2,
-        "two FP4 codes share a byte",
-    )?;
+    check_multiple("E2M1 input length", src.len(), 2, "two FP4 codes share a byte")?;
     check_len("packed E2M1 output", src.len() / 2, dst.len())?;
     for (d, pair) in dst.iter_mut().zip(src.chunks_exact(2)) {
         let lo = E2M1::from_f32(pair[0].to_f32_exact()).to_bits();
@@ -86,11 +81,7 @@ pub fn decode_e2m1_packed(src: &[u8], dst: &mut [f32]) -> Result<(), FormatError
 ///
 /// # Errors
 /// [`FormatError::LengthMismatch`] unless `dst.len() == src.len()`.
-pub fn encode_ue8m0<S: Source>(
-    src: &[S],
-    rounding: E8M0Rounding,
-    dst: &mut [UE8M0],
-) -> Result<(), FormatError> {
+pub fn encode_ue8m0<S: Source>(src: &[S], rounding: E8M0Rounding, dst: &mut [UE8M0]) -> Result<(), FormatError> {
     check_len("encoded output", src.len(), dst.len())?;
     match rounding {
         // Two loops so that the rounding mode is a constant inside each.

@@ -105,21 +105,13 @@ impl UE8M0 {
     /// The scale `2^exponent`, or `None` if `exponent` is outside `-127..=127`.
     #[inline]
     pub const fn from_exponent(exponent: i32) -> Option<Self> {
-        if exponent >= -127 && exponent <= 127 {
-            Some(Self((exponent + 127) as u8))
-        } else {
-            None
-        }
+        if exponent >= -127 && exponent <= 127 { Some(Self((exponent + 127) as u8)) } else { None }
     }
 
     /// The unbiased exponent (`byte - 127`), or `None` for NaN.
     #[inline]
     pub const fn exponent(self) -> Option<i32> {
-        if self.0 == 0xff {
-            None
-        } else {
-            Some(self.0 as i32 - 127)
-        }
+        if self.0 == 0xff { None } else { Some(self.0 as i32 - 127) }
     }
 
     /// Whether this is the NaN byte `0xff`.
@@ -194,11 +186,24 @@ impl UE8M0 {
 }
 
 impl core::fmt::Display for UE8M0 {
+    /// `2^e` (or `NaN`), honouring width and alignment.
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self.exponent() {
-            Some(e) => write!(f, "2^{e}"),
-            None => f.write_str("NaN"),
+        let Some(e) = self.exponent() else { return f.pad("NaN") };
+        // "2^-127" is the longest form: format into a small buffer, then pad.
+        let mut buf = [0u8; 8];
+        let mut len = 0;
+        for b in b"2^".iter().copied().chain((e < 0).then_some(b'-')) {
+            buf[len] = b;
+            len += 1;
         }
+        let digits = e.unsigned_abs();
+        for d in [100, 10, 1] {
+            if digits >= d || d == 1 {
+                buf[len] = b'0' + (digits / d % 10) as u8;
+                len += 1;
+            }
+        }
+        f.pad(core::str::from_utf8(&buf[..len]).unwrap_or("?"))
     }
 }
 
