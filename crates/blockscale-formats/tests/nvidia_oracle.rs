@@ -37,9 +37,7 @@ fn cuda_home() -> Option<PathBuf> {
         .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
         .collect();
     candidates.push(common::workspace_root().join("target/cuda-13.0/nvidia/cu13"));
-    candidates
-        .into_iter()
-        .find(|p| p.join("include/cuda_fp4.h").is_file())
+    candidates.into_iter().find(|p| p.join("include/cuda_fp4.h").is_file())
 }
 
 /// Builds the oracle once per test process; `None` (after printing why) if the
@@ -60,10 +58,7 @@ fn oracle() -> Option<&'static Path> {
             .map_err(|e| format!("could not run {cxx}: {e}"))?;
         if !out.status.success() {
             // A compile failure with headers present is a real failure, not a skip.
-            panic!(
-                "building the NVIDIA oracle failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            panic!("building the NVIDIA oracle failed:\n{}", String::from_utf8_lossy(&out.stderr));
         }
         Ok(bin)
     });
@@ -79,17 +74,9 @@ fn oracle() -> Option<&'static Path> {
 fn run_oracle(bin: &Path, mode: &str, input: &[u8]) -> Vec<u8> {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let tag = format!("{}-{}", mode, std::process::id());
-    let (inp, outp) = (
-        dir.join(format!("oracle-in-{tag}")),
-        dir.join(format!("oracle-out-{tag}")),
-    );
+    let (inp, outp) = (dir.join(format!("oracle-in-{tag}")), dir.join(format!("oracle-out-{tag}")));
     std::fs::write(&inp, input).unwrap();
-    let status = Command::new(bin)
-        .arg(mode)
-        .arg(&inp)
-        .arg(&outp)
-        .status()
-        .unwrap();
+    let status = Command::new(bin).arg(mode).arg(&inp).arg(&outp).status().unwrap();
     assert!(status.success(), "oracle failed in mode {mode}");
     let out = std::fs::read(&outp).unwrap();
     let _ = std::fs::remove_file(&inp);
@@ -147,11 +134,7 @@ fn ours_bf16(x: bf16) -> [u8; 11] {
 
 /// Compares column by column and panics with the first mismatches of each.
 fn compare(what: &str, inputs: &[u32], theirs: &[u8], ours: impl Fn(u32) -> [u8; 11]) {
-    assert_eq!(
-        theirs.len(),
-        inputs.len() * 11,
-        "oracle output length for {what}"
-    );
+    assert_eq!(theirs.len(), inputs.len() * 11, "oracle output length for {what}");
     let mut report = String::new();
     let mut mismatches = [0usize; 11];
     for (i, &input) in inputs.iter().enumerate() {
@@ -161,65 +144,42 @@ fn compare(what: &str, inputs: &[u32], theirs: &[u8], ours: impl Fn(u32) -> [u8;
             if o[c] != t {
                 mismatches[c] += 1;
                 if mismatches[c] <= 5 {
-                    report += &format!(
-                        "  {what} {:#010x} {}: NVIDIA {t:#04x}, ours {:#04x}\n",
-                        input, COLUMNS[c], o[c]
-                    );
+                    report +=
+                        &format!("  {what} {:#010x} {}: NVIDIA {t:#04x}, ours {:#04x}\n", input, COLUMNS[c], o[c]);
                 }
             }
         }
     }
     let total: usize = mismatches.iter().sum();
-    assert!(
-        total == 0,
-        "{total} mismatches against NVIDIA ({what}):\n{report}"
-    );
+    assert!(total == 0, "{total} mismatches against NVIDIA ({what}):\n{report}");
 }
 
 #[test]
 fn every_f16_matches_nvidia() {
     let Some(bin) = oracle() else { return };
     let inputs: Vec<u32> = (0..=u16::MAX as u32).collect();
-    let bytes: Vec<u8> = inputs
-        .iter()
-        .flat_map(|&b| (b as u16).to_le_bytes())
-        .collect();
+    let bytes: Vec<u8> = inputs.iter().flat_map(|&b| (b as u16).to_le_bytes()).collect();
     let theirs = run_oracle(bin, "h", &bytes);
-    compare("f16", &inputs, &theirs, |b| {
-        ours_f16(f16::from_bits(b as u16))
-    });
+    compare("f16", &inputs, &theirs, |b| ours_f16(f16::from_bits(b as u16)));
     // The f32 path on the same (exact) values must agree too.
-    compare("f16 as f32", &inputs, &theirs, |b| {
-        ours_f32(f16::from_bits(b as u16).to_f32())
-    });
+    compare("f16 as f32", &inputs, &theirs, |b| ours_f32(f16::from_bits(b as u16).to_f32()));
 }
 
 #[test]
 fn every_bf16_matches_nvidia() {
     let Some(bin) = oracle() else { return };
     let inputs: Vec<u32> = (0..=u16::MAX as u32).collect();
-    let bytes: Vec<u8> = inputs
-        .iter()
-        .flat_map(|&b| (b as u16).to_le_bytes())
-        .collect();
+    let bytes: Vec<u8> = inputs.iter().flat_map(|&b| (b as u16).to_le_bytes()).collect();
     let theirs = run_oracle(bin, "b", &bytes);
-    compare("bf16", &inputs, &theirs, |b| {
-        ours_bf16(bf16::from_bits(b as u16))
-    });
-    compare("bf16 as f32", &inputs, &theirs, |b| {
-        ours_f32(bf16::from_bits(b as u16).to_f32())
-    });
+    compare("bf16", &inputs, &theirs, |b| ours_bf16(bf16::from_bits(b as u16)));
+    compare("bf16 as f32", &inputs, &theirs, |b| ours_f32(bf16::from_bits(b as u16).to_f32()));
 }
 
 #[test]
 fn f32_inputs_match_nvidia() {
     let Some(bin) = oracle() else { return };
     let inputs = common::f32_oracle_inputs();
-    assert!(
-        inputs.len() >= 1_000_000,
-        "only {} f32 oracle inputs",
-        inputs.len()
-    );
+    assert!(inputs.len() >= 1_000_000, "only {} f32 oracle inputs", inputs.len());
     let bytes: Vec<u8> = inputs.iter().flat_map(|b| b.to_le_bytes()).collect();
     let theirs = run_oracle(bin, "f", &bytes);
     compare("f32", &inputs, &theirs, |b| ours_f32(f32::from_bits(b)));
@@ -229,53 +189,30 @@ fn f32_inputs_match_nvidia() {
 fn decoding_matches_nvidia() {
     let Some(bin) = oracle() else { return };
     let out = run_oracle(bin, "d", &[]);
-    let words: Vec<u16> = out
-        .chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]))
-        .collect();
+    let words: Vec<u16> = out.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
     assert_eq!(words.len(), 256 + 256 + 64 + 64 + 16 + 256);
     let (e4m3, rest) = words.split_at(256);
     let (e5m2, rest) = rest.split_at(256);
     let (e2m3, rest) = rest.split_at(64);
     let (e3m2, rest) = rest.split_at(64);
     let (e2m1, e8m0) = rest.split_at(16);
-    let same = |ours: f32, theirs: f32| {
-        ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan())
-    };
+    let same = |ours: f32, theirs: f32| ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan());
     for c in 0..=255u8 {
         let t = f16::from_bits(e4m3[c as usize]).to_f32();
-        assert!(
-            same(E4M3::from_bits(c).to_f32(), t),
-            "e4m3 {c:#04x}: NVIDIA {t}"
-        );
+        assert!(same(E4M3::from_bits(c).to_f32(), t), "e4m3 {c:#04x}: NVIDIA {t}");
         let t = f16::from_bits(e5m2[c as usize]).to_f32();
-        assert!(
-            same(E5M2::from_bits(c).to_f32(), t),
-            "e5m2 {c:#04x}: NVIDIA {t}"
-        );
+        assert!(same(E5M2::from_bits(c).to_f32(), t), "e5m2 {c:#04x}: NVIDIA {t}");
         let t = bf16::from_bits(e8m0[c as usize]).to_f32();
-        assert!(
-            same(UE8M0::from_bits(c).to_f32(), t),
-            "e8m0 {c:#04x}: NVIDIA {t}"
-        );
+        assert!(same(UE8M0::from_bits(c).to_f32(), t), "e8m0 {c:#04x}: NVIDIA {t}");
     }
     for c in 0..64u8 {
         let t = f16::from_bits(e2m3[c as usize]).to_f32();
-        assert!(
-            same(E2M3::from_bits(c).to_f32(), t),
-            "e2m3 {c:#04x}: NVIDIA {t}"
-        );
+        assert!(same(E2M3::from_bits(c).to_f32(), t), "e2m3 {c:#04x}: NVIDIA {t}");
         let t = f16::from_bits(e3m2[c as usize]).to_f32();
-        assert!(
-            same(E3M2::from_bits(c).to_f32(), t),
-            "e3m2 {c:#04x}: NVIDIA {t}"
-        );
+        assert!(same(E3M2::from_bits(c).to_f32(), t), "e3m2 {c:#04x}: NVIDIA {t}");
     }
     for c in 0..16u8 {
         let t = f16::from_bits(e2m1[c as usize]).to_f32();
-        assert!(
-            same(E2M1::from_bits(c).to_f32(), t),
-            "e2m1 {c:#03x}: NVIDIA {t}"
-        );
+        assert!(same(E2M1::from_bits(c).to_f32(), t), "e2m1 {c:#03x}: NVIDIA {t}");
     }
 }

@@ -12,12 +12,7 @@ use proptest::prelude::*;
 
 #[test]
 fn fp4_even_element_in_the_low_nibble() {
-    let codes = [
-        E2M1::from_f32(1.0),
-        E2M1::from_f32(-6.0),
-        E2M1::from_f32(0.5),
-        E2M1::from_f32(3.0),
-    ];
+    let codes = [E2M1::from_f32(1.0), E2M1::from_f32(-6.0), E2M1::from_f32(0.5), E2M1::from_f32(3.0)];
     let mut out = [0u8; 2];
     pack::pack_e2m1(&codes, &mut out).unwrap();
     // 1.0 = 0x2, -6 = 0xf, 0.5 = 0x1, 3 = 0x5.
@@ -35,14 +30,8 @@ fn high_nibble_first_packing_swaps_neighbours() {
     let w = [1.0f32, 6.0, -2.0, 0.5];
     let a = [1.0f32, 0.0, 1.0, 0.0];
     let codes: Vec<E2M1> = w.iter().map(|&x| E2M1::from_f32(x)).collect();
-    let wrong: Vec<u8> = codes
-        .chunks(2)
-        .map(|p| (p[0].to_bits() << 4) | p[1].to_bits())
-        .collect();
-    let read: Vec<f32> = pack::unpack_e2m1_vec(&wrong)
-        .iter()
-        .map(|c| c.to_f32())
-        .collect();
+    let wrong: Vec<u8> = codes.chunks(2).map(|p| (p[0].to_bits() << 4) | p[1].to_bits()).collect();
+    let read: Vec<f32> = pack::unpack_e2m1_vec(&wrong).iter().map(|c| c.to_f32()).collect();
     assert_eq!(read, [6.0, 1.0, 0.5, -2.0]);
     let dot = |x: &[f32]| x.iter().zip(a).map(|(x, a)| x * a).sum::<f32>();
     assert_eq!(dot(&w), -1.0);
@@ -82,10 +71,7 @@ fn fp4_bytes_read_as_words_are_int4_word_order() {
     let mut words = [0u32; 2];
     pack::words_from_le_bytes(&bytes, &mut words).unwrap();
     let as_int4: Vec<Int4> = codes.iter().map(|c| Int4::from_bits(c.to_bits())).collect();
-    assert_eq!(
-        words.to_vec(),
-        pack::pack_int4_vec(&as_int4, Int4Storage::TwosComplement).unwrap()
-    );
+    assert_eq!(words.to_vec(), pack::pack_int4_vec(&as_int4, Int4Storage::TwosComplement).unwrap());
     let mut back = vec![0u8; 8];
     pack::le_bytes_from_words(&words, &mut back).unwrap();
     assert_eq!(back, bytes);
@@ -111,11 +97,7 @@ fn block_interleaved_index_formula() {
 fn swizzle_by_permutation(linear: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     let (mp, sp) = (rows.div_ceil(128) * 128, cols.div_ceil(4) * 4);
     let padded = |r: usize, c: usize| {
-        if r < rows && c < cols {
-            linear[r * cols + c]
-        } else {
-            0
-        }
+        if r < rows && c < cols { linear[r * cols + c] } else { 0 }
     };
     let mut out = Vec::with_capacity(mp * sp);
     for a in 0..mp / 128 {
@@ -146,21 +128,14 @@ fn torch_scaled_mm_nvfp4_order_is_the_swizzle() {
                 for r in [0, 32, 64, 96] {
                     for c in 0..4 {
                         let (row, col) = (rb * 128 + r + s, cg * 4 + c);
-                        assert_eq!(
-                            swizzled_offset(row, col, cols),
-                            position,
-                            "row {row} col {col}"
-                        );
+                        assert_eq!(swizzled_offset(row, col, cols), position, "row {row} col {col}");
                         position += 1;
                     }
                 }
             }
         }
     }
-    assert_eq!(
-        position,
-        ScaleLayout::Swizzled128x4.storage_len(rows, cols).unwrap()
-    );
+    assert_eq!(position, ScaleLayout::Swizzled128x4.storage_len(rows, cols).unwrap());
 }
 
 #[test]
@@ -168,51 +143,25 @@ fn layout_errors_are_typed() {
     let mut out = vec![0u8; 512];
     assert!(matches!(
         layout::swizzle(&[0u8; 5], 2, 3, &mut out),
-        Err(FormatError::LengthMismatch {
-            expected: 6,
-            actual: 5,
-            ..
-        })
+        Err(FormatError::LengthMismatch { expected: 6, actual: 5, .. })
     ));
     assert!(matches!(
         layout::swizzle(&[0u8; 6], 2, 3, &mut out[..511]),
-        Err(FormatError::LengthMismatch {
-            expected: 512,
-            actual: 511,
-            ..
-        })
+        Err(FormatError::LengthMismatch { expected: 512, actual: 511, .. })
     ));
-    assert!(matches!(
-        ScaleLayout::Swizzled128x4.storage_len(usize::MAX, 4),
-        Err(FormatError::TooLarge { .. })
-    ));
-    assert!(matches!(
-        ScaleLayout::Linear.storage_len(usize::MAX, 2),
-        Err(FormatError::TooLarge { .. })
-    ));
+    assert!(matches!(ScaleLayout::Swizzled128x4.storage_len(usize::MAX, 4), Err(FormatError::TooLarge { .. })));
+    assert!(matches!(ScaleLayout::Linear.storage_len(usize::MAX, 2), Err(FormatError::TooLarge { .. })));
     assert!(matches!(
         pack::pack_e2m1_vec(&[E2M1::ZERO; 3]),
-        Err(FormatError::NotMultiple {
-            value: 3,
-            multiple: 2,
-            ..
-        })
+        Err(FormatError::NotMultiple { value: 3, multiple: 2, .. })
     ));
     assert!(matches!(
         pack::pack_fp6_vec(&[E3M2::ZERO; 6]),
-        Err(FormatError::NotMultiple {
-            value: 6,
-            multiple: 4,
-            ..
-        })
+        Err(FormatError::NotMultiple { value: 6, multiple: 4, .. })
     ));
     assert!(matches!(
         pack::unpack_fp6_vec::<E3M2>(&[0u8; 4]),
-        Err(FormatError::NotMultiple {
-            value: 4,
-            multiple: 3,
-            ..
-        })
+        Err(FormatError::NotMultiple { value: 4, multiple: 3, .. })
     ));
     assert!(matches!(
         pack::pack_int4_vec(&[Int4::ZERO; 7], Int4Storage::Offset8),
@@ -220,11 +169,7 @@ fn layout_errors_are_typed() {
     ));
     assert!(matches!(
         pack::to_block_interleaved_vec(&[0u32; 6], 2, 24),
-        Err(FormatError::NotMultiple {
-            value: 24,
-            multiple: 32,
-            ..
-        })
+        Err(FormatError::NotMultiple { value: 24, multiple: 32, .. })
     ));
     assert!(matches!(
         pack::to_block_interleaved_vec(&[0u32; 7], 2, 32),
@@ -239,22 +184,14 @@ fn layout_errors_are_typed() {
 #[test]
 fn empty_inputs_are_fine() {
     assert_eq!(pack::pack_e2m1_vec(&[]).unwrap(), Vec::<u8>::new());
+    assert_eq!(pack::to_block_interleaved_vec(&[], 0, 32).unwrap(), Vec::<u32>::new());
+    assert_eq!(pack::to_block_interleaved_vec(&[], 5, 0).unwrap(), Vec::<u32>::new());
     assert_eq!(
-        pack::to_block_interleaved_vec(&[], 0, 32).unwrap(),
-        Vec::<u32>::new()
-    );
-    assert_eq!(
-        pack::to_block_interleaved_vec(&[], 5, 0).unwrap(),
-        Vec::<u32>::new()
-    );
-    assert_eq!(
-        layout::convert_vec::<u8>(&[], ScaleLayout::Linear, ScaleLayout::Swizzled128x4, 0, 0)
-            .unwrap(),
+        layout::convert_vec::<u8>(&[], ScaleLayout::Linear, ScaleLayout::Swizzled128x4, 0, 0).unwrap(),
         Vec::<u8>::new()
     );
     assert_eq!(
-        layout::convert_vec::<u8>(&[], ScaleLayout::Linear, ScaleLayout::Swizzled128x4, 3, 0)
-            .unwrap(),
+        layout::convert_vec::<u8>(&[], ScaleLayout::Linear, ScaleLayout::Swizzled128x4, 3, 0).unwrap(),
         Vec::<u8>::new()
     );
 }

@@ -6,9 +6,7 @@
 
 mod common;
 
-use blockscale_formats::{
-    E2M1, E2M3, E3M2, E4M3, E5M2, E8M0Rounding, Int4, Int4Storage, UE4M3, UE8M0,
-};
+use blockscale_formats::{E2M1, E2M3, E3M2, E4M3, E5M2, E8M0Rounding, Int4, Int4Storage, UE4M3, UE8M0};
 use common::{Fmt, e8m0_reference};
 use half::{bf16, f16};
 
@@ -87,11 +85,7 @@ fn every_code_decodes_as_defined() {
         for c in 0..codes {
             let want = case.fmt.decode(c as u8);
             let got = (case.decode)(c as u8);
-            assert!(
-                same(want, got),
-                "{} code {c:#04x}: want {want}, got {got}",
-                case.fmt.name
-            );
+            assert!(same(want, got), "{} code {c:#04x}: want {want}, got {got}", case.fmt.name);
         }
     }
 }
@@ -102,27 +96,14 @@ fn every_f16_and_bf16_encodes_as_defined() {
         let r = case.fmt.reference();
         for b in 0..=u16::MAX {
             for (what, x, got) in [
-                (
-                    "f16",
-                    f16::from_bits(b).to_f64(),
-                    (case.from_f16)(f16::from_bits(b)),
-                ),
-                (
-                    "bf16",
-                    bf16::from_bits(b).to_f64(),
-                    (case.from_bf16)(bf16::from_bits(b)),
-                ),
+                ("f16", f16::from_bits(b).to_f64(), (case.from_f16)(f16::from_bits(b))),
+                ("bf16", bf16::from_bits(b).to_f64(), (case.from_bf16)(bf16::from_bits(b))),
             ] {
                 let want = r.encode(x, true);
                 assert_eq!(got, want, "{} from {what} {b:#06x} ({x})", case.fmt.name);
                 assert_eq!((case.sat)(x as f32), want, "{} from f32 {x}", case.fmt.name);
                 if let Some(nosat) = case.nosat {
-                    assert_eq!(
-                        nosat(x as f32),
-                        r.encode(x, false),
-                        "{} nosat {x}",
-                        case.fmt.name
-                    );
+                    assert_eq!(nosat(x as f32), r.encode(x, false), "{} nosat {x}", case.fmt.name);
                 }
             }
         }
@@ -136,19 +117,9 @@ fn chosen_f32_inputs_encode_as_defined() {
         let r = case.fmt.reference();
         for &b in &inputs {
             let x = f32::from_bits(b);
-            assert_eq!(
-                (case.sat)(x),
-                r.encode(x as f64, true),
-                "{} {b:#010x}",
-                case.fmt.name
-            );
+            assert_eq!((case.sat)(x), r.encode(x as f64, true), "{} {b:#010x}", case.fmt.name);
             if let Some(nosat) = case.nosat {
-                assert_eq!(
-                    nosat(x),
-                    r.encode(x as f64, false),
-                    "{} nosat {b:#010x}",
-                    case.fmt.name
-                );
+                assert_eq!(nosat(x), r.encode(x as f64, false), "{} nosat {b:#010x}", case.fmt.name);
             }
         }
     }
@@ -204,11 +175,7 @@ fn all_f32_inputs_e2m1_and_e4m3() {
 #[test]
 #[ignore = "sweeps all 2^32 f32 inputs (minutes); run by `cargo xtask test`"]
 fn all_f32_inputs_fp6_e5m2_e8m0() {
-    let (e2m3, e3m2, e5m2) = (
-        common::E2M3.reference(),
-        common::E3M2.reference(),
-        common::E5M2.reference(),
-    );
+    let (e2m3, e3m2, e5m2) = (common::E2M3.reference(), common::E3M2.reference(), common::E5M2.reference());
     sweep_all_f32(|b| {
         let x = f32::from_bits(b);
         let xd = x as f64;
@@ -216,21 +183,9 @@ fn all_f32_inputs_fp6_e5m2_e8m0() {
             ("e2m3", E2M3::from_f32(x).to_bits(), e2m3.encode(xd, true)),
             ("e3m2", E3M2::from_f32(x).to_bits(), e3m2.encode(xd, true)),
             ("e5m2", E5M2::from_f32(x).to_bits(), e5m2.encode(xd, true)),
-            (
-                "e5m2 nosat",
-                E5M2::from_f32_nosat(x).to_bits(),
-                e5m2.encode(xd, false),
-            ),
-            (
-                "e8m0 rp",
-                UE8M0::from_f32(x, E8M0Rounding::PosInf).to_bits(),
-                e8m0_reference(xd, true, true),
-            ),
-            (
-                "e8m0 rz nosat",
-                UE8M0::from_f32_nosat(x, E8M0Rounding::Zero).to_bits(),
-                e8m0_reference(xd, false, false),
-            ),
+            ("e5m2 nosat", E5M2::from_f32_nosat(x).to_bits(), e5m2.encode(xd, false)),
+            ("e8m0 rp", UE8M0::from_f32(x, E8M0Rounding::PosInf).to_bits(), e8m0_reference(xd, true, true)),
+            ("e8m0 rz nosat", UE8M0::from_f32_nosat(x, E8M0Rounding::Zero).to_bits(), e8m0_reference(xd, false, false)),
         ];
         checks
             .iter()
@@ -241,22 +196,13 @@ fn all_f32_inputs_fp6_e5m2_e8m0() {
 
 #[test]
 fn ue8m0_matches_the_cuda_definition() {
-    let mut inputs: Vec<f64> = (0..=u16::MAX)
-        .flat_map(|b| [f16::from_bits(b).to_f64(), bf16::from_bits(b).to_f64()])
-        .collect();
-    inputs.extend(
-        common::f32_oracle_inputs()
-            .into_iter()
-            .map(|b| f32::from_bits(b) as f64),
-    );
+    let mut inputs: Vec<f64> =
+        (0..=u16::MAX).flat_map(|b| [f16::from_bits(b).to_f64(), bf16::from_bits(b).to_f64()]).collect();
+    inputs.extend(common::f32_oracle_inputs().into_iter().map(|b| f32::from_bits(b) as f64));
     for x in inputs {
         let xf = x as f32;
         for (up, rounding) in [(false, E8M0Rounding::Zero), (true, E8M0Rounding::PosInf)] {
-            assert_eq!(
-                UE8M0::from_f32(xf, rounding).to_bits(),
-                e8m0_reference(x, up, true),
-                "{x:e} {rounding:?}"
-            );
+            assert_eq!(UE8M0::from_f32(xf, rounding).to_bits(), e8m0_reference(x, up, true), "{x:e} {rounding:?}");
             assert_eq!(
                 UE8M0::from_f32_nosat(xf, rounding).to_bits(),
                 e8m0_reference(x, up, false),
@@ -271,12 +217,7 @@ fn ue8m0_decodes_every_byte() {
     for b in 0..=255u8 {
         let v = UE8M0::from_bits(b);
         if b == 255 {
-            assert!(
-                v.to_f32().is_nan()
-                    && v.recip_f32().is_nan()
-                    && v.is_nan()
-                    && v.exponent().is_none()
-            );
+            assert!(v.to_f32().is_nan() && v.recip_f32().is_nan() && v.is_nan() && v.exponent().is_none());
             continue;
         }
         let e = b as i32 - 127;
@@ -296,23 +237,12 @@ fn ue8m0_decodes_every_byte() {
 #[test]
 fn constants_are_the_defined_values() {
     let min_sub = |f: &Fmt| f.finite()[1].1;
-    let min_norm = |f: &Fmt| {
-        f.finite()
-            .iter()
-            .find(|&&(c, _)| c >> f.mbits == 1)
-            .unwrap()
-            .1
-    };
+    let min_norm = |f: &Fmt| f.finite().iter().find(|&&(c, _)| c >> f.mbits == 1).unwrap().1;
     let check = |f: &Fmt, max: f32, min_pos: f32, min_sub_v: f32, max_f32: f32| {
         assert_eq!(max as f64, f.max().1, "{} MAX", f.name);
         assert_eq!(max_f32 as f64, f.max().1, "{} MAX_F32", f.name);
         assert_eq!(min_pos as f64, min_norm(f), "{} MIN_POSITIVE", f.name);
-        assert_eq!(
-            min_sub_v as f64,
-            min_sub(f),
-            "{} MIN_POSITIVE_SUBNORMAL",
-            f.name
-        );
+        assert_eq!(min_sub_v as f64, min_sub(f), "{} MIN_POSITIVE_SUBNORMAL", f.name);
     };
     check(
         &common::E2M1,
@@ -385,10 +315,7 @@ fn narrow_types_mask_high_bits_and_ue4m3_rejects_the_sign_bit() {
     assert_eq!(E2M3::from_bits(0xff).to_bits(), 0x3f);
     assert_eq!(E3M2::from_bits(0xc1).to_bits(), 0x01);
     for b in 0x80..=0xffu8 {
-        assert!(
-            UE4M3::from_bits(b).to_f32().is_nan(),
-            "UE4M3 {b:#x} must decode to NaN"
-        );
+        assert!(UE4M3::from_bits(b).to_f32().is_nan(), "UE4M3 {b:#x} must decode to NaN");
     }
     for x in [-0.0f32, -1.0, -448.0, f32::NEG_INFINITY, -1e-30] {
         assert_eq!(UE4M3::from_f32(x), UE4M3::ZERO, "UE4M3 of {x}");
@@ -397,11 +324,7 @@ fn narrow_types_mask_high_bits_and_ue4m3_rejects_the_sign_bit() {
     for b in 0..=u16::MAX {
         let x = bf16::from_bits(b).to_f32();
         if x.is_sign_positive() && !x.is_nan() {
-            assert_eq!(
-                UE4M3::from_f32(x).to_bits(),
-                E4M3::from_f32(x).to_bits(),
-                "UE4M3 vs E4M3 at {x}"
-            );
+            assert_eq!(UE4M3::from_f32(x).to_bits(), E4M3::from_f32(x).to_bits(), "UE4M3 vs E4M3 at {x}");
         }
     }
 }
@@ -420,32 +343,18 @@ fn display_and_debug() {
 fn rne(x: f64) -> f64 {
     let f = x.floor();
     let d = x - f;
-    if d > 0.5 || (d == 0.5 && f % 2.0 != 0.0) {
-        f + 1.0
-    } else {
-        f
-    }
+    if d > 0.5 || (d == 0.5 && f % 2.0 != 0.0) { f + 1.0 } else { f }
 }
 
 #[test]
 fn int4_encodes_every_f16_and_bf16_as_defined() {
     for b in 0..=u16::MAX {
         for x in [f16::from_bits(b).to_f64(), bf16::from_bits(b).to_f64()] {
-            let want = if x.is_nan() {
-                0.0
-            } else {
-                rne(x.clamp(-1e6, 1e6)).clamp(-8.0, 7.0)
-            };
+            let want = if x.is_nan() { 0.0 } else { rne(x.clamp(-1e6, 1e6)).clamp(-8.0, 7.0) };
             assert_eq!(Int4::from_f32(x as f32).value() as f64, want, "Int4 of {x}");
         }
-        assert_eq!(
-            Int4::from_f16(f16::from_bits(b)),
-            Int4::from_f32(f16::from_bits(b).to_f32())
-        );
-        assert_eq!(
-            Int4::from_bf16(bf16::from_bits(b)),
-            Int4::from_f32(bf16::from_bits(b).to_f32())
-        );
+        assert_eq!(Int4::from_f16(f16::from_bits(b)), Int4::from_f32(f16::from_bits(b).to_f32()));
+        assert_eq!(Int4::from_bf16(bf16::from_bits(b)), Int4::from_f32(bf16::from_bits(b).to_f32()));
     }
     for (x, v) in [
         (0.5f32, 0),
@@ -474,14 +383,8 @@ fn int4_codes_in_both_storages() {
         assert_eq!(i.to_bits(), (v as u8) & 0xf, "two's complement of {v}");
         assert_eq!(Int4::from_offset8_bits((v + 8) as u8), i);
         assert_eq!(Int4::from_bits((v as u8) & 0xf), i);
-        assert_eq!(
-            Int4Storage::Offset8.decode(Int4Storage::Offset8.encode(i)),
-            i
-        );
-        assert_eq!(
-            Int4Storage::TwosComplement.decode(Int4Storage::TwosComplement.encode(i)),
-            i
-        );
+        assert_eq!(Int4Storage::Offset8.decode(Int4Storage::Offset8.encode(i)), i);
+        assert_eq!(Int4Storage::TwosComplement.decode(Int4Storage::TwosComplement.encode(i)), i);
         assert_eq!(Int4::TABLE[i.to_bits() as usize], v as f32);
         assert_eq!(Int4::OFFSET8_TABLE[i.to_offset8_bits() as usize], v as f32);
     }

@@ -8,24 +8,13 @@ use blockscale_formats::{ElementFormat, ScaleRule};
 use common::{e8m0_reference, floor_log2};
 use half::{bf16, f16};
 
-const FP: [ElementFormat; 5] = [
-    ElementFormat::E2M1,
-    ElementFormat::E2M3,
-    ElementFormat::E3M2,
-    ElementFormat::E4M3,
-    ElementFormat::E5M2,
-];
+const FP: [ElementFormat; 5] =
+    [ElementFormat::E2M1, ElementFormat::E2M3, ElementFormat::E3M2, ElementFormat::E4M3, ElementFormat::E5M2];
 
 fn amax_inputs() -> Vec<f32> {
-    let mut v: Vec<f32> = (0..=0x7fffu16)
-        .flat_map(|b| [f16::from_bits(b).to_f32(), bf16::from_bits(b).to_f32()])
-        .collect();
-    v.extend(
-        common::f32_oracle_inputs()
-            .into_iter()
-            .map(f32::from_bits)
-            .filter(|x| x.is_sign_positive()),
-    );
+    let mut v: Vec<f32> =
+        (0..=0x7fffu16).flat_map(|b| [f16::from_bits(b).to_f32(), bf16::from_bits(b).to_f32()]).collect();
+    v.extend(common::f32_oracle_inputs().into_iter().map(f32::from_bits).filter(|x| x.is_sign_positive()));
     v
 }
 
@@ -84,17 +73,9 @@ fn rceil_is_the_cuda_conversion_of_the_scaled_amax() {
         assert_eq!(e.max_recip(), recip);
         for &amax in &amax_inputs() {
             let want = e8m0_reference((amax * recip) as f64, true, true);
-            assert_eq!(
-                ScaleRule::Rceil.select(amax, e).to_bits(),
-                want,
-                "{e} amax {amax:e}"
-            );
+            assert_eq!(ScaleRule::Rceil.select(amax, e).to_bits(), want, "{e} amax {amax:e}");
             // The sign of amax is ignored.
-            assert_eq!(
-                ScaleRule::Rceil.select(-amax, e).to_bits(),
-                want,
-                "{e} amax -{amax:e}"
-            );
+            assert_eq!(ScaleRule::Rceil.select(-amax, e).to_bits(), want, "{e} amax -{amax:e}");
         }
     }
 }
@@ -136,12 +117,7 @@ fn floor_ceil_even_follow_their_definitions() {
         for rule in [ScaleRule::Floor, ScaleRule::Ceil, ScaleRule::Even] {
             for &amax in &inputs {
                 let want = exponent_rule_reference(rule, amax as f64, e);
-                assert_eq!(
-                    rule.select(amax, e).to_bits(),
-                    want,
-                    "{rule} {e} amax {amax:e} ({:#010x})",
-                    amax.to_bits()
-                );
+                assert_eq!(rule.select(amax, e).to_bits(), want, "{rule} {e} amax {amax:e} ({:#010x})", amax.to_bits());
             }
         }
     }
@@ -151,26 +127,15 @@ fn floor_ceil_even_follow_their_definitions() {
 fn documented_edge_cases() {
     let sub = f32::from_bits(0x0030_0000);
     for e in FP {
-        for (rule, inf) in [
-            (ScaleRule::Rceil, 0xfe),
-            (ScaleRule::Floor, 0xff),
-            (ScaleRule::Ceil, 0xff),
-            (ScaleRule::Even, 0xff),
-        ] {
+        for (rule, inf) in
+            [(ScaleRule::Rceil, 0xfe), (ScaleRule::Floor, 0xff), (ScaleRule::Ceil, 0xff), (ScaleRule::Even, 0xff)]
+        {
             assert_eq!(rule.select(0.0, e).to_bits(), 0x00, "{rule} {e} zero");
             assert_eq!(rule.select(sub, e).to_bits(), 0x00, "{rule} {e} subnormal");
-            assert_eq!(
-                rule.select(f32::INFINITY, e).to_bits(),
-                inf,
-                "{rule} {e} inf"
-            );
+            assert_eq!(rule.select(f32::INFINITY, e).to_bits(), inf, "{rule} {e} inf");
             assert_eq!(rule.select(f32::NAN, e).to_bits(), 0xff, "{rule} {e} nan");
         }
-        assert_eq!(
-            ScaleRule::Even.select(f32::MAX, e).to_bits(),
-            0xff,
-            "Even's overflow quirk for {e}"
-        );
+        assert_eq!(ScaleRule::Even.select(f32::MAX, e).to_bits(), 0xff, "Even's overflow quirk for {e}");
     }
 }
 
@@ -189,26 +154,10 @@ fn worked_examples() {
         (7.5, 1.0, 2.0, 2.0, 2.0),
     ];
     for (amax, floor, ceil, even, rceil) in cases {
-        assert_eq!(
-            ScaleRule::Floor.select(amax, e).to_f32(),
-            floor,
-            "floor {amax}"
-        );
-        assert_eq!(
-            ScaleRule::Ceil.select(amax, e).to_f32(),
-            ceil,
-            "ceil {amax}"
-        );
-        assert_eq!(
-            ScaleRule::Even.select(amax, e).to_f32(),
-            even,
-            "even {amax}"
-        );
-        assert_eq!(
-            ScaleRule::Rceil.select(amax, e).to_f32(),
-            rceil,
-            "rceil {amax}"
-        );
+        assert_eq!(ScaleRule::Floor.select(amax, e).to_f32(), floor, "floor {amax}");
+        assert_eq!(ScaleRule::Ceil.select(amax, e).to_f32(), ceil, "ceil {amax}");
+        assert_eq!(ScaleRule::Even.select(amax, e).to_f32(), even, "even {amax}");
+        assert_eq!(ScaleRule::Rceil.select(amax, e).to_f32(), rceil, "rceil {amax}");
     }
     // MXFP8 E4M3: amax 448 fits scale 1 under every rule but Ceil; 449 needs 2 under Rceil.
     let e = ElementFormat::E4M3;

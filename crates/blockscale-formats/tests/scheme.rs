@@ -13,24 +13,8 @@ fn the_design_table() {
         (Scheme::MxFp6E3M2, E::E3M2, 32, 1, S::UE8M0, false, 6.25),
         (Scheme::MxFp8E4M3, E::E4M3, 32, 1, S::UE8M0, false, 8.25),
         (Scheme::MxFp8E5M2, E::E5M2, 32, 1, S::UE8M0, false, 8.25),
-        (
-            Scheme::Fp8Block(Fp8Tile::Row1x128),
-            E::E4M3,
-            128,
-            1,
-            S::F32,
-            false,
-            8.25,
-        ),
-        (
-            Scheme::Fp8Block(Fp8Tile::Tile128x128),
-            E::E4M3,
-            128,
-            128,
-            S::F32,
-            false,
-            8.0 + 32.0 / 16384.0,
-        ),
+        (Scheme::Fp8Block(Fp8Tile::Row1x128), E::E4M3, 128, 1, S::F32, false, 8.25),
+        (Scheme::Fp8Block(Fp8Tile::Tile128x128), E::E4M3, 128, 128, S::F32, false, 8.0 + 32.0 / 16384.0),
         (Scheme::Int4G32, E::Int4, 32, 1, S::F16, false, 4.5),
     ];
     assert_eq!(want.len(), Scheme::ALL.len());
@@ -50,41 +34,22 @@ fn names_round_trip() {
     for s in Scheme::ALL {
         assert_eq!(s.name().parse::<Scheme>(), Ok(s));
         assert_eq!(s.to_string(), s.name());
-        assert_eq!(
-            s.name().to_uppercase().replace('-', "_").parse::<Scheme>(),
-            Ok(s)
-        );
+        assert_eq!(s.name().to_uppercase().replace('-', "_").parse::<Scheme>(), Ok(s));
     }
-    assert_eq!(
-        "fp8-block".parse::<Scheme>(),
-        Ok(Scheme::Fp8Block(Fp8Tile::Tile128x128))
-    );
+    assert_eq!("fp8-block".parse::<Scheme>(), Ok(Scheme::Fp8Block(Fp8Tile::Tile128x128)));
     for bad in ["", "nvfp", "nvfp4x", "mxfp6", "fp8_block_1x12"] {
-        assert_eq!(
-            bad.parse::<Scheme>(),
-            Err(FormatError::UnknownScheme),
-            "{bad:?}"
-        );
+        assert_eq!(bad.parse::<Scheme>(), Err(FormatError::UnknownScheme), "{bad:?}");
     }
-    assert!(
-        FormatError::UnknownScheme
-            .to_string()
-            .contains("mxfp6-e2m3")
-    );
+    assert!(FormatError::UnknownScheme.to_string().contains("mxfp6-e2m3"));
 }
 
 #[test]
 fn shapes() {
     let s = Scheme::MxFp6E3M2.shape(3, 64).unwrap();
-    assert_eq!(
-        (s.row_bytes, s.data_bytes, s.scale_rows, s.scale_cols),
-        (48, 144, 3, 2)
-    );
+    assert_eq!((s.row_bytes, s.data_bytes, s.scale_rows, s.scale_cols), (48, 144, 3, 2));
     assert_eq!(s.scale_len(ScaleLayout::Linear), Ok(6));
     assert_eq!(s.scale_len(ScaleLayout::Swizzled128x4), Ok(128 * 4));
-    let s = Scheme::Fp8Block(Fp8Tile::Tile128x128)
-        .shape(300, 256)
-        .unwrap();
+    let s = Scheme::Fp8Block(Fp8Tile::Tile128x128).shape(300, 256).unwrap();
     assert_eq!((s.row_bytes, s.scale_rows, s.scale_cols), (256, 3, 2));
     assert_eq!(
         s.scale_len(ScaleLayout::Swizzled128x4),
@@ -112,25 +77,10 @@ fn shape_errors_name_the_problem() {
         }
     );
     assert!(err.to_string().contains("pad it to 112"), "{err}");
-    assert_eq!(
-        Scheme::MxFp4.shape(0, 32).unwrap_err(),
-        FormatError::EmptyShape { rows: 0, cols: 32 }
-    );
-    assert_eq!(
-        Scheme::MxFp4.shape(2, 0).unwrap_err(),
-        FormatError::EmptyShape { rows: 2, cols: 0 }
-    );
-    assert!(matches!(
-        Scheme::MxFp8E4M3.shape(usize::MAX, 1 << 20),
-        Err(FormatError::TooLarge { .. })
-    ));
-    assert!(matches!(
-        Scheme::MxFp8E4M3.shape(3, usize::MAX / 32 * 32),
-        Err(FormatError::TooLarge { .. })
-    ));
-    let err = FormatError::UnsupportedLayout {
-        scheme: Scheme::Int4G32,
-        layout: ScaleLayout::Swizzled128x4,
-    };
+    assert_eq!(Scheme::MxFp4.shape(0, 32).unwrap_err(), FormatError::EmptyShape { rows: 0, cols: 32 });
+    assert_eq!(Scheme::MxFp4.shape(2, 0).unwrap_err(), FormatError::EmptyShape { rows: 2, cols: 0 });
+    assert!(matches!(Scheme::MxFp8E4M3.shape(usize::MAX, 1 << 20), Err(FormatError::TooLarge { .. })));
+    assert!(matches!(Scheme::MxFp8E4M3.shape(3, usize::MAX / 32 * 32), Err(FormatError::TooLarge { .. })));
+    let err = FormatError::UnsupportedLayout { scheme: Scheme::Int4G32, layout: ScaleLayout::Swizzled128x4 };
     assert!(err.to_string().contains("use the linear layout"), "{err}");
 }

@@ -4,9 +4,7 @@
 
 mod common;
 
-use blockscale_formats::{
-    E2M1, E2M3, E3M2, E4M3, E5M2, E8M0Rounding, Element, FormatError, Int4, UE4M3, UE8M0, slice,
-};
+use blockscale_formats::{E2M1, E2M3, E3M2, E4M3, E5M2, E8M0Rounding, Element, FormatError, Int4, UE4M3, UE8M0, slice};
 use half::{bf16, f16};
 
 fn data(n: usize, seed: u64) -> Vec<f32> {
@@ -117,30 +115,14 @@ fn slice_length_errors() {
     let mut out = [E4M3::ZERO; 2];
     assert_eq!(
         slice::encode(&[1.0f32; 3], &mut out),
-        Err(FormatError::LengthMismatch {
-            what: "encoded output",
-            expected: 3,
-            actual: 2
-        })
+        Err(FormatError::LengthMismatch { what: "encoded output", expected: 3, actual: 2 })
     );
     let mut packed = [0u8; 1];
-    assert!(matches!(
-        slice::encode_e2m1_packed(&[1.0f32; 3], &mut packed),
-        Err(FormatError::NotMultiple { .. })
-    ));
-    assert!(matches!(
-        slice::encode_e2m1_packed(&[1.0f32; 4], &mut packed),
-        Err(FormatError::LengthMismatch { .. })
-    ));
+    assert!(matches!(slice::encode_e2m1_packed(&[1.0f32; 3], &mut packed), Err(FormatError::NotMultiple { .. })));
+    assert!(matches!(slice::encode_e2m1_packed(&[1.0f32; 4], &mut packed), Err(FormatError::LengthMismatch { .. })));
     let mut dec = [0.0f32; 3];
-    assert!(matches!(
-        slice::decode_e2m1_packed(&[0u8; 1], &mut dec),
-        Err(FormatError::LengthMismatch { .. })
-    ));
-    assert!(matches!(
-        slice::decode(&[E4M3::ONE; 2], &mut dec),
-        Err(FormatError::LengthMismatch { .. })
-    ));
+    assert!(matches!(slice::decode_e2m1_packed(&[0u8; 1], &mut dec), Err(FormatError::LengthMismatch { .. })));
+    assert!(matches!(slice::decode(&[E4M3::ONE; 2], &mut dec), Err(FormatError::LengthMismatch { .. })));
     let mut s = [UE8M0::MIN; 1];
     assert!(matches!(
         slice::encode_ue8m0(&[1.0f32; 2], E8M0Rounding::PosInf, &mut s),

@@ -26,54 +26,12 @@ pub struct Fmt {
     pub specials: Specials,
 }
 
-pub const E2M1: Fmt = Fmt {
-    name: "e2m1",
-    ebits: 2,
-    mbits: 1,
-    bias: 1,
-    signed: true,
-    specials: Specials::None,
-};
-pub const E2M3: Fmt = Fmt {
-    name: "e2m3",
-    ebits: 2,
-    mbits: 3,
-    bias: 1,
-    signed: true,
-    specials: Specials::None,
-};
-pub const E3M2: Fmt = Fmt {
-    name: "e3m2",
-    ebits: 3,
-    mbits: 2,
-    bias: 3,
-    signed: true,
-    specials: Specials::None,
-};
-pub const E4M3: Fmt = Fmt {
-    name: "e4m3",
-    ebits: 4,
-    mbits: 3,
-    bias: 7,
-    signed: true,
-    specials: Specials::NanOnly,
-};
-pub const E5M2: Fmt = Fmt {
-    name: "e5m2",
-    ebits: 5,
-    mbits: 2,
-    bias: 15,
-    signed: true,
-    specials: Specials::Ieee,
-};
-pub const UE4M3: Fmt = Fmt {
-    name: "ue4m3",
-    ebits: 4,
-    mbits: 3,
-    bias: 7,
-    signed: false,
-    specials: Specials::NanOnly,
-};
+pub const E2M1: Fmt = Fmt { name: "e2m1", ebits: 2, mbits: 1, bias: 1, signed: true, specials: Specials::None };
+pub const E2M3: Fmt = Fmt { name: "e2m3", ebits: 2, mbits: 3, bias: 1, signed: true, specials: Specials::None };
+pub const E3M2: Fmt = Fmt { name: "e3m2", ebits: 3, mbits: 2, bias: 3, signed: true, specials: Specials::None };
+pub const E4M3: Fmt = Fmt { name: "e4m3", ebits: 4, mbits: 3, bias: 7, signed: true, specials: Specials::NanOnly };
+pub const E5M2: Fmt = Fmt { name: "e5m2", ebits: 5, mbits: 2, bias: 15, signed: true, specials: Specials::Ieee };
+pub const UE4M3: Fmt = Fmt { name: "ue4m3", ebits: 4, mbits: 3, bias: 7, signed: false, specials: Specials::NanOnly };
 
 impl Fmt {
     pub fn mag_bits(&self) -> u32 {
@@ -91,11 +49,7 @@ impl Fmt {
             _ => {}
         }
         let frac = m as f64 / (1u64 << self.mbits) as f64;
-        Some(if e == 0 {
-            frac * 2f64.powi(1 - self.bias)
-        } else {
-            (1.0 + frac) * 2f64.powi(e as i32 - self.bias)
-        })
+        Some(if e == 0 { frac * 2f64.powi(1 - self.bias) } else { (1.0 + frac) * 2f64.powi(e as i32 - self.bias) })
     }
 
     /// The value of a full code per the definition (sign bit above the magnitude).
@@ -110,11 +64,7 @@ impl Fmt {
             Some(v) => v,
             None => {
                 let m = mag & ((1 << self.mbits) - 1);
-                if self.specials == Specials::Ieee && m == 0 {
-                    f64::INFINITY
-                } else {
-                    f64::NAN
-                }
+                if self.specials == Specials::Ieee && m == 0 { f64::INFINITY } else { f64::NAN }
             }
         };
         if neg { -v } else { v }
@@ -122,9 +72,7 @@ impl Fmt {
 
     /// Every finite non-negative (magnitude code, value), ascending.
     pub fn finite(&self) -> Vec<(u32, f64)> {
-        (0..1u32 << self.mag_bits())
-            .filter_map(|c| self.mag_value(c).map(|v| (c, v)))
-            .collect()
+        (0..1u32 << self.mag_bits()).filter_map(|c| self.mag_value(c).map(|v| (c, v))).collect()
     }
 
     pub fn max(&self) -> (u32, f64) {
@@ -158,12 +106,7 @@ impl Fmt {
 
     /// The reference encoder for this format (value table built once).
     pub fn reference(&self) -> Reference {
-        Reference {
-            fmt: *self,
-            vals: self.finite(),
-            max: self.max(),
-            top_ulp: self.top_ulp(),
-        }
+        Reference { fmt: *self, vals: self.finite(), max: self.max(), top_ulp: self.top_ulp() }
     }
 
     /// Round-to-nearest-even by nearest-value search (builds the table each call:
@@ -199,11 +142,7 @@ impl Reference {
             // Beyond MAX the grid continues one step further: a rounds back to MAX when
             // below the midpoint, or at the midpoint when MAX's code is even.
             let mid = max + self.top_ulp / 2.0;
-            if a < mid || (a == mid && max_code % 2 == 0) || saturate {
-                max_code
-            } else {
-                fmt.overflow_mag()
-            }
+            if a < mid || (a == mid && max_code % 2 == 0) || saturate { max_code } else { fmt.overflow_mag() }
         } else {
             let i = vals.partition_point(|&(_, v)| v < a);
             if vals[i].1 == a {
@@ -212,18 +151,10 @@ impl Reference {
                 let (lc, lv) = vals[i - 1];
                 let (hc, hv) = vals[i];
                 let (dl, dh) = (a - lv, hv - a);
-                if dl < dh || (dl == dh && lc % 2 == 0) {
-                    lc
-                } else {
-                    hc
-                }
+                if dl < dh || (dl == dh && lc % 2 == 0) { lc } else { hc }
             }
         };
-        let sign = if fmt.signed && neg {
-            1u32 << fmt.mag_bits()
-        } else {
-            0
-        };
+        let sign = if fmt.signed && neg { 1u32 << fmt.mag_bits() } else { 0 };
         (mag | sign) as u8
     }
 }
@@ -372,10 +303,7 @@ pub fn f32_oracle_inputs() -> Vec<u32> {
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 /// Whether a missing oracle must fail the test (`CI` set and not false) rather than
@@ -388,9 +316,7 @@ pub fn oracle_required() -> bool {
 /// Skips (prints why and returns) or, under CI, fails.
 pub fn skip_or_fail(what: &str) {
     if oracle_required() {
-        panic!(
-            "{what}; under CI a missing oracle is a failure. Run `cargo xtask test`, which installs it."
-        );
+        panic!("{what}; under CI a missing oracle is a failure. Run `cargo xtask test`, which installs it.");
     }
     eprintln!("SKIPPED: {what}. Run `cargo xtask test` (it installs the oracles under target/).");
 }
