@@ -5,9 +5,11 @@ use anyhow::Result;
 use crate::setup_cuda;
 use crate::util::{self, cargo};
 
-/// Installs the oracles when missing, then runs fmt, clippy and every test with the
-/// oracle locations in the environment. Under `CI=true` the oracle tests treat a
-/// missing oracle as a failure.
+/// Installs the oracles when missing, then runs fmt, clippy (also for the formats
+/// crate without `alloc`), every test including the ignored exhaustive sweeps with the
+/// oracle locations in the environment, and the README's main command. Under
+/// `CI=true` the oracle tests treat a missing oracle as a failure; outside CI they
+/// skip with a message; this command installs them first and requires them.
 pub fn run(lint: bool) -> Result<()> {
     let cuda_home = setup_cuda::cuda(false)?;
     let python_dir = setup_cuda::python(false)?;
@@ -25,11 +27,14 @@ pub fn run(lint: bool) -> Result<()> {
             "warnings",
         ]))?;
     }
+    // `--include-ignored` adds the sweeps over all 2^32 f32 inputs (a few minutes).
+    // The oracles were just installed, so a missing one is a failure here too.
     util::run(
         cargo()
-            .args(["test", "--workspace"])
+            .args(["test", "--workspace", "--", "--include-ignored"])
             .env("BLOCKSCALE_CUDA_HOME", &cuda_home)
-            .env("BLOCKSCALE_PYTHONPATH", &python_dir),
+            .env("BLOCKSCALE_PYTHONPATH", &python_dir)
+            .env("BLOCKSCALE_REQUIRE_ORACLES", "1"),
     )?;
     // The main job of the README, as a user runs it.
     util::run(cargo().args(["run", "--release", "--quiet", "--example", "formats"]))?;

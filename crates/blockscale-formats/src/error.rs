@@ -103,5 +103,9 @@ pub(crate) fn check_multiple(
     multiple: usize,
     reason: &'static str,
 ) -> Result<(), FormatError> {
-    if value.is_multiple_of(multiple) { Ok(()) } else { Err(FormatError::NotMultiple { what, value, multiple, reason }) }
+    if value.is_multiple_of(multiple) {
+        Ok(())
+    } else {
+        Err(FormatError::NotMultiple { what, value, multiple, reason })
+    }
 }
