@@ -27,3 +27,8 @@ compile_error!(
 
 pub use blockscale_formats as formats;
 pub use blockscale_formats::*;
+
+/// The README's code examples, compiled and run as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
