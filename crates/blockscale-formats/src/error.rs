@@ -1,10 +1,10 @@
 //! The formats crate's error type.
 
-use crate::{ScaleLayout, Scheme};
+use crate::{DataLayout, ScaleFormat, ScaleLayout, Scheme};
 
 /// Everything that can go wrong in this crate: each variant carries the offending
 /// values, and its message says what to change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum FormatError {
     /// A length or dimension is not a multiple of what the format requires.
@@ -48,6 +48,43 @@ pub enum FormatError {
     },
     /// A name that is not a scheme (see [`Scheme::ALL`]).
     UnknownScheme,
+    /// Scales of the wrong number type for the scheme.
+    ScaleTypeMismatch {
+        /// The scheme.
+        scheme: Scheme,
+        /// The scale format it uses.
+        expected: ScaleFormat,
+    },
+    /// The scheme needs a per-tensor (global) scale and none was given.
+    MissingGlobalScale {
+        /// The scheme.
+        scheme: Scheme,
+    },
+    /// A per-tensor (global) scale was given for a scheme that has none.
+    UnexpectedGlobalScale {
+        /// The scheme.
+        scheme: Scheme,
+    },
+    /// A per-tensor scale (or amax) that is zero, negative, NaN or infinite, or whose
+    /// reciprocal is not finite.
+    InvalidGlobalScale {
+        /// Which quantity (`"encode scale"`, `"decode scale"`, `"amax"`).
+        what: &'static str,
+        /// Its value.
+        value: f32,
+    },
+    /// The element data cannot be stored in this layout for this scheme.
+    UnsupportedDataLayout {
+        /// The scheme.
+        scheme: Scheme,
+        /// The layout asked for.
+        layout: DataLayout,
+    },
+    /// A padding entry of a swizzled scale buffer is not zero.
+    NonZeroPadding {
+        /// Index of the first non-zero padding entry.
+        index: usize,
+    },
 }
 
 impl core::fmt::Display for FormatError {
@@ -79,6 +116,30 @@ impl core::fmt::Display for FormatError {
                 f,
                 "unknown scheme; expected one of nvfp4, mxfp4, mxfp6-e2m3, mxfp6-e3m2, \
                  mxfp8-e4m3, mxfp8-e5m2, fp8-block-1x128, fp8-block-128x128 (or fp8-block), int4-g32"
+            ),
+            Self::ScaleTypeMismatch { scheme, expected } => {
+                write!(f, "{scheme} scales must be {}; convert them or pick the scheme they belong to", expected.name())
+            }
+            Self::MissingGlobalScale { scheme } => {
+                write!(f, "{scheme} needs a per-tensor (global) scale; compute it from the tensor's amax or pass one")
+            }
+            Self::UnexpectedGlobalScale { scheme } => {
+                write!(f, "{scheme} has no per-tensor (global) scale; leave it out")
+            }
+            Self::InvalidGlobalScale { what, value } => write!(
+                f,
+                "global {what} {value} is not usable: it must be finite and greater than zero, \
+                 with a finite reciprocal"
+            ),
+            Self::UnsupportedDataLayout { scheme, layout } => write!(
+                f,
+                "{scheme} data cannot be stored {layout}: the block-interleaved layout holds 4-bit elements \
+                 with K a multiple of 32; use the row-major layout"
+            ),
+            Self::NonZeroPadding { index } => write!(
+                f,
+                "swizzled scale padding at index {index} is not zero; padding must be zero-filled \
+                 (re-swizzle the scales with blockscale_formats::layout::swizzle)"
             ),
         }
     }

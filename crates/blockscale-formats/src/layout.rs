@@ -108,6 +108,52 @@ pub const fn swizzled_offset(row: usize, col: usize, cols: usize) -> usize {
         + col % SWIZZLE_COLS
 }
 
+/// The (row, column) that index `offset` of a `Swizzled128x4` buffer holds, for a
+/// matrix with `cols` logical columns; positions past the logical shape are padding.
+/// The inverse of [`swizzled_offset`].
+#[inline]
+pub const fn swizzled_position(offset: usize, cols: usize) -> (usize, usize) {
+    let k_tiles = cols.div_ceil(SWIZZLE_COLS);
+    let tile = offset / SWIZZLE_TILE;
+    let within = offset % SWIZZLE_TILE;
+    let (band, k_tile) = match (tile.checked_div(k_tiles), tile.checked_rem(k_tiles)) {
+        (Some(band), Some(k_tile)) => (band, k_tile),
+        _ => (0, 0),
+    };
+    let lane = within % 16;
+    let row = band * SWIZZLE_ROWS + (lane / 4) * 32 + within / 16;
+    (row, k_tile * SWIZZLE_COLS + lane % 4)
+}
+
+/// How the packed element bytes of a `QuantizedMatrix` are ordered.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum DataLayout {
+    /// Row-major `[rows, row_bytes]`: each row's codes packed along K (FP4 low nibble
+    /// first, FP6 as the LSB-first bitstream, INT4 eight per little-endian u32).
+    #[default]
+    RowMajor,
+    /// The block-interleaved `[k/32, rows, 4]` u32 layout for 128-bit-load GEMV kernels
+    /// (4-bit elements, K a multiple of 32), stored as little-endian bytes. See
+    /// [`crate::pack::to_block_interleaved`].
+    BlockInterleaved,
+}
+
+impl DataLayout {
+    /// Lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::RowMajor => "row-major",
+            Self::BlockInterleaved => "block-interleaved",
+        }
+    }
+}
+
+impl core::fmt::Display for DataLayout {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// Rewrites a row-major `rows x cols` scale matrix into the `Swizzled128x4` layout;
 /// `out` must hold [`ScaleLayout::storage_len`] entries, and its padding is set to
 /// `T::default()` (the zero byte for UE4M3 and UE8M0).

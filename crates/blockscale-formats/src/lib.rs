@@ -57,6 +57,8 @@ mod ue8m0;
 mod element;
 pub mod layout;
 pub mod pack;
+#[cfg(feature = "alloc")]
+mod quantized;
 mod scale_rule;
 mod scheme;
 pub mod slice;
@@ -69,7 +71,9 @@ pub use e5m2::E5M2;
 pub use element::{Element, ElementFormat};
 pub use error::FormatError;
 pub use int4::{Int4, Int4Storage};
-pub use layout::ScaleLayout;
+pub use layout::{DataLayout, ScaleLayout};
+#[cfg(feature = "alloc")]
+pub use quantized::{GlobalScale, NVFP4_AMAX_TO_SCALE, QuantizedMatrix, QuantizedParts, ScaleData, nvfp4_alpha};
 pub use scale_rule::ScaleRule;
 pub use scheme::{Fp8Tile, QuantShape, ScaleFormat, Scheme};
 pub use source::Source;

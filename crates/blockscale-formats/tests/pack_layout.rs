@@ -5,7 +5,7 @@
 
 mod common;
 
-use blockscale_formats::layout::{self, SWIZZLE_TILE, swizzled_offset};
+use blockscale_formats::layout::{self, SWIZZLE_TILE, swizzled_offset, swizzled_position};
 use blockscale_formats::pack::{self, Fp6};
 use blockscale_formats::{E2M1, E2M3, E3M2, FormatError, Int4, Int4Storage, ScaleLayout};
 use proptest::prelude::*;
@@ -273,6 +273,15 @@ proptest! {
             for c in 0..cols {
                 prop_assert_eq!(sw[ScaleLayout::Swizzled128x4.offset(r, c, cols)], linear[r * cols + c]);
                 prop_assert_eq!(ScaleLayout::Linear.offset(r, c, cols), r * cols + c);
+            }
+        }
+        for (i, &b) in sw.iter().enumerate() {
+            let (r, c) = swizzled_position(i, cols);
+            if r < rows && c < cols {
+                prop_assert_eq!(swizzled_offset(r, c, cols), i);
+                prop_assert_eq!(b, linear[r * cols + c]);
+            } else {
+                prop_assert_eq!(b, 0, "padding at {} ({}, {})", i, r, c);
             }
         }
         let back = layout::convert_vec(&sw, ScaleLayout::Swizzled128x4, ScaleLayout::Linear, rows, cols).unwrap();
