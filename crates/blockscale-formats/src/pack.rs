@@ -57,9 +57,11 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for crate::E2M3 {}
     impl Sealed for crate::E3M2 {}
+    impl Sealed for u8 {}
 }
 
-/// The two 6-bit element types, for [`pack_fp6`] and [`unpack_fp6`].
+/// The two 6-bit element types, and raw 6-bit codes in a `u8`, for [`pack_fp6`] and
+/// [`unpack_fp6`].
 pub trait Fp6: Copy + sealed::Sealed {
     /// The 6-bit code.
     fn code(self) -> u8;
@@ -86,6 +88,18 @@ impl Fp6 for E3M2 {
     #[inline(always)]
     fn from_code(code: u8) -> Self {
         Self::from_bits(code)
+    }
+}
+
+impl Fp6 for u8 {
+    /// The low six bits.
+    #[inline(always)]
+    fn code(self) -> u8 {
+        self & 0x3f
+    }
+    #[inline(always)]
+    fn from_code(code: u8) -> Self {
+        code & 0x3f
     }
 }
 

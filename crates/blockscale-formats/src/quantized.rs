@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 use half::f16;
 
 use crate::error::check_len;
-use crate::layout::swizzled_position;
+use crate::layout::swizzled_offset;
 use crate::{DataLayout, FormatError, QuantShape, ScaleFormat, ScaleLayout, Scheme, UE4M3, UE8M0};
 
 /// The scales of a [`QuantizedMatrix`], in the scheme's [`ScaleFormat`].
@@ -195,7 +195,7 @@ impl QuantizedMatrix {
         let QuantizedParts { scheme, rows, k, data, data_layout, scales, scale_layout, global_scale } = parts;
         let shape = scheme.shape(rows, k)?;
         check_len("quantized data bytes", shape.data_bytes, data.len())?;
-        if data_layout == DataLayout::BlockInterleaved && (scheme.element().bits() != 4 || k % 32 != 0) {
+        if data_layout == DataLayout::BlockInterleaved && (scheme.element().bits() != 4 || !k.is_multiple_of(32)) {
             return Err(FormatError::UnsupportedDataLayout { scheme, layout: data_layout });
         }
         if !scales.matches(scheme.scale_format()) {
@@ -220,10 +220,14 @@ impl QuantizedMatrix {
         }
         let ScaleData::Bytes(bytes) = &self.scales else { return None };
         let (rows, cols) = (self.shape.scale_rows, self.shape.scale_cols);
-        bytes.iter().enumerate().position(|(i, &b)| {
-            let (r, c) = swizzled_position(i, cols);
-            b != 0 && (r >= rows || c >= cols)
-        })
+        let (padded_rows, padded_cols) = self.scale_layout.padded_shape(rows, cols).ok()?;
+        // Visit only the padding entries: columns past `cols` of every row, then the
+        // padding rows; report the lowest index holding a non-zero byte.
+        (0..padded_rows)
+            .flat_map(|r| (if r < rows { cols } else { 0 }..padded_cols).map(move |c| (r, c)))
+            .map(|(r, c)| swizzled_offset(r, c, cols))
+            .filter(|&i| bytes[i] != 0)
+            .min()
     }
 
     /// Takes the matrix apart (the inverse of [`Self::from_parts`]).
