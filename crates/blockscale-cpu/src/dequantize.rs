@@ -1,0 +1,160 @@
+//! Dequantization: every element becomes `(value(code) * block_scale) * post`, computed
+//! in f32 (`post` is NVFP4's per-tensor decode factor, 1 otherwise), then rounded once
+//! to the output type.
+
+use blockscale_formats::{DataLayout, QuantizedMatrix, pack};
+use ndarray::{Array2, ArrayViewMut2};
+use rayon::prelude::*;
+
+use crate::kernels::{self, Path, Target};
+use crate::{CpuError, Output, Simd};
+
+/// Options for [`dequantize_with`] and [`dequantize_into`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct DequantizeOptions {
+    /// Use one thread instead of rayon's pool.
+    pub single_threaded: bool,
+    /// Implementation choice (every path gives identical values).
+    pub simd: Simd,
+}
+
+/// Reads one row of a quantized matrix: its codes (unpacked to one byte per FP6 code),
+/// its block scales as f32, and decodes it.
+pub(crate) struct RowDecoder<'q> {
+    q: &'q QuantizedMatrix,
+    path: Path,
+    target: Target,
+    post: f32,
+    row_bytes: Vec<u8>,
+    codes: Vec<u8>,
+    scales: Vec<f32>,
+}
+
+impl<'q> RowDecoder<'q> {
+    pub(crate) fn new(q: &'q QuantizedMatrix, path: Path) -> Self {
+        let shape = q.shape();
+        Self {
+            q,
+            path,
+            target: Target::of(q.scheme().element()),
+            post: q.global_scale().map_or(1.0, |g| g.decode()),
+            row_bytes: vec![0; shape.row_bytes],
+            codes: Vec::new(),
+            scales: vec![0.0; shape.scale_cols],
+        }
+    }
+
+    /// Decodes row `r` into `out` (`k` elements).
+    pub(crate) fn decode<O: Output>(&mut self, r: usize, out: &mut [O]) {
+        let shape = self.q.shape();
+        let (k, rb) = (shape.k, shape.row_bytes);
+        let bytes: &[u8] = match self.q.data_layout() {
+            DataLayout::RowMajor => &self.q.data()[r * rb..(r + 1) * rb],
+            DataLayout::BlockInterleaved => {
+                // Word w of K-block kb of row r sits at word (kb * rows + r) * 4 + w.
+                let data = self.q.data();
+                for (kb, chunk) in self.row_bytes.chunks_exact_mut(16).enumerate() {
+                    let at = (kb * shape.rows + r) * 16;
+                    chunk.copy_from_slice(&data[at..at + 16]);
+                }
+                &self.row_bytes
+            }
+        };
+        for (c, s) in self.scales.iter_mut().enumerate() {
+            // In range by construction: r < rows, c < scale_cols.
+            *s = self.q.scale(r, c).unwrap_or(f32::NAN);
+        }
+        let block = self.q.scheme().block_size();
+        if matches!(self.target, Target::E2M3 | Target::E3M2) {
+            self.codes.resize(k, 0);
+            // The lengths agree: 3k/4 bytes, k codes.
+            let _ = pack::unpack_fp6::<u8>(bytes, &mut self.codes);
+            kernels::decode_row(self.path, &self.codes, block, self.target, &self.scales, self.post, out);
+        } else {
+            kernels::decode_row(self.path, bytes, block, self.target, &self.scales, self.post, out);
+        }
+    }
+}
+
+/// Dequantizes to a new `rows x k` array of `O` (f32, f16 or bf16), in parallel, with
+/// the fastest SIMD path.
+///
+/// Each value is `(code_value * block_scale) * global_decode` in f32 (for NVFP4; the
+/// other schemes have no global factor), rounded once to `O`. NaN scales (poisoned
+/// blocks) give NaN.
+pub fn dequantize<O: Output>(q: &QuantizedMatrix) -> Array2<O> {
+    let mut out = Array2::from_elem((q.rows(), q.k()), O::default());
+    // Cannot fail: the shape matches and Simd::Auto is always available.
+    let _ = dequantize_into(q, out.view_mut(), &DequantizeOptions::default());
+    out
+}
+
+/// [`dequantize`] with options.
+///
+/// # Errors
+/// [`CpuError::SimdUnavailable`] if a missing SIMD path was forced.
+pub fn dequantize_with<O: Output>(q: &QuantizedMatrix, options: &DequantizeOptions) -> Result<Array2<O>, CpuError> {
+    let mut out = Array2::from_elem((q.rows(), q.k()), O::default());
+    dequantize_into(q, out.view_mut(), options)?;
+    Ok(out)
+}
+
+/// Dequantizes into an existing array of any strides.
+///
+/// # Errors
+/// [`CpuError::OutputShape`] if `out` is not `rows x k`; [`CpuError::SimdUnavailable`]
+/// if a missing SIMD path was forced.
+pub fn dequantize_into<O: Output>(
+    q: &QuantizedMatrix,
+    mut out: ArrayViewMut2<'_, O>,
+    options: &DequantizeOptions,
+) -> Result<(), CpuError> {
+    if out.dim() != (q.rows(), q.k()) {
+        return Err(CpuError::OutputShape { expected: (q.rows(), q.k()), actual: out.dim() });
+    }
+    let path = Path::select(options.simd)?;
+    let k = q.k();
+    let work =
+        |(dec, buf): &mut (RowDecoder<'_>, Vec<O>), (r, mut row): (usize, ndarray::ArrayViewMut1<'_, O>)| match row
+            .as_slice_mut()
+        {
+            Some(s) => dec.decode(r, s),
+            None => {
+                buf.resize(k, O::default());
+                dec.decode(r, buf);
+                row.iter_mut().zip(buf.iter()).for_each(|(o, &v)| *o = v);
+            }
+        };
+    let init = || (RowDecoder::new(q, path), Vec::new());
+    if options.single_threaded {
+        let mut state = init();
+        out.outer_iter_mut().enumerate().for_each(|item| work(&mut state, item));
+    } else {
+        out.outer_iter_mut().into_par_iter().enumerate().for_each_init(init, work);
+    }
+    Ok(())
+}
+
+/// [`dequantize_into`] a flat row-major slice of `rows * k` values.
+///
+/// # Errors
+/// [`CpuError::SliceLength`] if `out.len() != rows * k`; otherwise as
+/// [`dequantize_into`].
+pub fn dequantize_slice<O: Output>(
+    q: &QuantizedMatrix,
+    out: &mut [O],
+    options: &DequantizeOptions,
+) -> Result<(), CpuError> {
+    let (rows, k) = (q.rows(), q.k());
+    if out.len() != rows * k {
+        return Err(CpuError::SliceLength { what: "output", rows, k, expected: rows * k, actual: out.len() });
+    }
+    let view = ArrayViewMut2::from_shape((rows, k), out).map_err(|_| CpuError::SliceLength {
+        what: "output",
+        rows,
+        k,
+        expected: rows * k,
+        actual: 0,
+    })?;
+    dequantize_into(q, view, options)
+}

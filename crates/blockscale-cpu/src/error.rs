@@ -1,0 +1,68 @@
+//! The CPU backend's error type.
+
+use blockscale_formats::{FormatError, Scheme};
+
+/// Everything the CPU backend can refuse, with the offending values and the fix.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CpuError {
+    /// A shape, layout, scale or buffer problem found by the formats layer.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// A NaN or infinity in the input under [`crate::NonFinite::Error`].
+    #[error(
+        "input holds {value} at row {row}, column {col}; clean the data, or quantize with \
+         NonFinite::Poison to store the block holding it as NaN"
+    )]
+    NonFinite {
+        /// Row of the first non-finite value (in row order).
+        row: usize,
+        /// Column of that value.
+        col: usize,
+        /// The value.
+        value: f32,
+    },
+    /// A flat input or output whose length is not `rows * k`.
+    #[error("{what} has {actual} elements but the shape [{rows}, {k}] needs {expected}")]
+    SliceLength {
+        /// Which buffer.
+        what: &'static str,
+        /// Rows of the shape.
+        rows: usize,
+        /// K of the shape.
+        k: usize,
+        /// `rows * k`.
+        expected: usize,
+        /// Its length.
+        actual: usize,
+    },
+    /// An output array whose shape differs from the quantized matrix's.
+    #[error("output is [{}, {}] but the quantized matrix is [{}, {}]", actual.0, actual.1, expected.0, expected.1)]
+    OutputShape {
+        /// The matrix's shape.
+        expected: (usize, usize),
+        /// The output's shape.
+        actual: (usize, usize),
+    },
+    /// Two arrays compared element by element have different shapes.
+    #[error("cannot compare a [{}, {}] array with a [{}, {}] array", a.0, a.1, b.0, b.1)]
+    ShapeMismatch {
+        /// The first shape.
+        a: (usize, usize),
+        /// The second shape.
+        b: (usize, usize),
+    },
+    /// An option that does not apply to the scheme.
+    #[error("{option} does not apply to {scheme}: {hint}")]
+    OptionNotApplicable {
+        /// The scheme.
+        scheme: Scheme,
+        /// The option given.
+        option: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// A SIMD path was forced that this CPU does not have.
+    #[error("the {0} path was requested but this CPU lacks it; use Simd::Auto or Simd::Portable")]
+    SimdUnavailable(&'static str),
+}

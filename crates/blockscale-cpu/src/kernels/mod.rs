@@ -1,0 +1,201 @@
+//! The hot loops, in a portable version and (on x86-64) an AVX2 version that gives
+//! identical bytes. [`Path`] picks one once per call; every function here dispatches.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod portable;
+
+use blockscale_formats::ElementFormat;
+
+use crate::scale::Op;
+use crate::{CpuError, Input, NvFp4Recipe, Output, Simd};
+
+/// An implementation of the kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Path {
+    /// The path `simd` asks for: `Auto` takes `BLOCKSCALE_SIMD` (`portable` or `avx2`)
+    /// if set, else the best the CPU has.
+    pub(crate) fn select(simd: Simd) -> Result<Self, CpuError> {
+        let simd = match simd {
+            Simd::Auto => match std::env::var("BLOCKSCALE_SIMD").as_deref() {
+                Ok("portable") => Simd::Portable,
+                Ok("avx2") => Simd::Avx2,
+                _ => Simd::Auto,
+            },
+            other => other,
+        };
+        match simd {
+            Simd::Portable => Ok(Self::Portable),
+            Simd::Avx2 if avx2_available() => Ok(Self::avx2()),
+            Simd::Avx2 => Err(CpuError::SimdUnavailable("AVX2 + F16C")),
+            Simd::Auto => Ok(if avx2_available() { Self::avx2() } else { Self::Portable }),
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn avx2() -> Self {
+        Self::Avx2
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn avx2() -> Self {
+        Self::Portable
+    }
+}
+
+/// Whether this CPU can run the AVX2 path.
+pub fn avx2_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// What the element encoder writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// E2M1 codes, two per byte, even element in the low nibble.
+    E2M1,
+    /// E2M3 codes, one per byte (packed to FP6 afterwards).
+    E2M3,
+    /// E3M2 codes, one per byte (packed to FP6 afterwards).
+    E3M2,
+    /// E4M3 codes, one per byte.
+    E4M3,
+    /// E5M2 codes, one per byte.
+    E5M2,
+    /// Offset-8 INT4 codes, two per byte, even element in the low nibble.
+    Int4,
+}
+
+impl Target {
+    pub(crate) fn of(element: ElementFormat) -> Self {
+        match element {
+            ElementFormat::E2M1 => Self::E2M1,
+            ElementFormat::E2M3 => Self::E2M3,
+            ElementFormat::E3M2 => Self::E3M2,
+            ElementFormat::E4M3 => Self::E4M3,
+            ElementFormat::E5M2 => Self::E5M2,
+            ElementFormat::Int4 => Self::Int4,
+        }
+    }
+
+    /// Elements per output byte.
+    pub(crate) fn per_byte(self) -> usize {
+        match self {
+            Self::E2M1 | Self::Int4 => 2,
+            _ => 1,
+        }
+    }
+
+    /// The byte a zero (or poisoned) block is filled with: value-zero codes.
+    pub(crate) fn zero_byte(self) -> u8 {
+        match self {
+            Self::Int4 => 0x88,
+            _ => 0,
+        }
+    }
+}
+
+/// Whether a factor means "write zero codes": a zero scale or a poisoned block.
+#[inline(always)]
+pub(crate) fn zero_codes(factor: f32) -> bool {
+    factor == 0.0 || factor.is_nan()
+}
+
+/// `out[b]` = the largest `|x|` bit pattern (`bits & 0x7fff_ffff`) of block `b`:
+/// exact, and `>= 0x7f80_0000` exactly when the block holds a NaN or an infinity.
+pub(crate) fn block_amax_bits<T: Input>(path: Path, row: &[T], block: usize, out: &mut [u32]) {
+    debug_assert_eq!(row.len(), out.len() * block);
+    match path {
+        Path::Portable => portable::block_amax_bits(row, block, out),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Path::Avx2` is only constructed after `avx2_available()` confirmed
+        // AVX2 and F16C; the kernel checks its slice lengths itself.
+        Path::Avx2 => unsafe { avx2::block_amax_bits(row, block, out) },
+    }
+}
+
+/// The largest finite `|x|` bit pattern of a row, and the column of its first non-finite
+/// value.
+pub(crate) fn finite_amax_bits<T: Input>(path: Path, row: &[T]) -> (u32, Option<usize>) {
+    match path {
+        Path::Portable => portable::finite_amax_bits(row),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `block_amax_bits`.
+        Path::Avx2 => unsafe { avx2::finite_amax_bits(row) },
+    }
+}
+
+/// NVFP4 block scales for a row of block amax bit patterns: what
+/// [`crate::scale::nvfp4_entry`] gives for each, vectorised for the LightX2V recipe.
+pub(crate) fn nvfp4_scales(
+    path: Path,
+    amax: &[u32],
+    g: f32,
+    recipe: NvFp4Recipe,
+    scales: &mut [u8],
+    factors: &mut [f32],
+) {
+    debug_assert!(amax.len() == scales.len() && amax.len() == factors.len());
+    match (path, recipe) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `block_amax_bits`.
+        (Path::Avx2, NvFp4Recipe::LightX2V) => unsafe { avx2::nvfp4_scales(amax, g, scales, factors) },
+        _ => crate::quantize::each(amax, scales, factors, |a| crate::scale::nvfp4_entry(a, g, recipe)),
+    }
+}
+
+/// Encodes a row block by block: element `x` of block `b` becomes
+/// `target(op(x, factors[b]))`, saturating; blocks whose factor is 0 or NaN get
+/// [`Target::zero_byte`]. `out` holds `row.len() / target.per_byte()` bytes.
+pub(crate) fn encode_row<T: Input>(
+    path: Path,
+    row: &[T],
+    block: usize,
+    op: Op,
+    factors: &[f32],
+    target: Target,
+    out: &mut [u8],
+) {
+    debug_assert_eq!(row.len(), factors.len() * block);
+    debug_assert_eq!(out.len() * target.per_byte(), row.len());
+    match path {
+        Path::Portable => portable::encode_row(row, block, op, factors, target, out),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `block_amax_bits`.
+        Path::Avx2 => unsafe { avx2::encode_row(row, block, op, factors, target, out) },
+    }
+}
+
+/// Decodes a row block by block: element `i` of block `b` becomes
+/// `O((value(code_i) * scales[b]) * post)`, with every NaN the canonical `f32::NAN`. `codes` holds `out.len() / per_byte` bytes
+/// (FP6 codes unpacked, one per byte).
+pub(crate) fn decode_row<O: Output>(
+    path: Path,
+    codes: &[u8],
+    block: usize,
+    target: Target,
+    scales: &[f32],
+    post: f32,
+    out: &mut [O],
+) {
+    debug_assert_eq!(out.len(), scales.len() * block);
+    debug_assert_eq!(codes.len() * target.per_byte(), out.len());
+    match path {
+        Path::Portable => portable::decode_row(codes, block, target, scales, post, out),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `block_amax_bits`.
+        Path::Avx2 => unsafe { avx2::decode_row(codes, block, target, scales, post, out) },
+    }
+}

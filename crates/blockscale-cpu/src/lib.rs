@@ -1,0 +1,105 @@
+//! # blockscale-cpu
+//!
+//! Quantization and dequantization of every blockscale scheme on the CPU: the
+//! bit-exact reference the GPU kernels are checked against, and a fast backend (AVX2
+//! where the CPU has it, a portable path that gives identical bytes everywhere else,
+//! rayon over 128-row bands).
+//!
+//! - [`quantize`] / [`quantize_slice`]: f32, f16 or bf16 input (any strides) to a
+//!   [`QuantizedMatrix`], scales in the linear or swizzled layout.
+//! - [`dequantize`] (and [`dequantize_into`], [`dequantize_slice`]): back to f32,
+//!   f16 or bf16.
+//! - [`fake_quantize`]: the dequantized values without materialising the codes.
+//! - [`error_metrics`]: SQNR, cosine similarity, max abs and max relative error.
+//!
+//! The arithmetic of every scheme is in docs/NUMERICS.md; in short:
+//!
+//! | scheme | block scale | element |
+//! |---|---|---|
+//! | NVFP4 (LightX2V) | `sf = ue4m3(g * (amax * C6))` | `e2m1(x * min(g * (1/sf), MAX))`, 0 if `sf` is 0 |
+//! | MX | `ScaleRule` on amax (default `Rceil`) | `elem(x * 2^-e)` |
+//! | FP8 block | `s = amax / 448` (f32) | `e4m3(x / s)`, 0 if `s` is 0 |
+//! | INT4-G32 | `s = f16(amax / 7)` | `clamp(rne(x / s), -8, 7) + 8`, 8 if `s` is 0 |
+//!
+//! ```
+//! use blockscale_cpu::{QuantizeOptions, dequantize, error_metrics, quantize};
+//! use blockscale_formats::{ScaleLayout, Scheme};
+//! use ndarray::Array2;
+//!
+//! let x = Array2::from_shape_fn((256, 512), |(r, c)| ((r * 31 + c * 7) % 97) as f32 / 13.0 - 3.5);
+//! let opts = QuantizeOptions::default().with_scale_layout(ScaleLayout::Swizzled128x4);
+//! let q = quantize(x.view(), Scheme::NvFp4, &opts).unwrap();
+//! let y = dequantize::<f32>(&q);
+//! let m = error_metrics(x.view(), y.view()).unwrap();
+//! assert!(m.sqnr_db > 15.0);
+//! ```
+
+#![warn(missing_docs)]
+
+mod dequantize;
+mod error;
+mod fake;
+mod input;
+mod kernels;
+mod metrics;
+mod options;
+mod output;
+mod quantize;
+mod scale;
+
+pub use blockscale_formats::{GlobalScale, QuantizedMatrix, nvfp4_alpha};
+pub use dequantize::{DequantizeOptions, dequantize, dequantize_into, dequantize_slice, dequantize_with};
+pub use error::CpuError;
+pub use fake::fake_quantize;
+pub use input::Input;
+pub use kernels::avx2_available;
+pub use metrics::{ErrorMetrics, error_metrics, error_metrics_slice};
+pub use options::{GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions, Simd};
+pub use output::Output;
+pub use quantize::{quantize, quantize_slice};
+
+/// Direct access to the element kernels, for the crate's own tests (which compare the
+/// SIMD and portable paths on every f32 input). Not part of the API.
+#[doc(hidden)]
+pub mod __test_hooks {
+    use blockscale_formats::ElementFormat;
+
+    use crate::kernels::{self, Path, Target};
+    use crate::scale::Op;
+    use crate::{CpuError, Output, Simd};
+
+    /// Encodes `xs` (a multiple of 32 values) as one block per 32 with factor `factor`,
+    /// multiplying (`div = false`) or dividing.
+    pub fn encode(simd: Simd, element: ElementFormat, div: bool, xs: &[f32], factor: f32) -> Result<Vec<u8>, CpuError> {
+        let target = Target::of(element);
+        let mut out = vec![0u8; xs.len() / target.per_byte()];
+        let factors = vec![factor; xs.len() / 32];
+        let op = if div { Op::Div } else { Op::Mul };
+        kernels::encode_row(Path::select(simd)?, xs, 32, op, &factors, target, &mut out);
+        Ok(out)
+    }
+
+    /// Decodes codes (one block per 32 elements, one code per byte except E2M1/INT4) with
+    /// block scale `scale` and post factor `post`.
+    pub fn decode<O: Output>(
+        simd: Simd,
+        element: ElementFormat,
+        codes: &[u8],
+        scale: f32,
+        post: f32,
+    ) -> Result<Vec<O>, CpuError> {
+        let target = Target::of(element);
+        let n = codes.len() * target.per_byte();
+        let mut out = vec![O::default(); n];
+        kernels::decode_row(Path::select(simd)?, codes, 32, target, &vec![scale; n / 32], post, &mut out);
+        Ok(out)
+    }
+
+    /// NVFP4 (LightX2V) block scales and factors for a row of amax bit patterns.
+    pub fn nvfp4_scales(simd: Simd, amax: &[u32], g: f32) -> Result<(Vec<u8>, Vec<f32>), CpuError> {
+        let mut s = vec![0u8; amax.len()];
+        let mut f = vec![0f32; amax.len()];
+        kernels::nvfp4_scales(Path::select(simd)?, amax, g, crate::NvFp4Recipe::LightX2V, &mut s, &mut f);
+        Ok((s, f))
+    }
+}

@@ -1,0 +1,131 @@
+//! Quantization options.
+
+use blockscale_formats::{DataLayout, GlobalScale, ScaleLayout, ScaleRule};
+
+/// How NVFP4 computes each block's scale and element multiplier from the block amax
+/// and the per-tensor encode scale `g` (docs/NUMERICS.md has the derivations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum NvFp4Recipe {
+    /// The LightX2V kernel (DESIGN.md rule 3), blockscale's reference:
+    /// `sf = ue4m3(g * (amax * C6))`, `mult = sf != 0 ? min(g * (1 / sf), f32::MAX) : 0`,
+    /// with `C6 = RN(1/6)`.
+    #[default]
+    LightX2V,
+    /// TransformerEngine's recipe (FlashInfer's "TE-exact" mode):
+    /// `sf = ue4m3(amax != 0 ? min(amax * (g * C6), f32::MAX) : 0)`,
+    /// `mult = amax != 0 ? min(1 / (sf * (1 / g)), f32::MAX) : 0`.
+    TransformerEngine,
+}
+
+/// Where NVFP4's per-tensor scale comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum GlobalScaleSource {
+    /// From the input tensor's own amax (finite values only): `encode = 2688 / amax`.
+    #[default]
+    TensorAmax,
+    /// From a calibrated amax (for activations): `encode = 2688 / amax`.
+    Amax(f32),
+    /// A given scale (for example the `weight_scale_2` / `input_scale` of a checkpoint,
+    /// via [`GlobalScale::from_decode`]).
+    Given(GlobalScale),
+}
+
+/// What NaN and ±Inf in the input do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum NonFinite {
+    /// Refuse: [`crate::CpuError::NonFinite`] names the first one (in row order).
+    #[default]
+    Error,
+    /// Quantize every block (for 128x128 FP8 tiles, every tile) holding one as a NaN
+    /// block: its scale is the scale format's NaN and its codes are zero, so every
+    /// element of the block dequantizes to NaN. The GPU kernels do the same.
+    Poison,
+}
+
+/// Which implementation runs the hot loops. Every path gives identical bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Simd {
+    /// The fastest this CPU supports (`BLOCKSCALE_SIMD=portable|avx2` overrides it).
+    #[default]
+    Auto,
+    /// Plain Rust, no explicit SIMD.
+    Portable,
+    /// x86-64 AVX2 (with F16C); an error where unavailable.
+    Avx2,
+}
+
+/// Options for [`crate::quantize`]. `QuantizeOptions::default()` gives linear scales,
+/// `Rceil` MX scales, the LightX2V NVFP4 recipe with the tensor's own amax, row-major
+/// data, an error on NaN/Inf, all cores and the fastest SIMD path.
+///
+/// ```
+/// use blockscale_cpu::{NonFinite, QuantizeOptions};
+/// use blockscale_formats::{ScaleLayout, ScaleRule};
+/// let opts = QuantizeOptions::default()
+///     .with_scale_layout(ScaleLayout::Swizzled128x4)
+///     .with_scale_rule(ScaleRule::Floor)
+///     .with_non_finite(NonFinite::Poison);
+/// assert_eq!(opts.scale_layout, ScaleLayout::Swizzled128x4);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct QuantizeOptions {
+    /// Layout of the output scales (NVFP4 and MX only may be swizzled).
+    pub scale_layout: ScaleLayout,
+    /// UE8M0 scale rule of the MX schemes.
+    pub scale_rule: ScaleRule,
+    /// NVFP4 block recipe.
+    pub nvfp4_recipe: NvFp4Recipe,
+    /// NVFP4 per-tensor scale.
+    pub global_scale: GlobalScaleSource,
+    /// Layout of the packed data (block-interleaved for 4-bit schemes with K % 32 == 0).
+    pub data_layout: DataLayout,
+    /// NaN / ±Inf handling.
+    pub non_finite: NonFinite,
+    /// Use one thread instead of rayon's pool.
+    pub single_threaded: bool,
+    /// Implementation choice.
+    pub simd: Simd,
+}
+
+impl QuantizeOptions {
+    /// Sets [`Self::scale_layout`].
+    pub fn with_scale_layout(mut self, layout: ScaleLayout) -> Self {
+        self.scale_layout = layout;
+        self
+    }
+    /// Sets [`Self::scale_rule`].
+    pub fn with_scale_rule(mut self, rule: ScaleRule) -> Self {
+        self.scale_rule = rule;
+        self
+    }
+    /// Sets [`Self::nvfp4_recipe`].
+    pub fn with_nvfp4_recipe(mut self, recipe: NvFp4Recipe) -> Self {
+        self.nvfp4_recipe = recipe;
+        self
+    }
+    /// Sets [`Self::global_scale`].
+    pub fn with_global_scale(mut self, source: GlobalScaleSource) -> Self {
+        self.global_scale = source;
+        self
+    }
+    /// Sets [`Self::data_layout`].
+    pub fn with_data_layout(mut self, layout: DataLayout) -> Self {
+        self.data_layout = layout;
+        self
+    }
+    /// Sets [`Self::non_finite`].
+    pub fn with_non_finite(mut self, policy: NonFinite) -> Self {
+        self.non_finite = policy;
+        self
+    }
+    /// Sets [`Self::single_threaded`].
+    pub fn with_single_thread(mut self, single: bool) -> Self {
+        self.single_threaded = single;
+        self
+    }
+    /// Sets [`Self::simd`].
+    pub fn with_simd(mut self, simd: Simd) -> Self {
+        self.simd = simd;
+        self
+    }
+}

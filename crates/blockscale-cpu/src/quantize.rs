@@ -1,0 +1,478 @@
+//! Quantization: validate, pick the per-tensor scale, then quantize 128-row bands (in
+//! parallel with rayon, never splitting a block across threads, so the bytes do not
+//! depend on the thread count), and assemble the [`QuantizedMatrix`].
+
+use blockscale_formats::{
+    DataLayout, ElementFormat, GlobalScale, QuantShape, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat,
+    ScaleLayout, ScaleRule, Scheme, layout::SWIZZLE_TILE, pack,
+};
+use half::f16;
+use ndarray::ArrayView2;
+use rayon::prelude::*;
+
+use crate::kernels::{self, Path, Target};
+use crate::scale::{self, Op};
+use crate::{CpuError, GlobalScaleSource, Input, NonFinite, NvFp4Recipe, QuantizeOptions};
+
+/// Rows per band: the swizzle's row tile and the FP8 weight tile.
+pub(crate) const BAND: usize = 128;
+
+/// How one block's scale is computed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Kind {
+    NvFp4 { g: f32, recipe: NvFp4Recipe },
+    Mx { element: ElementFormat, rule: ScaleRule },
+    Fp8,
+    Int4,
+}
+
+/// Everything a band worker needs, fixed for one call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Plan {
+    pub(crate) shape: QuantShape,
+    pub(crate) kind: Kind,
+    pub(crate) target: Target,
+    pub(crate) op: Op,
+    pub(crate) scale_layout: ScaleLayout,
+    pub(crate) poison: bool,
+    pub(crate) path: Path,
+}
+
+impl Plan {
+    pub(crate) fn block(&self) -> usize {
+        self.shape.scheme.block_size()
+    }
+}
+
+/// One band's slice of the scale buffer.
+pub(crate) enum ScaleChunk<'a> {
+    Bytes(&'a mut [u8]),
+    F32(&'a mut [f32]),
+    F16(&'a mut [f16]),
+}
+
+/// The element type of a scale buffer, and how a band's slice of it is wrapped.
+pub(crate) trait ScaleElem: Send + Sized {
+    fn chunk(s: &mut [Self]) -> ScaleChunk<'_>;
+}
+
+impl ScaleElem for u8 {
+    fn chunk(s: &mut [Self]) -> ScaleChunk<'_> {
+        ScaleChunk::Bytes(s)
+    }
+}
+
+impl ScaleElem for f32 {
+    fn chunk(s: &mut [Self]) -> ScaleChunk<'_> {
+        ScaleChunk::F32(s)
+    }
+}
+
+impl ScaleElem for f16 {
+    fn chunk(s: &mut [Self]) -> ScaleChunk<'_> {
+        ScaleChunk::F16(s)
+    }
+}
+
+/// A non-finite input value: (row, column, value).
+pub(crate) type Bad = (usize, usize, f32);
+
+fn earlier(a: Option<Bad>, b: Option<Bad>) -> Option<Bad> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if (y.0, y.1) < (x.0, x.1) { y } else { x }),
+        (x, y) => x.or(y),
+    }
+}
+
+/// Row `r` of `input` as a slice: borrowed when its elements are contiguous, else
+/// copied into `buf`.
+pub(crate) fn row_of<'a, T: Input>(input: &'a ArrayView2<'_, T>, r: usize, buf: &'a mut Vec<T>) -> &'a [T] {
+    let row = input.row(r);
+    match row.to_slice() {
+        Some(s) => s,
+        None => {
+            buf.clear();
+            buf.extend(row.iter().copied());
+            buf
+        }
+    }
+}
+
+/// The first non-finite value of block `c` of `row`.
+fn first_bad_in_block<T: Input>(row: &[T], block: usize, c: usize) -> Option<(usize, f32)> {
+    row[c * block..(c + 1) * block]
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (c * block + i, x.to_f32_exact()))
+        .find(|(_, x)| !x.is_finite())
+}
+
+/// Per-thread scratch buffers of a band worker.
+pub(crate) struct Scratch<T> {
+    row: Vec<T>,
+    amax: Vec<u32>,
+    tile_amax: Vec<u32>,
+    factors: Vec<f32>,
+    codes: Vec<u8>,
+}
+
+impl<T> Scratch<T> {
+    pub(crate) fn new(shape: &QuantShape) -> Self {
+        Self {
+            row: Vec::new(),
+            amax: vec![0; shape.scale_cols],
+            tile_amax: vec![0; shape.scale_cols],
+            factors: vec![0.0; shape.scale_cols],
+            codes: Vec::new(),
+        }
+    }
+}
+
+/// Quantizes rows `r0 .. r0 + data.len() / row_bytes` into `data` (their packed bytes)
+/// and `scales` (their part of the scale buffer). Returns the first non-finite value met
+/// under [`NonFinite::Error`] (the band is then left unfinished).
+pub(crate) fn quantize_band<T: Input>(
+    plan: &Plan,
+    input: &ArrayView2<'_, T>,
+    r0: usize,
+    data: &mut [u8],
+    scales: ScaleChunk<'_>,
+    s: &mut Scratch<T>,
+) -> Option<Bad> {
+    let path = plan.path;
+    match (plan.kind, scales) {
+        (Kind::NvFp4 { g, recipe }, ScaleChunk::Bytes(buf)) => {
+            band_rows(plan, input, r0, data, buf, s, |a, e, f| kernels::nvfp4_scales(path, a, g, recipe, e, f))
+        }
+        (Kind::Mx { element, rule }, ScaleChunk::Bytes(buf)) => {
+            band_rows(plan, input, r0, data, buf, s, |a, e, f| each(a, e, f, |x| scale::mx_entry(x, element, rule)))
+        }
+        (Kind::Fp8, ScaleChunk::F32(buf)) => {
+            band_rows(plan, input, r0, data, buf, s, |a, e, f| each(a, e, f, scale::fp8_entry))
+        }
+        (Kind::Int4, ScaleChunk::F16(buf)) => {
+            band_rows(plan, input, r0, data, buf, s, |a, e, f| each(a, e, f, scale::int4_entry))
+        }
+        _ => unreachable!("the scale buffer is allocated in the scheme's scale format"),
+    }
+}
+
+/// Applies a per-block `entry` to a row of block amaxes.
+#[inline(always)]
+pub(crate) fn each<S>(amax: &[u32], entries: &mut [S], factors: &mut [f32], entry: impl Fn(u32) -> (S, f32)) {
+    for ((&a, e), f) in amax.iter().zip(entries.iter_mut()).zip(factors.iter_mut()) {
+        (*e, *f) = entry(a);
+    }
+}
+
+/// Index of row `i` (within a band), block `c` in a band's scale chunk.
+#[inline(always)]
+fn scale_index(layout: ScaleLayout, i: usize, c: usize, cols: usize) -> usize {
+    match layout {
+        ScaleLayout::Linear => i * cols + c,
+        // The band starts at a 128-row boundary: swizzled_offset with row i < 128.
+        ScaleLayout::Swizzled128x4 => ((c >> 2) << 9) + (i % 32) * 16 + (i / 32) * 4 + (c & 3),
+    }
+}
+
+/// [`quantize_band`] for one scale type; `entries(amax, scales, factors)` maps a row of
+/// block amax bit patterns to stored scales and element factors.
+fn band_rows<T: Input, S: Copy + Default>(
+    plan: &Plan,
+    input: &ArrayView2<'_, T>,
+    r0: usize,
+    data: &mut [u8],
+    scales: &mut [S],
+    s: &mut Scratch<T>,
+    entries: impl Fn(&[u32], &mut [S], &mut [f32]),
+) -> Option<Bad> {
+    let shape = &plan.shape;
+    let (block, cols, row_bytes) = (plan.block(), shape.scale_cols, shape.row_bytes);
+    let rows = data.len() / row_bytes;
+    let mut row_scales = vec![S::default(); cols];
+    let fp6 = matches!(plan.target, Target::E2M3 | Target::E3M2);
+    if fp6 {
+        s.codes.resize(shape.k, 0);
+    }
+
+    if shape.scheme.block_rows() == BAND {
+        // FP8 128x128 tiles: the tile amax spans the band's rows.
+        s.tile_amax.fill(0);
+        let mut bad = None;
+        for i in 0..rows {
+            let row = row_of(input, r0 + i, &mut s.row);
+            kernels::block_amax_bits(plan.path, row, block, &mut s.amax);
+            for (c, (&a, t)) in s.amax.iter().zip(s.tile_amax.iter_mut()).enumerate() {
+                *t = (*t).max(a);
+                if a >= scale::NON_FINITE && bad.is_none() {
+                    bad = first_bad_in_block(row, block, c).map(|(col, v)| (r0 + i, col, v));
+                }
+            }
+        }
+        if bad.is_some() && !plan.poison {
+            return bad;
+        }
+        entries(&s.tile_amax, &mut scales[..cols], &mut s.factors);
+        for i in 0..rows {
+            let row = row_of(input, r0 + i, &mut s.row);
+            let out = &mut data[i * row_bytes..(i + 1) * row_bytes];
+            kernels::encode_row(plan.path, row, block, plan.op, &s.factors, plan.target, out);
+        }
+        return None;
+    }
+
+    let layout = plan.scale_layout;
+    for i in 0..rows {
+        let row = row_of(input, r0 + i, &mut s.row);
+        let out = &mut data[i * row_bytes..(i + 1) * row_bytes];
+        // Three passes over a row that stays in L1: block amaxes (SIMD), block scales
+        // (scalar, shared by every path), elements (SIMD).
+        kernels::block_amax_bits(plan.path, row, block, &mut s.amax);
+        if !plan.poison
+            && let Some(c) = s.amax.iter().position(|&a| a >= scale::NON_FINITE)
+        {
+            return first_bad_in_block(row, block, c).map(|(col, v)| (r0 + i, col, v));
+        }
+        entries(&s.amax, &mut row_scales, &mut s.factors);
+        for (c, &e) in row_scales.iter().enumerate() {
+            scales[scale_index(layout, i, c, cols)] = e;
+        }
+        if fp6 {
+            kernels::encode_row(plan.path, row, block, plan.op, &s.factors, plan.target, &mut s.codes);
+            // The lengths agree: k codes, 3k/4 bytes.
+            let _ = pack::pack_fp6::<u8>(&s.codes, out);
+        } else {
+            kernels::encode_row(plan.path, row, block, plan.op, &s.factors, plan.target, out);
+        }
+    }
+    None
+}
+
+/// Quantizes a 2-D array along its last dimension (K). Any strides: rows whose elements
+/// are contiguous are read in place, others are copied one row at a time.
+///
+/// ```
+/// use blockscale_cpu::{QuantizeOptions, dequantize, quantize};
+/// use blockscale_formats::Scheme;
+/// use ndarray::Array2;
+///
+/// let x = Array2::from_shape_fn((4, 64), |(r, c)| (r as f32 - 1.5) * (c as f32 / 16.0));
+/// let q = quantize(x.view(), Scheme::MxFp8E4M3, &QuantizeOptions::default()).unwrap();
+/// assert_eq!(q.data().len(), 4 * 64);
+/// let y = dequantize::<f32>(&q);
+/// // E4M3 keeps 4 significant bits: every value within 2^-4 of itself.
+/// assert!(y.iter().zip(x.iter()).all(|(a, b)| (a - b).abs() <= 0.0625 * b.abs()));
+/// ```
+///
+/// # Errors
+/// - shape errors ([`blockscale_formats::FormatError`]): an empty input, K not a
+///   multiple of the scheme's block;
+/// - [`CpuError::NonFinite`] for NaN/Inf under [`NonFinite::Error`];
+/// - [`CpuError::OptionNotApplicable`] for a per-tensor scale with a scheme that has
+///   none, an invalid global scale or amax, or a layout the scheme cannot use;
+/// - [`CpuError::SimdUnavailable`] if a missing SIMD path was forced.
+pub fn quantize<T: Input>(
+    input: ArrayView2<'_, T>,
+    scheme: Scheme,
+    options: &QuantizeOptions,
+) -> Result<QuantizedMatrix, CpuError> {
+    let (rows, k) = input.dim();
+    let shape = scheme.shape(rows, k)?;
+    let plan = plan(&input, shape, options)?;
+    let scale_len = shape.scale_len(options.scale_layout)?;
+
+    let mut data = vec![0u8; shape.data_bytes];
+    let chunk = match (options.scale_layout, scheme.block_rows()) {
+        (_, BAND) => shape.scale_cols,
+        (ScaleLayout::Linear, _) => BAND * shape.scale_cols,
+        (ScaleLayout::Swizzled128x4, _) => shape.scale_cols.div_ceil(4) * SWIZZLE_TILE,
+    };
+    let bad;
+    let scales = match scheme.scale_format() {
+        ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => {
+            let mut v = vec![0u8; scale_len];
+            bad = run_bands(&plan, &input, &mut data, &mut v, chunk, options.single_threaded);
+            ScaleData::Bytes(v)
+        }
+        ScaleFormat::F32 => {
+            let mut v = vec![0f32; scale_len];
+            bad = run_bands(&plan, &input, &mut data, &mut v, chunk, options.single_threaded);
+            ScaleData::F32(v)
+        }
+        ScaleFormat::F16 => {
+            let mut v = vec![f16::ZERO; scale_len];
+            bad = run_bands(&plan, &input, &mut data, &mut v, chunk, options.single_threaded);
+            ScaleData::F16(v)
+        }
+    };
+    if let Some((row, col, value)) = bad {
+        return Err(CpuError::NonFinite { row, col, value });
+    }
+    if options.data_layout == DataLayout::BlockInterleaved {
+        data = interleave(&data, rows, k)?;
+    }
+    let global_scale = match plan.kind {
+        Kind::NvFp4 { g, .. } => Some(GlobalScale::from_encode(g)?),
+        _ => None,
+    };
+    Ok(QuantizedMatrix::from_parts(QuantizedParts {
+        scheme,
+        rows,
+        k,
+        data,
+        data_layout: options.data_layout,
+        scales,
+        scale_layout: options.scale_layout,
+        global_scale,
+    })?)
+}
+
+/// [`quantize`] for a flat row-major `rows x k` slice.
+///
+/// # Errors
+/// [`CpuError::SliceLength`] unless `input.len() == rows * k`; otherwise as [`quantize`].
+pub fn quantize_slice<T: Input>(
+    input: &[T],
+    rows: usize,
+    k: usize,
+    scheme: Scheme,
+    options: &QuantizeOptions,
+) -> Result<QuantizedMatrix, CpuError> {
+    let view = flat_view(input, rows, k)?;
+    quantize(view, scheme, options)
+}
+
+pub(crate) fn flat_view<T>(input: &[T], rows: usize, k: usize) -> Result<ArrayView2<'_, T>, CpuError> {
+    let expected = rows.checked_mul(k);
+    if expected != Some(input.len()) {
+        return Err(CpuError::SliceLength {
+            what: "input",
+            rows,
+            k,
+            expected: expected.unwrap_or(usize::MAX),
+            actual: input.len(),
+        });
+    }
+    ArrayView2::from_shape((rows, k), input).map_err(|_| CpuError::SliceLength {
+        what: "input",
+        rows,
+        k,
+        expected: input.len(),
+        actual: input.len(),
+    })
+}
+
+/// Checks the options against the scheme and works out the per-tensor scale.
+pub(crate) fn plan<T: Input>(
+    input: &ArrayView2<'_, T>,
+    shape: QuantShape,
+    options: &QuantizeOptions,
+) -> Result<Plan, CpuError> {
+    let scheme = shape.scheme;
+    let path = Path::select(options.simd)?;
+    let poison = options.non_finite == NonFinite::Poison;
+    if !scheme.supports_layout(options.scale_layout) {
+        return Err(CpuError::OptionNotApplicable {
+            scheme,
+            option: "a swizzled scale layout",
+            hint: "only NVFP4 and MX schemes (one-byte scales) can be swizzled; use ScaleLayout::Linear",
+        });
+    }
+    if options.data_layout == DataLayout::BlockInterleaved
+        && (scheme.element().bits() != 4 || !shape.k.is_multiple_of(32))
+    {
+        return Err(CpuError::OptionNotApplicable {
+            scheme,
+            option: "the block-interleaved data layout",
+            hint: "it holds 4-bit elements (NVFP4, MXFP4, INT4-G32) with K a multiple of 32; use DataLayout::RowMajor",
+        });
+    }
+    if !scheme.has_global_scale() && options.global_scale != GlobalScaleSource::TensorAmax {
+        return Err(CpuError::OptionNotApplicable {
+            scheme,
+            option: "a per-tensor (global) scale",
+            hint: "only NVFP4 has one; leave QuantizeOptions::global_scale at its default",
+        });
+    }
+    let element = scheme.element();
+    let kind = match scheme {
+        Scheme::NvFp4 => {
+            let global = match options.global_scale {
+                GlobalScaleSource::TensorAmax => GlobalScale::from_amax(tensor_amax(input, path, poison, options)?)?,
+                GlobalScaleSource::Amax(a) => GlobalScale::from_amax(a)?,
+                GlobalScaleSource::Given(g) => g,
+            };
+            Kind::NvFp4 { g: global.encode(), recipe: options.nvfp4_recipe }
+        }
+        Scheme::Fp8Block(_) => Kind::Fp8,
+        Scheme::Int4G32 => Kind::Int4,
+        _ => Kind::Mx { element, rule: options.scale_rule },
+    };
+    let op = match kind {
+        Kind::Fp8 | Kind::Int4 => Op::Div,
+        _ => Op::Mul,
+    };
+    Ok(Plan { shape, kind, target: Target::of(element), op, scale_layout: options.scale_layout, poison, path })
+}
+
+/// The largest finite |x| of the whole input (an error on NaN/Inf unless poisoning).
+fn tensor_amax<T: Input>(
+    input: &ArrayView2<'_, T>,
+    path: Path,
+    poison: bool,
+    options: &QuantizeOptions,
+) -> Result<f32, CpuError> {
+    let row_amax = |r: usize, buf: &mut Vec<T>| {
+        let (a, bad) = kernels::finite_amax_bits(path, row_of(input, r, buf));
+        (a, bad.map(|c| (r, c, input[(r, c)].to_f32_exact())))
+    };
+    let merge = |x: (u32, Option<Bad>), y: (u32, Option<Bad>)| (x.0.max(y.0), earlier(x.1, y.1));
+    let rows = input.nrows();
+    let (amax, bad) = if options.single_threaded {
+        let mut buf = Vec::new();
+        (0..rows).map(|r| row_amax(r, &mut buf)).fold((0, None), merge)
+    } else {
+        (0..rows).into_par_iter().map_init(Vec::new, |buf, r| row_amax(r, buf)).reduce(|| (0, None), merge)
+    };
+    match bad {
+        Some((row, col, value)) if !poison => Err(CpuError::NonFinite { row, col, value }),
+        _ => Ok(f32::from_bits(amax)),
+    }
+}
+
+/// Runs [`quantize_band`] over every band, in parallel unless `single`.
+fn run_bands<T: Input, S: ScaleElem>(
+    plan: &Plan,
+    input: &ArrayView2<'_, T>,
+    data: &mut [u8],
+    scales: &mut [S],
+    chunk: usize,
+    single: bool,
+) -> Option<Bad> {
+    let band_bytes = BAND * plan.shape.row_bytes;
+    let work = |s: &mut Scratch<T>, (b, (d, sc)): (usize, (&mut [u8], &mut [S]))| {
+        quantize_band(plan, input, b * BAND, d, S::chunk(sc), s)
+    };
+    if single {
+        let mut s = Scratch::new(&plan.shape);
+        data.chunks_mut(band_bytes).zip(scales.chunks_mut(chunk)).enumerate().fold(None, |acc, item| {
+            let bad = work(&mut s, item);
+            earlier(acc, bad)
+        })
+    } else {
+        data.par_chunks_mut(band_bytes)
+            .zip(scales.par_chunks_mut(chunk))
+            .enumerate()
+            .map_init(|| Scratch::new(&plan.shape), work)
+            .reduce(|| None, earlier)
+    }
+}
+
+fn interleave(data: &[u8], rows: usize, k: usize) -> Result<Vec<u8>, CpuError> {
+    let mut words = vec![0u32; data.len() / 4];
+    pack::words_from_le_bytes(data, &mut words)?;
+    let inter = pack::to_block_interleaved_vec(&words, rows, k)?;
+    let mut out = vec![0u8; data.len()];
+    pack::le_bytes_from_words(&inter, &mut out)?;
+    Ok(out)
+}
