@@ -1,11 +1,18 @@
 //! The README's main command at this stage: every element format's value table, a
-//! sample converted to each format, and one block quantized under each scale rule.
+//! sample converted to each format, one block under each MX scale rule, and a
+//! transformer-like weight matrix quantized with every scheme on the CPU backend.
 //!
 //! ```text
 //! cargo run --release --example formats
 //! ```
 
-use blockscale::{E2M1, E2M3, E3M2, E4M3, E5M2, ElementFormat, Int4, ScaleRule, Scheme, UE4M3, UE8M0};
+use std::time::Instant;
+
+use blockscale::ndarray::Array2;
+use blockscale::{
+    E2M1, E2M3, E3M2, E4M3, E5M2, ElementFormat, Int4, QuantizeOptions, ScaleLayout, ScaleRule, Scheme, UE4M3, UE8M0,
+    dequantize, error_metrics, quantize,
+};
 
 fn main() {
     println!("blockscale element formats\n");
@@ -65,6 +72,40 @@ fn main() {
             s.bits_per_element()
         );
     }
+
+    // A deterministic, transformer-like weight: Gaussian-ish rows with a few outlier
+    // input channels, quantized along K with every scheme and dequantized again.
+    let (n, k) = (1024, 4096);
+    let w = Array2::from_shape_fn((n, k), |(r, c)| {
+        let h = (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (c as u64).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+        let h = (h ^ (h >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        let u = ((h >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0;
+        let bell = (u * u * u + u) as f32 * 0.02;
+        if c % 512 == 7 { bell * 40.0 } else { bell }
+    });
+    println!("\na {n} x {k} weight with outlier channels, quantized on the CPU (swizzled scales where they exist):");
+    println!("  {:<18} {:>9} {:>10} {:>12} {:>10} {:>9}", "scheme", "SQNR dB", "cosine", "max rel err", "MiB", "ms");
+    for s in Scheme::ALL {
+        let layout = if s.supports_layout(ScaleLayout::Swizzled128x4) {
+            ScaleLayout::Swizzled128x4
+        } else {
+            ScaleLayout::Linear
+        };
+        let t = Instant::now();
+        let q = quantize(w.view(), s, &QuantizeOptions::default().with_scale_layout(layout)).expect("valid shape");
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let m = error_metrics(w.view(), dequantize::<f32>(&q).view()).expect("same shape");
+        println!(
+            "  {:<18} {:>9.2} {:>10.5} {:>12.3} {:>10.2} {:>9.1}",
+            s.name(),
+            m.sqnr_db,
+            m.cosine,
+            m.max_rel,
+            q.storage_bytes() as f64 / (1 << 20) as f64,
+            ms
+        );
+    }
+    println!("  (bf16 would take {:.2} MiB)", (n * k * 2) as f64 / (1 << 20) as f64);
 }
 
 fn show(code: u8, v: f32) -> String {

@@ -5,15 +5,21 @@
 //! INT4 weight-only quantization, bit-exact on the CPU and fast on NVIDIA GPUs.
 //!
 //! This facade is the one API users depend on; the backend is chosen by feature
-//! (`cpu`, the default, and `cuda`). Today it exposes the formats layer
-//! ([`formats`], re-exported at the root): element types, packing, scale layouts,
-//! scale rules and schemes. Quantization, dequantization and GEMM join it as the
-//! backend crates land.
+//! (`cpu`, the default, and `cuda`). It exposes the formats layer ([`formats`],
+//! re-exported at the root: element types, packing, scale layouts, scale rules,
+//! schemes, [`QuantizedMatrix`]) and, with `cpu`, the CPU backend ([`cpu`], its entry
+//! points re-exported at the root: [`quantize`], [`dequantize`], [`fake_quantize`],
+//! [`error_metrics`]). GEMM joins them as it lands.
 //!
 //! ```
-//! use blockscale::{E2M1, Scheme};
+//! use blockscale::{E2M1, QuantizeOptions, Scheme, dequantize, quantize};
+//! use blockscale::ndarray::Array2;
+//!
 //! assert_eq!(E2M1::from_f32(2.5).to_f32(), 2.0);
-//! assert_eq!(Scheme::NvFp4.block_size(), 16);
+//! let w = Array2::from_shape_fn((64, 128), |(r, c)| ((r * 7 + c) % 13) as f32 - 6.0);
+//! let q = quantize(w.view(), Scheme::NvFp4, &QuantizeOptions::default()).unwrap();
+//! let back = dequantize::<f32>(&q);
+//! assert_eq!(back.dim(), (64, 128));
 //! ```
 
 #![forbid(unsafe_code)]
@@ -27,6 +33,20 @@ compile_error!(
 
 pub use blockscale_formats as formats;
 pub use blockscale_formats::*;
+
+#[cfg(feature = "cpu")]
+pub use blockscale_cpu as cpu;
+#[cfg(feature = "cpu")]
+pub use blockscale_cpu::{
+    CpuError, DequantizeOptions, ErrorMetrics, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions, Simd,
+    dequantize, dequantize_into, dequantize_slice, dequantize_with, error_metrics, error_metrics_slice, fake_quantize,
+    quantize, quantize_slice,
+};
+/// The `half` version whose f16 and bf16 the API takes and returns.
+pub use half;
+/// The ndarray version the API takes and returns.
+#[cfg(feature = "cpu")]
+pub use ndarray;
 
 /// The README's code examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]
