@@ -12,7 +12,10 @@ use half::{bf16, f16};
 use ndarray::Array2;
 
 fn check_all(rows: usize, k: usize, seed: u64) {
-    let raw = common::data(rows * k, seed, true);
+    check_data(rows, k, common::data(rows * k, seed, true));
+}
+
+fn check_data(rows: usize, k: usize, raw: Vec<f32>) {
     // The reference sees exactly the values each input type holds.
     let inputs: [(&str, Vec<f32>); 3] = [
         ("f32", raw.clone()),
@@ -91,6 +94,26 @@ fn every_scheme_matches_the_reference() {
     check_all(3, 256, 1);
     check_all(130, 128, 2); // a partial second band
     check_all(257, 384, 3);
+}
+
+#[test]
+fn tiny_and_subnormal_blocks_match_the_reference() {
+    // Blocks (and 128-row tiles) whose amax is an f32 subnormal, or a normal just above
+    // the subnormal range: the scale steps' underflow edges (UE4M3 0, UE8M0 2^-127, FP8
+    // scales that are themselves subnormal, INT4 f16 scales that round to 0).
+    let (rows, k) = (130, 256);
+    let base = common::data(rows * k, 21, false);
+    let x: Vec<f32> = base
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| match (i / 16) % 4 {
+            0 => v * 1e-41,
+            1 => v * 1e-37,
+            2 => v * 3e-39,
+            _ => v,
+        })
+        .collect();
+    check_data(rows, k, x);
 }
 
 #[test]
