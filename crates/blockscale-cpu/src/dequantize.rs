@@ -36,7 +36,7 @@ impl<'q> RowDecoder<'q> {
         Self {
             q,
             path,
-            target: Target::of(q.scheme().element()),
+            target: q.scheme().element(),
             post: q.global_scale().map_or(1.0, |g| g.decode()),
             row_bytes: vec![0; shape.row_bytes],
             codes: Vec::new(),

@@ -64,14 +64,14 @@ pub use quantize::{quantize, quantize_slice};
 pub mod __test_hooks {
     use blockscale_formats::ElementFormat;
 
-    use crate::kernels::{self, Path, Target};
+    use crate::kernels::{self, Codes, Path};
     use crate::scale::Op;
     use crate::{CpuError, Output, Simd};
 
     /// Encodes `xs` (a multiple of 32 values) as one block per 32 with factor `factor`,
     /// multiplying (`div = false`) or dividing.
     pub fn encode(simd: Simd, element: ElementFormat, div: bool, xs: &[f32], factor: f32) -> Result<Vec<u8>, CpuError> {
-        let target = Target::of(element);
+        let target = element;
         let mut out = vec![0u8; xs.len() / target.per_byte()];
         let factors = vec![factor; xs.len() / 32];
         let op = if div { Op::Div } else { Op::Mul };
@@ -88,7 +88,7 @@ pub mod __test_hooks {
         scale: f32,
         post: f32,
     ) -> Result<Vec<O>, CpuError> {
-        let target = Target::of(element);
+        let target = element;
         let n = codes.len() * target.per_byte();
         let mut out = vec![O::default(); n];
         kernels::decode_row(Path::select(simd)?, codes, 32, target, &vec![scale; n / 32], post, &mut out);

@@ -412,7 +412,7 @@ pub(crate) fn plan<T: Input>(
         Kind::Fp8 | Kind::Int4 => Op::Div,
         _ => Op::Mul,
     };
-    Ok(Plan { shape, kind, target: Target::of(element), op, scale_layout: options.scale_layout, poison, path })
+    Ok(Plan { shape, kind, target: element, op, scale_layout: options.scale_layout, poison, path })
 }
 
 /// The largest finite |x| of the whole input (an error on NaN/Inf unless poisoning).

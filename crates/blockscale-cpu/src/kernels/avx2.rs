@@ -8,7 +8,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{Target, portable, zero_codes};
+use super::{Codes, Target, portable, zero_codes};
 use crate::output::OutKind;
 use crate::scale::Op;
 use crate::{Input, Output};

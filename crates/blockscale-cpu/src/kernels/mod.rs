@@ -61,49 +61,26 @@ pub fn avx2_available() -> bool {
     }
 }
 
-/// What the element encoder writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// E2M1 codes, two per byte, even element in the low nibble.
-    E2M1,
-    /// E2M3 codes, one per byte (packed to FP6 afterwards).
-    E2M3,
-    /// E3M2 codes, one per byte (packed to FP6 afterwards).
-    E3M2,
-    /// E4M3 codes, one per byte.
-    E4M3,
-    /// E5M2 codes, one per byte.
-    E5M2,
-    /// Offset-8 INT4 codes, two per byte, even element in the low nibble.
-    Int4,
+/// The element format the kernels write, with how it sits in bytes: E2M1 and offset-8
+/// INT4 two per byte (even element in the low nibble), every other format one code per
+/// byte (FP6 codes are packed to the bitstream by the caller).
+pub(crate) type Target = ElementFormat;
+
+/// Byte-level facts about a [`Target`].
+pub(crate) trait Codes {
+    /// Elements per output byte.
+    fn per_byte(self) -> usize;
+    /// The byte a zero (or poisoned) block is filled with: value-zero codes.
+    fn zero_byte(self) -> u8;
 }
 
-impl Target {
-    pub(crate) fn of(element: ElementFormat) -> Self {
-        match element {
-            ElementFormat::E2M1 => Self::E2M1,
-            ElementFormat::E2M3 => Self::E2M3,
-            ElementFormat::E3M2 => Self::E3M2,
-            ElementFormat::E4M3 => Self::E4M3,
-            ElementFormat::E5M2 => Self::E5M2,
-            ElementFormat::Int4 => Self::Int4,
-        }
+impl Codes for ElementFormat {
+    fn per_byte(self) -> usize {
+        if self.bits() == 4 { 2 } else { 1 }
     }
 
-    /// Elements per output byte.
-    pub(crate) fn per_byte(self) -> usize {
-        match self {
-            Self::E2M1 | Self::Int4 => 2,
-            _ => 1,
-        }
-    }
-
-    /// The byte a zero (or poisoned) block is filled with: value-zero codes.
-    pub(crate) fn zero_byte(self) -> u8 {
-        match self {
-            Self::Int4 => 0x88,
-            _ => 0,
-        }
+    fn zero_byte(self) -> u8 {
+        if self == Self::Int4 { 0x88 } else { 0 }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use blockscale_formats::{E2M1, E2M3, E3M2, E4M3, E5M2, Element, Int4};
 
-use super::{Target, zero_codes};
+use super::{Codes, Target, zero_codes};
 use crate::scale::Op;
 use crate::{Input, Output};
 
