@@ -1,46 +1,7 @@
 //! Quantization options.
 
-use blockscale_formats::{DataLayout, GlobalScale, ScaleLayout, ScaleRule};
-
-/// How NVFP4 computes each block's scale and element multiplier from the block amax
-/// and the per-tensor encode scale `g` (docs/NUMERICS.md has the derivations).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum NvFp4Recipe {
-    /// The LightX2V kernel (DESIGN.md rule 3), blockscale's reference:
-    /// `sf = ue4m3(g * (amax * C6))`, `mult = sf != 0 ? min(g * (1 / sf), f32::MAX) : 0`,
-    /// with `C6 = RN(1/6)`.
-    #[default]
-    LightX2V,
-    /// TransformerEngine's recipe (FlashInfer's "TE-exact" mode):
-    /// `sf = ue4m3(amax != 0 ? min(amax * (g * C6), f32::MAX) : 0)`,
-    /// `mult = amax != 0 ? min(1 / (sf * (1 / g)), f32::MAX) : 0`.
-    TransformerEngine,
-}
-
-/// Where NVFP4's per-tensor scale comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Default)]
-pub enum GlobalScaleSource {
-    /// From the input tensor's own amax (finite values only): `encode = 2688 / amax`.
-    #[default]
-    TensorAmax,
-    /// From a calibrated amax (for activations): `encode = 2688 / amax`.
-    Amax(f32),
-    /// A given scale (for example the `weight_scale_2` / `input_scale` of a checkpoint,
-    /// via [`GlobalScale::from_decode`]).
-    Given(GlobalScale),
-}
-
-/// What NaN and ±Inf in the input do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum NonFinite {
-    /// Refuse: [`crate::CpuError::NonFinite`] names the first one (in row order).
-    #[default]
-    Error,
-    /// Quantize every block (for 128x128 FP8 tiles, every tile) holding one as a NaN
-    /// block: its scale is the scale format's NaN and its codes are zero, so every
-    /// element of the block dequantizes to NaN. The GPU kernels do the same.
-    Poison,
-}
+pub use blockscale_formats::{GlobalScaleSource, NonFinite, NvFp4Recipe};
+use blockscale_formats::{DataLayout, ScaleLayout, ScaleRule};
 
 /// Which implementation runs the hot loops. Every path gives identical bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

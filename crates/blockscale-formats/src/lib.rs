@@ -59,6 +59,7 @@ pub mod layout;
 pub mod pack;
 #[cfg(feature = "alloc")]
 mod quantized;
+mod recipe;
 mod scale_rule;
 mod scheme;
 pub mod slice;
@@ -73,7 +74,8 @@ pub use error::FormatError;
 pub use int4::{Int4, Int4Storage};
 pub use layout::{DataLayout, ScaleLayout};
 #[cfg(feature = "alloc")]
-pub use quantized::{GlobalScale, NVFP4_AMAX_TO_SCALE, QuantizedMatrix, QuantizedParts, ScaleData, nvfp4_alpha};
+pub use quantized::{QuantizedMatrix, QuantizedParts, ScaleData};
+pub use recipe::{GlobalScale, GlobalScaleSource, NVFP4_AMAX_TO_SCALE, NonFinite, NvFp4Recipe, nvfp4_alpha};
 pub use scale_rule::ScaleRule;
 pub use scheme::{Fp8Tile, QuantShape, ScaleFormat, Scheme};
 pub use source::Source;

@@ -7,7 +7,7 @@ use half::f16;
 
 use crate::error::check_len;
 use crate::layout::swizzled_offset;
-use crate::{DataLayout, FormatError, QuantShape, ScaleFormat, ScaleLayout, Scheme, UE4M3, UE8M0};
+use crate::{DataLayout, FormatError, GlobalScale, QuantShape, ScaleFormat, ScaleLayout, Scheme, UE4M3, UE8M0};
 
 /// The scales of a [`QuantizedMatrix`], in the scheme's [`ScaleFormat`].
 #[derive(Clone, Debug, PartialEq)]
@@ -53,93 +53,6 @@ impl ScaleData {
             (Self::F16(v), _) => v[i].to_f32(),
         }
     }
-}
-
-/// NVFP4's per-tensor scale, as two f32 factors: `encode`, what quantization multiplies
-/// by (the kernels' `SFScale`, `2688 / amax` for a tensor's own amax; compressed-tensors
-/// stores it as `weight_global_scale`), and `decode`, what dequantization multiplies
-/// by (ModelOpt stores it as `weight_scale_2` / `input_scale`, `amax / 2688`).
-///
-/// Each constructor takes one factor exactly and derives the other as its correctly
-/// rounded reciprocal, so a checkpoint's stored value is used as stored.
-///
-/// ```
-/// use blockscale_formats::GlobalScale;
-/// let g = GlobalScale::from_amax(448.0).unwrap();
-/// assert_eq!(g.encode(), 6.0);
-/// assert_eq!(GlobalScale::from_amax(0.0).unwrap().encode(), 1.0); // an all-zero tensor
-/// assert!(GlobalScale::from_encode(-1.0).is_err());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GlobalScale {
-    encode: f32,
-    decode: f32,
-}
-
-/// `6 * 448`: the largest E2M1 value times the largest UE4M3 scale.
-pub const NVFP4_AMAX_TO_SCALE: f32 = 2688.0;
-
-impl GlobalScale {
-    /// From the encode factor (`SFScale`); `decode = 1 / encode`.
-    ///
-    /// # Errors
-    /// [`FormatError::InvalidGlobalScale`] unless `encode` and its reciprocal are finite
-    /// and positive.
-    pub fn from_encode(encode: f32) -> Result<Self, FormatError> {
-        Self::checked(encode, 1.0 / encode, "encode scale", encode)
-    }
-
-    /// From the decode factor (`amax / 2688`, ModelOpt's `weight_scale_2`);
-    /// `encode = 1 / decode`.
-    ///
-    /// # Errors
-    /// [`FormatError::InvalidGlobalScale`] unless `decode` and its reciprocal are finite
-    /// and positive.
-    pub fn from_decode(decode: f32) -> Result<Self, FormatError> {
-        Self::checked(1.0 / decode, decode, "decode scale", decode)
-    }
-
-    /// From a tensor's (or a calibration's) amax: `encode = 2688 / amax`, capped at
-    /// `f32::MAX`; an amax of 0 (an all-zero tensor) gives `encode = 1`, as
-    /// TransformerEngine does.
-    ///
-    /// # Errors
-    /// [`FormatError::InvalidGlobalScale`] if `amax` is negative, NaN or infinite.
-    pub fn from_amax(amax: f32) -> Result<Self, FormatError> {
-        if !(amax.is_finite() && amax >= 0.0) {
-            return Err(FormatError::InvalidGlobalScale { what: "amax", value: amax });
-        }
-        if amax == 0.0 {
-            return Self::from_encode(1.0);
-        }
-        let encode = (NVFP4_AMAX_TO_SCALE / amax).min(f32::MAX);
-        Self::checked(encode, 1.0 / encode, "amax", amax)
-    }
-
-    fn checked(encode: f32, decode: f32, what: &'static str, value: f32) -> Result<Self, FormatError> {
-        let ok = |x: f32| x.is_finite() && x > 0.0;
-        if ok(encode) && ok(decode) {
-            Ok(Self { encode, decode })
-        } else {
-            Err(FormatError::InvalidGlobalScale { what, value })
-        }
-    }
-
-    /// The encode factor quantization multiplies by.
-    pub const fn encode(&self) -> f32 {
-        self.encode
-    }
-
-    /// The decode factor dequantization multiplies by.
-    pub const fn decode(&self) -> f32 {
-        self.decode
-    }
-}
-
-/// The GEMM epilogue factor `alpha = 1 / (encode_a * encode_b)` for two NVFP4 operands
-/// (vLLM's and LightX2V's formula), one f32 multiply and one division.
-pub fn nvfp4_alpha(a: GlobalScale, b: GlobalScale) -> f32 {
-    1.0 / (a.encode * b.encode)
 }
 
 /// Everything a [`QuantizedMatrix`] is made of, as plain public fields: build one and
