@@ -1,6 +1,6 @@
 //! The CPU backend's error type.
 
-use blockscale_formats::{FormatError, Scheme};
+use blockscale_formats::FormatError;
 
 /// Everything the CPU backend can refuse, with the offending values and the fix.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -51,16 +51,6 @@ pub enum CpuError {
         a: (usize, usize),
         /// The second shape.
         b: (usize, usize),
-    },
-    /// An option that does not apply to the scheme.
-    #[error("{option} does not apply to {scheme}: {hint}")]
-    OptionNotApplicable {
-        /// The scheme.
-        scheme: Scheme,
-        /// The option given.
-        option: &'static str,
-        /// What to do instead.
-        hint: &'static str,
     },
     /// A SIMD path was forced that this CPU does not have.
     #[error("the {0} path was requested but this CPU lacks it; use Simd::Auto or Simd::Portable")]

@@ -1,7 +1,7 @@
 //! Quantization options.
 
-pub use blockscale_formats::{GlobalScaleSource, NonFinite, NvFp4Recipe};
 use blockscale_formats::{DataLayout, ScaleLayout, ScaleRule};
+pub use blockscale_formats::{GlobalScaleSource, NonFinite, NvFp4Recipe};
 
 /// Which implementation runs the hot loops. Every path gives identical bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

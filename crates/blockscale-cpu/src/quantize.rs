@@ -268,8 +268,9 @@ fn band_rows<T: Input, S: Copy + Default>(
 /// - shape errors ([`blockscale_formats::FormatError`]): an empty input, K not a
 ///   multiple of the scheme's block;
 /// - [`CpuError::NonFinite`] for NaN/Inf under [`NonFinite::Error`];
-/// - [`CpuError::OptionNotApplicable`] for a per-tensor scale with a scheme that has
-///   none, an invalid global scale or amax, or a layout the scheme cannot use;
+/// - [`blockscale_formats::FormatError::OptionNotApplicable`] for a per-tensor scale
+///   with a scheme that has none or a layout the scheme cannot use, and
+///   [`blockscale_formats::FormatError::InvalidGlobalScale`] for an invalid amax;
 /// - [`CpuError::SimdUnavailable`] if a missing SIMD path was forced.
 pub fn quantize<T: Input>(
     input: ArrayView2<'_, T>,
@@ -371,29 +372,7 @@ pub(crate) fn plan<T: Input>(
     let scheme = shape.scheme;
     let path = Path::select(options.simd)?;
     let poison = options.non_finite == NonFinite::Poison;
-    if !scheme.supports_layout(options.scale_layout) {
-        return Err(CpuError::OptionNotApplicable {
-            scheme,
-            option: "a swizzled scale layout",
-            hint: "only NVFP4 and MX schemes (one-byte scales) can be swizzled; use ScaleLayout::Linear",
-        });
-    }
-    if options.data_layout == DataLayout::BlockInterleaved
-        && (scheme.element().bits() != 4 || !shape.k.is_multiple_of(32))
-    {
-        return Err(CpuError::OptionNotApplicable {
-            scheme,
-            option: "the block-interleaved data layout",
-            hint: "it holds 4-bit elements (NVFP4, MXFP4, INT4-G32) with K a multiple of 32; use DataLayout::RowMajor",
-        });
-    }
-    if !scheme.has_global_scale() && options.global_scale != GlobalScaleSource::TensorAmax {
-        return Err(CpuError::OptionNotApplicable {
-            scheme,
-            option: "a per-tensor (global) scale",
-            hint: "only NVFP4 has one; leave QuantizeOptions::global_scale at its default",
-        });
-    }
+    blockscale_formats::check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
     let element = scheme.element();
     let kind = match scheme {
         Scheme::NvFp4 => {

@@ -80,6 +80,15 @@ pub enum FormatError {
         /// The layout asked for.
         layout: DataLayout,
     },
+    /// A quantization option that does not apply to the scheme.
+    OptionNotApplicable {
+        /// The scheme.
+        scheme: Scheme,
+        /// The option given.
+        option: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
     /// A padding entry of a swizzled scale buffer is not zero.
     NonZeroPadding {
         /// Index of the first non-zero padding entry.
@@ -136,6 +145,9 @@ impl core::fmt::Display for FormatError {
                 "{scheme} data cannot be stored {layout}: the block-interleaved layout holds 4-bit elements \
                  with K a multiple of 32; use the row-major layout"
             ),
+            Self::OptionNotApplicable { scheme, option, hint } => {
+                write!(f, "{option} does not apply to {scheme}: {hint}")
+            }
             Self::NonZeroPadding { index } => write!(
                 f,
                 "swizzled scale padding at index {index} is not zero; padding must be zero-filled \

@@ -75,7 +75,9 @@ pub use int4::{Int4, Int4Storage};
 pub use layout::{DataLayout, ScaleLayout};
 #[cfg(feature = "alloc")]
 pub use quantized::{QuantizedMatrix, QuantizedParts, ScaleData};
-pub use recipe::{GlobalScale, GlobalScaleSource, NVFP4_AMAX_TO_SCALE, NonFinite, NvFp4Recipe, nvfp4_alpha};
+pub use recipe::{
+    GlobalScale, GlobalScaleSource, NVFP4_AMAX_TO_SCALE, NonFinite, NvFp4Recipe, check_recipe, nvfp4_alpha,
+};
 pub use scale_rule::ScaleRule;
 pub use scheme::{Fp8Tile, QuantShape, ScaleFormat, Scheme};
 pub use source::Source;

@@ -1,7 +1,7 @@
 //! Quantization recipe choices shared by every backend: NVFP4's per-tensor scale and
 //! block recipe, and what NaN / Inf in the input do.
 
-use crate::FormatError;
+use crate::{DataLayout, FormatError, QuantShape, ScaleLayout};
 
 /// NVFP4's per-tensor scale, as two f32 factors: `encode`, what quantization multiplies
 /// by (the kernels' `SFScale`, `2688 / amax` for a tensor's own amax; compressed-tensors
@@ -128,4 +128,42 @@ pub enum NonFinite {
     /// block: its scale is the scale format's NaN and its codes are zero, so every
     /// element of the block dequantizes to NaN. Every backend does the same.
     Poison,
+}
+
+/// Checks that a quantization's layout and per-tensor-scale choices apply to its scheme
+/// and shape; every backend calls this before quantizing.
+///
+/// # Errors
+/// [`FormatError::OptionNotApplicable`] for a swizzled layout of a scheme without
+/// one-byte scales, the block-interleaved data layout of a scheme without 4-bit elements
+/// or with K not a multiple of 32, or a per-tensor scale for a scheme other than NVFP4.
+pub fn check_recipe(
+    shape: &QuantShape,
+    scale_layout: ScaleLayout,
+    data_layout: DataLayout,
+    global_scale: &GlobalScaleSource,
+) -> Result<(), FormatError> {
+    let scheme = shape.scheme;
+    if !scheme.supports_layout(scale_layout) {
+        return Err(FormatError::OptionNotApplicable {
+            scheme,
+            option: "a swizzled scale layout",
+            hint: "only NVFP4 and MX schemes (one-byte scales) can be swizzled; use ScaleLayout::Linear",
+        });
+    }
+    if data_layout == DataLayout::BlockInterleaved && (scheme.element().bits() != 4 || !shape.k.is_multiple_of(32)) {
+        return Err(FormatError::OptionNotApplicable {
+            scheme,
+            option: "the block-interleaved data layout",
+            hint: "it holds 4-bit elements (NVFP4, MXFP4, INT4-G32) with K a multiple of 32; use DataLayout::RowMajor",
+        });
+    }
+    if !scheme.has_global_scale() && *global_scale != GlobalScaleSource::TensorAmax {
+        return Err(FormatError::OptionNotApplicable {
+            scheme,
+            option: "a per-tensor (global) scale",
+            hint: "only NVFP4 has one; leave the global scale option at its default",
+        });
+    }
+    Ok(())
 }
