@@ -1,0 +1,210 @@
+//! Device-side data: element types the kernels take and give, and [`DeviceQuantized`],
+//! the device twin of [`QuantizedMatrix`].
+
+use blockscale_formats::{
+    DataLayout, GlobalScale, QuantShape, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat, ScaleLayout, Scheme,
+};
+use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use half::{bf16, f16};
+
+use crate::{CudaError, Device};
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
+}
+
+/// f32, f16 or bf16: what the kernels read (quantization) and write (dequantization).
+pub trait DeviceElement:
+    DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + 'static + sealed::Sealed
+{
+    /// The kernel name suffix.
+    #[doc(hidden)]
+    const SUFFIX: &'static str;
+    /// The exact f32 value.
+    #[doc(hidden)]
+    fn widen(self) -> f32;
+}
+
+impl DeviceElement for f32 {
+    const SUFFIX: &'static str = "f32";
+    fn widen(self) -> f32 {
+        self
+    }
+}
+impl DeviceElement for f16 {
+    const SUFFIX: &'static str = "f16";
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+impl DeviceElement for bf16 {
+    const SUFFIX: &'static str = "bf16";
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// A quantized matrix's scales on the device, in the scheme's scale format.
+#[derive(Debug)]
+pub enum DeviceScales {
+    /// UE4M3 (NVFP4) or UE8M0 (MX) bytes.
+    Bytes(CudaSlice<u8>),
+    /// f32 (FP8 block).
+    F32(CudaSlice<f32>),
+    /// f16 (INT4-G32).
+    F16(CudaSlice<f16>),
+}
+
+impl DeviceScales {
+    pub(crate) fn ptr(&self, dev: &Device) -> u64 {
+        use cudarc::driver::DevicePtr;
+        let s = dev.stream();
+        match self {
+            Self::Bytes(v) => v.device_ptr(s).0,
+            Self::F32(v) => v.device_ptr(s).0,
+            Self::F16(v) => v.device_ptr(s).0,
+        }
+    }
+}
+
+/// A quantized matrix on the device: packed codes and scales in device memory, with the
+/// same shape, layouts and per-tensor scale a [`QuantizedMatrix`] has.
+#[derive(Debug)]
+pub struct DeviceQuantized {
+    pub(crate) shape: QuantShape,
+    pub(crate) data: CudaSlice<u8>,
+    pub(crate) data_layout: DataLayout,
+    pub(crate) scales: DeviceScales,
+    pub(crate) scale_layout: ScaleLayout,
+    pub(crate) global_scale: Option<GlobalScale>,
+    /// The NaN/Inf flag the kernels set: `!flat_index` of the first one, 0 for none.
+    pub(crate) bad: CudaSlice<u64>,
+}
+
+impl DeviceQuantized {
+    /// Allocates the buffers of a `rows x k` matrix of `scheme` (codes uninitialised
+    /// until a quantization writes them; scales zeroed, so swizzle padding is zero), for
+    /// [`crate::quantize_into`].
+    ///
+    /// # Errors
+    /// Shape and layout errors as [`CudaError::Format`]; [`CudaError::TooLarge`]; [`CudaError::OutOfMemory`].
+    pub fn alloc(
+        dev: &Device,
+        scheme: Scheme,
+        rows: usize,
+        k: usize,
+        scale_layout: ScaleLayout,
+        data_layout: DataLayout,
+    ) -> Result<Self, CudaError> {
+        let shape = scheme.shape(rows, k)?;
+        let scale_len = shape.scale_len(scale_layout)?;
+        crate::quantize::check_limits(scheme, rows, k)?;
+        let s = dev.stream();
+        // SAFETY: u8 has no invalid bit patterns; the codes are only meaningful after a
+        // quantization writes every byte (quantize_into), and reading them earlier reads
+        // arbitrary but valid bytes.
+        let data = unsafe { s.alloc::<u8>(shape.data_bytes) }
+            .map_err(CudaError::alloc("quantized codes", shape.data_bytes))?;
+        let scales = match scheme.scale_format() {
+            ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => {
+                DeviceScales::Bytes(s.alloc_zeros::<u8>(scale_len).map_err(CudaError::alloc("scales", scale_len))?)
+            }
+            ScaleFormat::F32 => {
+                DeviceScales::F32(s.alloc_zeros::<f32>(scale_len).map_err(CudaError::alloc("scales", scale_len * 4))?)
+            }
+            ScaleFormat::F16 => {
+                DeviceScales::F16(s.alloc_zeros::<f16>(scale_len).map_err(CudaError::alloc("scales", scale_len * 2))?)
+            }
+        };
+        let global_scale = scheme.has_global_scale().then(|| GlobalScale::from_encode(1.0)).transpose()?;
+        let bad = s.alloc_zeros::<u64>(1).map_err(CudaError::alloc("a flag", 8))?;
+        Ok(Self { shape, data, data_layout, scales, scale_layout, global_scale, bad })
+    }
+
+    /// The scheme.
+    pub fn scheme(&self) -> Scheme {
+        self.shape.scheme
+    }
+
+    /// The storage shape.
+    pub fn shape(&self) -> &QuantShape {
+        &self.shape
+    }
+
+    /// The packed codes.
+    pub fn data(&self) -> &CudaSlice<u8> {
+        &self.data
+    }
+
+    /// The scales.
+    pub fn scales(&self) -> &DeviceScales {
+        &self.scales
+    }
+
+    /// Order of the codes.
+    pub fn data_layout(&self) -> DataLayout {
+        self.data_layout
+    }
+
+    /// Order of the scales.
+    pub fn scale_layout(&self) -> ScaleLayout {
+        self.scale_layout
+    }
+
+    /// NVFP4's per-tensor scale.
+    pub fn global_scale(&self) -> Option<GlobalScale> {
+        self.global_scale
+    }
+
+    /// Copies to the host (waiting for the queued work) and validates.
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`] if a copy (or an earlier kernel) fails.
+    pub fn to_host(&self, dev: &Device) -> Result<QuantizedMatrix, CudaError> {
+        let s = dev.stream();
+        let data = s.clone_dtoh(&self.data).map_err(CudaError::driver("copying codes to the host"))?;
+        let scales = match &self.scales {
+            DeviceScales::Bytes(v) => ScaleData::Bytes(s.clone_dtoh(v).map_err(CudaError::driver("copying scales"))?),
+            DeviceScales::F32(v) => ScaleData::F32(s.clone_dtoh(v).map_err(CudaError::driver("copying scales"))?),
+            DeviceScales::F16(v) => ScaleData::F16(s.clone_dtoh(v).map_err(CudaError::driver("copying scales"))?),
+        };
+        Ok(QuantizedMatrix::from_parts(QuantizedParts {
+            scheme: self.shape.scheme,
+            rows: self.shape.rows,
+            k: self.shape.k,
+            data,
+            data_layout: self.data_layout,
+            scales,
+            scale_layout: self.scale_layout,
+            global_scale: self.global_scale,
+        })?)
+    }
+
+    /// Copies a host matrix to the device.
+    ///
+    /// # Errors
+    /// [`CudaError::TooLarge`], [`CudaError::OutOfMemory`] or [`CudaError::Driver`].
+    pub fn from_host(dev: &Device, q: &QuantizedMatrix) -> Result<Self, CudaError> {
+        crate::quantize::check_limits(q.scheme(), q.shape().rows, q.shape().k)?;
+        let s = dev.stream();
+        let data = s.clone_htod(q.data()).map_err(CudaError::alloc("quantized codes", q.data().len()))?;
+        let scales = match q.scales() {
+            ScaleData::Bytes(v) => DeviceScales::Bytes(s.clone_htod(v).map_err(CudaError::alloc("scales", v.len()))?),
+            ScaleData::F32(v) => DeviceScales::F32(s.clone_htod(v).map_err(CudaError::alloc("scales", v.len() * 4))?),
+            ScaleData::F16(v) => DeviceScales::F16(s.clone_htod(v).map_err(CudaError::alloc("scales", v.len() * 2))?),
+        };
+        let bad = s.alloc_zeros::<u64>(1).map_err(CudaError::alloc("a flag", 8))?;
+        Ok(Self {
+            shape: *q.shape(),
+            data,
+            data_layout: q.data_layout(),
+            scales,
+            scale_layout: q.scale_layout(),
+            global_scale: q.global_scale(),
+            bad,
+        })
+    }
+}

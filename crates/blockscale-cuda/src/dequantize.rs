@@ -1,0 +1,80 @@
+//! Dequantization on the device.
+
+use blockscale_formats::{DataLayout, QuantizedMatrix, ScaleLayout};
+use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use ndarray::Array2;
+
+use crate::buffer::{DeviceElement, DeviceQuantized};
+use crate::params::DequantParams;
+use crate::quantize::scheme_name;
+use crate::{CudaError, Device};
+
+/// Dequantizes to a new contiguous `rows x k` device buffer of `O` (f32, f16 or bf16):
+/// `(value(code) * block_scale) * post` in f32, NaN canonical, rounded once to `O`;
+/// the same values blockscale-cpu's `dequantize` gives.
+///
+/// # Errors
+/// [`CudaError::OutOfMemory`] or [`CudaError::Driver`].
+pub fn dequantize<O: DeviceElement>(dev: &Device, q: &DeviceQuantized) -> Result<CudaSlice<O>, CudaError> {
+    let shape = q.shape();
+    let n = shape.rows * shape.k;
+    // SAFETY: the dequantize kernels write every one of the rows x k outputs (each chunk
+    // of 8 values of every row) before anything reads them.
+    let mut out = unsafe { dev.stream().alloc::<O>(n) }.map_err(CudaError::alloc("the output", n * size_of::<O>()))?;
+    dequantize_into(dev, q, &mut out, shape.k)?;
+    Ok(out)
+}
+
+/// Dequantizes into an existing device buffer, row `r` at element `r * row_stride`.
+///
+/// # Errors
+/// [`CudaError::BadStride`], [`CudaError::BufferLength`], [`CudaError::Misaligned`],
+/// [`CudaError::Driver`].
+pub fn dequantize_into<O: DeviceElement>(
+    dev: &Device,
+    q: &DeviceQuantized,
+    out: &mut CudaSlice<O>,
+    row_stride: usize,
+) -> Result<(), CudaError> {
+    let shape = q.shape();
+    let view = crate::quantize::DeviceMatrix { data: &*out, rows: shape.rows, k: shape.k, row_stride };
+    crate::quantize::check_matrix(dev, &view, "output")?;
+    let stream = dev.stream();
+    let params = DequantParams {
+        data: q.data().device_ptr(stream).0,
+        scales: q.scales().ptr(dev),
+        out: out.device_ptr(stream).0,
+        row_stride: row_stride as u64,
+        rows: shape.rows as u32,
+        k: shape.k as u32,
+        scale_cols: shape.scale_cols as u32,
+        swizzled: (q.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
+        interleaved: (q.data_layout() == DataLayout::BlockInterleaved) as u32,
+        post: q.global_scale().map_or(1.0, |g| g.decode()),
+    };
+    let kernel = dev.function(&format!("dequantize_{}_{}", scheme_name(q.scheme()), O::SUFFIX))?;
+    let config = LaunchConfig {
+        grid_dim: (dev.grid_for((shape.rows * shape.k / 8) as u64, &kernel), 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut launch = stream.launch_builder(&kernel.func);
+    launch.arg(&params);
+    // SAFETY: `params` matches `DequantParams`; `q` was built by `quantize` or
+    // `from_host` (a validated QuantizedMatrix), so its codes and scales have the sizes
+    // its shape implies; check_matrix confirmed the output's size, stride and alignment.
+    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the dequantize kernel"))?;
+    Ok(())
+}
+
+/// Host convenience: copies a quantized matrix to the device, dequantizes it there and
+/// copies the values back.
+///
+/// # Errors
+/// As [`dequantize`].
+pub fn dequantize_host<O: DeviceElement>(dev: &Device, q: &QuantizedMatrix) -> Result<Array2<O>, CudaError> {
+    let d = DeviceQuantized::from_host(dev, q)?;
+    let out = dequantize::<O>(dev, &d)?;
+    let host = dev.stream().clone_dtoh(&out).map_err(CudaError::driver("copying the output to the host"))?;
+    Ok(Array2::from_shape_vec((q.rows(), q.k()), host).expect("rows x k values"))
+}

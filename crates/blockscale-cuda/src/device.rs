@@ -1,0 +1,173 @@
+//! [`Device`]: a CUDA context, a stream, the loaded kernels and the architecture check.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::nvrtc::Ptx;
+
+use crate::CudaError;
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
+}
+
+/// The kernel tier a device runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// Hopper (compute capability 9.0): sm_90a kernels, software FP4/FP6 conversion.
+    Sm90,
+    /// Blackwell GeForce and RTX PRO (12.x): sm_120a kernels, hardware conversions.
+    Sm120,
+}
+
+/// One GPU, ready to run blockscale's kernels: a context, the stream every operation is
+/// queued on, and the kernel modules (SASS for sm_90a and sm_120a; the driver picks the
+/// one matching the device).
+///
+/// ```no_run
+/// let dev = blockscale_cuda::Device::new(0)?;
+/// println!("{} ({:?}, {} SMs)", dev.name(), dev.arch(), dev.sm_count());
+/// # Ok::<(), blockscale_cuda::CudaError>(())
+/// ```
+pub struct Device {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: Arch,
+    name: String,
+    sm_count: u32,
+    modules: Vec<(&'static str, Arc<CudaModule>)>,
+    functions: Mutex<HashMap<String, Kernel>>,
+}
+
+/// A loaded kernel and how many 256-thread blocks of it fit on one SM.
+#[derive(Clone, Debug)]
+pub(crate) struct Kernel {
+    pub(crate) func: CudaFunction,
+    pub(crate) blocks_per_sm: u32,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.name)
+            .field("arch", &self.arch)
+            .field("sm_count", &self.sm_count)
+            .finish()
+    }
+}
+
+impl Device {
+    /// Number of CUDA devices visible, or an error if there is no driver.
+    ///
+    /// # Errors
+    /// [`CudaError::NoDriver`] without libcuda; [`CudaError::Driver`] if it fails.
+    pub fn count() -> Result<usize, CudaError> {
+        ensure_driver()?;
+        CudaContext::device_count().map(|n| n as usize).map_err(CudaError::driver("counting devices"))
+    }
+
+    /// Opens device `ordinal`: creates its context and stream and loads the kernels.
+    ///
+    /// # Errors
+    /// [`CudaError::NoDriver`], [`CudaError::NoDevice`], [`CudaError::Unsupported`] for
+    /// a compute capability other than 9.0 and 12.x, [`CudaError::Driver`] otherwise.
+    pub fn new(ordinal: usize) -> Result<Self, CudaError> {
+        let count = Self::count()?;
+        if ordinal >= count {
+            return Err(CudaError::NoDevice { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(CudaError::driver("creating a context"))?;
+        let name = ctx.name().map_err(CudaError::driver("reading the device name"))?;
+        let (major, minor) = ctx.compute_capability().map_err(CudaError::driver("reading the compute capability"))?;
+        let arch = match (major, minor) {
+            (9, 0) => Arch::Sm90,
+            (12, _) => Arch::Sm120,
+            _ => return Err(CudaError::Unsupported { name, major, minor }),
+        };
+        let sm_count = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(CudaError::driver("reading the SM count"))? as u32;
+        let stream = ctx.new_stream().map_err(CudaError::driver("creating a stream"))?;
+        let modules = embedded::MODULES
+            .iter()
+            .map(|&(name, image)| {
+                ctx.load_module(Ptx::from_binary(image.to_vec()))
+                    .map(|m| (name, m))
+                    .map_err(CudaError::driver("loading the kernel fatbin"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { ctx, stream, arch, name, sm_count, modules, functions: Mutex::new(HashMap::new()) })
+    }
+
+    /// The device's kernel tier.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Streaming multiprocessors.
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    /// The cudarc context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream every blockscale operation on this device is queued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Waits for all queued work.
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`] if a queued kernel failed.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.stream.synchronize().map_err(CudaError::driver("synchronizing the stream"))
+    }
+
+    /// A kernel by name, loaded once and cached with its occupancy.
+    pub(crate) fn function(&self, name: &str) -> Result<Kernel, CudaError> {
+        let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = cache.get(name) {
+            return Ok(f.clone());
+        }
+        // Kernels live in the module named after their operation: quantize_* and amax_*
+        // in quantize.fatbin, dequantize_* in dequantize.fatbin.
+        let module_name = if name.starts_with("dequantize_") { "dequantize" } else { "quantize" };
+        let module = self.modules.iter().find(|(n, _)| *n == module_name).map(|(_, m)| m).ok_or(CudaError::Driver {
+            context: "finding the kernel module",
+            source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND),
+        })?;
+        let func = module.load_function(name).map_err(CudaError::driver("finding a kernel in its module"))?;
+        let blocks_per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(256, 0, None)
+            .map_err(CudaError::driver("querying a kernel's occupancy"))?
+            .max(1);
+        let kernel = Kernel { func, blocks_per_sm };
+        cache.insert(name.to_string(), kernel.clone());
+        Ok(kernel)
+    }
+
+    /// Blocks of 256 threads for a grid-stride kernel over `work` items: one full wave
+    /// (every SM holding as many blocks as fit), no more than the work needs.
+    pub(crate) fn grid_for(&self, work: u64, kernel: &Kernel) -> u32 {
+        let needed = work.div_ceil(256).max(1);
+        needed.min(self.sm_count as u64 * kernel.blocks_per_sm as u64) as u32
+    }
+}
+
+/// Fails with [`CudaError::NoDriver`] unless libcuda can be loaded (cudarc would panic).
+fn ensure_driver() -> Result<(), CudaError> {
+    // SAFETY: is_culib_present only tries to load the library by name; it has no
+    // preconditions.
+    if unsafe { cudarc::driver::sys::is_culib_present() } { Ok(()) } else { Err(CudaError::NoDriver) }
+}

@@ -1,0 +1,126 @@
+//! The CUDA backend's error type.
+
+use blockscale_formats::FormatError;
+use cudarc::driver::DriverError;
+
+/// Everything the CUDA backend can refuse or meet, with the values involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CudaError {
+    /// No CUDA driver library (libcuda) could be loaded.
+    #[error("no CUDA driver found (libcuda.so could not be loaded); install the NVIDIA driver or use the CPU backend")]
+    NoDriver,
+    /// The requested device does not exist.
+    #[error("CUDA device {ordinal} requested but {count} device(s) are visible (check CUDA_VISIBLE_DEVICES)")]
+    NoDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// Devices visible.
+        count: usize,
+    },
+    /// A GPU whose architecture has no kernels here.
+    #[error(
+        "{name} has compute capability {major}.{minor}; blockscale's kernels are built for 9.0 \
+         (Hopper, sm_90a) and 12.x (Blackwell GeForce, sm_120a); use the CPU backend on this GPU"
+    )]
+    Unsupported {
+        /// Device name.
+        name: String,
+        /// Compute capability, major.
+        major: i32,
+        /// Compute capability, minor.
+        minor: i32,
+    },
+    /// A device allocation failed for lack of memory.
+    #[error("out of GPU memory allocating {bytes} bytes for {what}")]
+    OutOfMemory {
+        /// What was being allocated.
+        what: &'static str,
+        /// Its size.
+        bytes: usize,
+    },
+    /// Any other CUDA driver failure, with what was being done.
+    #[error("CUDA driver error while {context}: {source}")]
+    Driver {
+        /// What was being done.
+        context: &'static str,
+        /// The driver's error.
+        source: DriverError,
+    },
+    /// A shape, layout, scale or option problem found by the formats layer.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// A NaN or infinity in the input under `NonFinite::Error`.
+    #[error(
+        "input holds {value} at row {row}, column {col}; clean the data, or quantize with \
+         NonFinite::Poison to store the block holding it as NaN"
+    )]
+    NonFinite {
+        /// Row of the first non-finite value (row order).
+        row: usize,
+        /// Its column.
+        col: usize,
+        /// The value.
+        value: f32,
+    },
+    /// A device buffer too short for the shape it is used with.
+    #[error("{what} has {actual} elements but the shape needs {expected}")]
+    BufferLength {
+        /// Which buffer.
+        what: &'static str,
+        /// Elements needed.
+        expected: usize,
+        /// Elements given.
+        actual: usize,
+    },
+    /// A row stride smaller than K, or not keeping rows 16-byte aligned.
+    #[error(
+        "row stride {row_stride} (elements of {elem_bytes} bytes) does not fit K = {k}: it must be >= K and \
+         keep every row 16-byte aligned (a multiple of {} elements)",
+        16 / elem_bytes
+    )]
+    BadStride {
+        /// The stride given.
+        row_stride: usize,
+        /// K.
+        k: usize,
+        /// Bytes per element.
+        elem_bytes: usize,
+    },
+    /// A matrix beyond the kernels' index range.
+    #[error("a {rows} x {k} matrix is too large for the CUDA kernels: {limit}; split it into row ranges")]
+    TooLarge {
+        /// Rows.
+        rows: usize,
+        /// K.
+        k: usize,
+        /// The limit crossed.
+        limit: &'static str,
+    },
+    /// A device pointer not aligned for the kernels' 16-byte vector accesses.
+    #[error("{what} starts at device address {address:#x}, which is not 16-byte aligned; pass an aligned view")]
+    Misaligned {
+        /// Which buffer.
+        what: &'static str,
+        /// Its address.
+        address: u64,
+    },
+}
+
+impl CudaError {
+    /// Wraps a driver error, recognising out-of-memory.
+    pub(crate) fn driver(context: &'static str) -> impl FnOnce(DriverError) -> Self {
+        move |source| Self::Driver { context, source }
+    }
+
+    /// Wraps an allocation failure, recognising out-of-memory.
+    pub(crate) fn alloc(what: &'static str, bytes: usize) -> impl FnOnce(DriverError) -> Self {
+        move |source| {
+            if source.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                Self::OutOfMemory { what, bytes }
+            } else {
+                Self::Driver { context: "allocating device memory", source }
+            }
+        }
+    }
+}

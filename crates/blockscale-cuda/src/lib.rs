@@ -1,0 +1,43 @@
+//! # blockscale-cuda
+//!
+//! The CUDA backend of blockscale: quantization and dequantization kernels for every
+//! scheme, compiled at build time to SASS for Hopper (`sm_90a`) and Blackwell GeForce
+//! (`sm_120a`), embedded in the crate and loaded through cudarc. The bytes they write
+//! are identical to blockscale-cpu's.
+//!
+//! ```no_run
+//! use blockscale_cuda::{Device, QuantizeOptions, dequantize_host, quantize_host};
+//! use blockscale_formats::{ScaleLayout, Scheme};
+//! use ndarray::Array2;
+//!
+//! let dev = Device::new(0)?;
+//! let w = Array2::from_shape_fn((256, 1024), |(r, c)| half::bf16::from_f32((r as f32 - c as f32) / 97.0));
+//! let opts = QuantizeOptions::default().with_scale_layout(ScaleLayout::Swizzled128x4);
+//! let q = quantize_host(&dev, w.view(), Scheme::NvFp4, &opts)?; // a blockscale_formats::QuantizedMatrix
+//! let back = dequantize_host::<f32>(&dev, &q)?;
+//! # Ok::<(), blockscale_cuda::CudaError>(())
+//! ```
+//!
+//! For data already on the GPU, [`quantize`] takes a [`DeviceMatrix`] (a cudarc
+//! `CudaSlice` with its shape) and returns a [`DeviceQuantized`]; [`dequantize`] goes
+//! back to a `CudaSlice`. Everything is queued on the [`Device`]'s stream.
+//!
+//! Building needs nvcc (CUDA 13.0); see the README. Running needs an NVIDIA driver and
+//! a GPU of compute capability 9.0 or 12.x; anything else is a typed error.
+
+#![warn(missing_docs)]
+
+mod buffer;
+mod dequantize;
+mod device;
+mod error;
+mod params;
+mod quantize;
+
+pub use blockscale_formats::{GlobalScaleSource, NonFinite, NvFp4Recipe};
+pub use buffer::{DeviceElement, DeviceQuantized, DeviceScales};
+pub use cudarc;
+pub use dequantize::{dequantize, dequantize_host, dequantize_into};
+pub use device::{Arch, Device};
+pub use error::CudaError;
+pub use quantize::{DeviceMatrix, QuantizeOptions, quantize, quantize_host, quantize_into};

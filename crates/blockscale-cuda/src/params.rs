@@ -1,0 +1,69 @@
+//! Kernel parameter structs: `#[repr(C)]` mirrors of `kernels/common/params.cuh`, with
+//! their sizes checked at compile time.
+
+use cudarc::driver::DeviceRepr;
+
+/// `bs::QuantParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QuantParams {
+    pub input: u64,
+    pub data: u64,
+    pub scales: u64,
+    pub bad: u64,
+    pub row_stride: u64,
+    pub rows: u32,
+    pub k: u32,
+    pub scale_cols: u32,
+    pub swizzled: u32,
+    pub interleaved: u32,
+    pub rule: u32,
+    pub recipe: u32,
+    pub global_encode: f32,
+    pub max_recip: f32,
+    pub emax: i32,
+    pub mbits: i32,
+    pub pad: u32,
+}
+
+/// `bs::DequantParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DequantParams {
+    pub data: u64,
+    pub scales: u64,
+    pub out: u64,
+    pub row_stride: u64,
+    pub rows: u32,
+    pub k: u32,
+    pub scale_cols: u32,
+    pub swizzled: u32,
+    pub interleaved: u32,
+    pub post: f32,
+}
+
+/// `bs::AmaxParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AmaxParams {
+    pub input: u64,
+    pub amax_bits: u64,
+    pub bad: u64,
+    pub row_stride: u64,
+    pub rows: u32,
+    pub k: u32,
+}
+
+// The C++ structs have the same fields in the same order with natural alignment; these
+// sizes are what nvcc gives them (8-byte pointers, 4-byte scalars, tail padding to 8).
+const _: () = assert!(size_of::<QuantParams>() == 88 && align_of::<QuantParams>() == 8);
+const _: () = assert!(size_of::<DequantParams>() == 56 && align_of::<DequantParams>() == 8);
+const _: () = assert!(size_of::<AmaxParams>() == 40 && align_of::<AmaxParams>() == 8);
+
+// SAFETY: plain #[repr(C)] structs of integers and floats, passed by value to kernels
+// whose parameter types have the identical layout (kernels/common/params.cuh).
+unsafe impl DeviceRepr for QuantParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for DequantParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for AmaxParams {}

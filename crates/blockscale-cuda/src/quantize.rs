@@ -1,0 +1,337 @@
+//! Quantization on the device: validation, the NVFP4 amax pass, the kernel launch.
+
+use blockscale_formats::{
+    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizedMatrix, ScaleLayout, ScaleRule,
+    Scheme, check_recipe,
+};
+use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use ndarray::ArrayView2;
+
+use crate::buffer::{DeviceElement, DeviceQuantized};
+use crate::params::{AmaxParams, QuantParams};
+use crate::{CudaError, Device};
+
+/// Options for [`quantize`]: the same recipe choices as the CPU backend's
+/// (`blockscale_cpu::QuantizeOptions`, minus its threading and SIMD knobs), with the
+/// same defaults, and the same bytes for the same choices.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct QuantizeOptions {
+    /// Layout of the output scales (NVFP4 and MX only may be swizzled).
+    pub scale_layout: ScaleLayout,
+    /// UE8M0 scale rule of the MX schemes.
+    pub scale_rule: ScaleRule,
+    /// NVFP4 block recipe.
+    pub nvfp4_recipe: NvFp4Recipe,
+    /// NVFP4 per-tensor scale.
+    pub global_scale: GlobalScaleSource,
+    /// Layout of the packed data (block-interleaved for 4-bit schemes with K % 32 == 0).
+    pub data_layout: DataLayout,
+    /// NaN / ±Inf handling. `Error` reads a flag back after the kernel (a stream
+    /// synchronisation); `Poison` does not.
+    pub non_finite: NonFinite,
+}
+
+impl QuantizeOptions {
+    /// Sets [`Self::scale_layout`].
+    pub fn with_scale_layout(mut self, layout: ScaleLayout) -> Self {
+        self.scale_layout = layout;
+        self
+    }
+    /// Sets [`Self::scale_rule`].
+    pub fn with_scale_rule(mut self, rule: ScaleRule) -> Self {
+        self.scale_rule = rule;
+        self
+    }
+    /// Sets [`Self::nvfp4_recipe`].
+    pub fn with_nvfp4_recipe(mut self, recipe: NvFp4Recipe) -> Self {
+        self.nvfp4_recipe = recipe;
+        self
+    }
+    /// Sets [`Self::global_scale`].
+    pub fn with_global_scale(mut self, source: GlobalScaleSource) -> Self {
+        self.global_scale = source;
+        self
+    }
+    /// Sets [`Self::data_layout`].
+    pub fn with_data_layout(mut self, layout: DataLayout) -> Self {
+        self.data_layout = layout;
+        self
+    }
+    /// Sets [`Self::non_finite`].
+    pub fn with_non_finite(mut self, policy: NonFinite) -> Self {
+        self.non_finite = policy;
+        self
+    }
+}
+
+/// A row-major matrix in device memory: `rows x k` elements, row `r` starting at element
+/// `r * row_stride` of `data`.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceMatrix<'a, T> {
+    /// The elements.
+    pub data: &'a CudaSlice<T>,
+    /// Rows.
+    pub rows: usize,
+    /// Columns (K, the quantized dimension).
+    pub k: usize,
+    /// Elements from one row's start to the next's (at least `k`).
+    pub row_stride: usize,
+}
+
+impl<'a, T> DeviceMatrix<'a, T> {
+    /// A contiguous `rows x k` matrix.
+    pub fn new(data: &'a CudaSlice<T>, rows: usize, k: usize) -> Self {
+        Self { data, rows, k, row_stride: k }
+    }
+}
+
+/// Threads per CTA of the FP8 128x128 tile kernel (`TILE_THREADS` in quantize.cu).
+const TILE_THREADS: u32 = 512;
+
+/// Refuses shapes beyond the kernels' index range: rows and K are 32-bit in the kernel
+/// parameters, and the 128x128 tile kernel has one CTA per tile (grid y at most 65535).
+pub(crate) fn check_limits(scheme: Scheme, rows: usize, k: usize) -> Result<(), CudaError> {
+    if u32::try_from(rows).is_err() || u32::try_from(k).is_err() {
+        return Err(CudaError::TooLarge { rows, k, limit: "rows and K must each be below 2^32" });
+    }
+    if scheme.block_rows() == 128 && rows.div_ceil(128) > 65535 {
+        return Err(CudaError::TooLarge {
+            rows,
+            k,
+            limit: "128x128 tiles allow at most 65535 tile rows (8,388,480 rows)",
+        });
+    }
+    Ok(())
+}
+
+/// The kernel-name fragment of a scheme.
+pub(crate) fn scheme_name(scheme: Scheme) -> &'static str {
+    match scheme {
+        Scheme::NvFp4 => "nvfp4",
+        Scheme::MxFp4 => "mxfp4",
+        Scheme::MxFp6E2M3 => "mxfp6_e2m3",
+        Scheme::MxFp6E3M2 => "mxfp6_e3m2",
+        Scheme::MxFp8E4M3 => "mxfp8_e4m3",
+        Scheme::MxFp8E5M2 => "mxfp8_e5m2",
+        Scheme::Fp8Block(blockscale_formats::Fp8Tile::Row1x128) => "fp8_block_1x128",
+        Scheme::Fp8Block(blockscale_formats::Fp8Tile::Tile128x128) => "fp8_block_128x128",
+        Scheme::Int4G32 => "int4_g32",
+    }
+}
+
+/// Checks that a device matrix fits its shape and the kernels' 16-byte accesses.
+pub(crate) fn check_matrix<T: DeviceElement>(
+    dev: &Device,
+    m: &DeviceMatrix<'_, T>,
+    what: &'static str,
+) -> Result<(), CudaError> {
+    let elem = size_of::<T>();
+    if m.row_stride < m.k || !(m.row_stride * elem).is_multiple_of(16) {
+        return Err(CudaError::BadStride { row_stride: m.row_stride, k: m.k, elem_bytes: elem });
+    }
+    let needed = if m.rows == 0 { 0 } else { (m.rows - 1) * m.row_stride + m.k };
+    if m.data.len() < needed {
+        return Err(CudaError::BufferLength { what, expected: needed, actual: m.data.len() });
+    }
+    let address = m.data.device_ptr(dev.stream()).0;
+    if !address.is_multiple_of(16) {
+        return Err(CudaError::Misaligned { what, address });
+    }
+    Ok(())
+}
+
+/// Quantizes a device matrix along K into new device buffers. The result stays on the
+/// device; the queued work is not waited for, except to read back the NVFP4 tensor amax
+/// (`GlobalScaleSource::TensorAmax`) and, under `NonFinite::Error`, the NaN/Inf flag.
+///
+/// # Errors
+/// - shape errors (empty input, K not a multiple of the block) and option errors
+///   ([`blockscale_formats::check_recipe`]), as [`CudaError::Format`];
+/// - [`CudaError::TooLarge`], [`CudaError::BadStride`], [`CudaError::BufferLength`], [`CudaError::Misaligned`];
+/// - [`CudaError::NonFinite`] under `NonFinite::Error`;
+/// - [`CudaError::OutOfMemory`] and [`CudaError::Driver`].
+pub fn quantize<T: DeviceElement>(
+    dev: &Device,
+    input: DeviceMatrix<'_, T>,
+    scheme: Scheme,
+    options: &QuantizeOptions,
+) -> Result<DeviceQuantized, CudaError> {
+    let shape = scheme.shape(input.rows, input.k)?;
+    check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
+    let mut out = DeviceQuantized::alloc(dev, scheme, input.rows, input.k, options.scale_layout, options.data_layout)?;
+    quantize_into(dev, input, options, &mut out)?;
+    Ok(out)
+}
+
+/// [`quantize`] into existing buffers (from [`DeviceQuantized::alloc`] or an earlier
+/// quantization of the same scheme, shape and layouts), so that a loop quantizing
+/// activations allocates nothing. The scheme, shape and layouts are `out`'s.
+///
+/// # Errors
+/// As [`quantize`], plus [`CudaError::Format`] if the input's shape or the options'
+/// layouts differ from `out`'s.
+pub fn quantize_into<T: DeviceElement>(
+    dev: &Device,
+    input: DeviceMatrix<'_, T>,
+    options: &QuantizeOptions,
+    out: &mut DeviceQuantized,
+) -> Result<(), CudaError> {
+    let scheme = out.scheme();
+    let shape = scheme.shape(input.rows, input.k)?;
+    check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
+    if shape != out.shape || options.scale_layout != out.scale_layout || options.data_layout != out.data_layout {
+        return Err(blockscale_formats::FormatError::LengthMismatch {
+            what: "output buffers (their shape or layouts differ from the input and options)",
+            expected: shape.data_bytes,
+            actual: out.shape.data_bytes,
+        }
+        .into());
+    }
+    check_limits(scheme, input.rows, input.k)?;
+    check_matrix(dev, &input, "input")?;
+    let stream = dev.stream();
+    stream.memset_zeros(&mut out.bad).map_err(CudaError::driver("clearing the NaN/Inf flag"))?;
+    let bad = &out.bad;
+
+    let global = match (scheme, options.global_scale) {
+        (Scheme::NvFp4, GlobalScaleSource::TensorAmax) => {
+            let amax = tensor_amax(dev, &input, bad, options.non_finite)?;
+            Some(GlobalScale::from_amax(amax)?)
+        }
+        (Scheme::NvFp4, GlobalScaleSource::Amax(a)) => Some(GlobalScale::from_amax(a)?),
+        (Scheme::NvFp4, GlobalScaleSource::Given(g)) => Some(g),
+        _ => None,
+    };
+
+    let element = scheme.element();
+    let params = QuantParams {
+        input: input.data.device_ptr(stream).0,
+        data: out.data.device_ptr(stream).0,
+        scales: out.scales.ptr(dev),
+        bad: bad.device_ptr(stream).0,
+        row_stride: input.row_stride as u64,
+        rows: shape.rows as u32,
+        k: shape.k as u32,
+        scale_cols: shape.scale_cols as u32,
+        swizzled: (options.scale_layout == ScaleLayout::Swizzled128x4) as u32,
+        interleaved: (options.data_layout == DataLayout::BlockInterleaved) as u32,
+        rule: rule_code(options.scale_rule),
+        recipe: (options.nvfp4_recipe == NvFp4Recipe::TransformerEngine) as u32,
+        global_encode: global.map_or(1.0, |g| g.encode()),
+        max_recip: element.max_recip(),
+        emax: element.emax(),
+        mbits: element.mantissa_bits() as i32,
+        pad: 0,
+    };
+    let name = format!("quantize_{}_{}", scheme_name(scheme), T::SUFFIX);
+    let kernel = dev.function(&name)?;
+    let config = if scheme.block_rows() == 128 {
+        LaunchConfig {
+            grid_dim: (shape.scale_cols as u32, shape.scale_rows as u32, 1),
+            block_dim: (TILE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    } else {
+        // One thread per unit: a 16-value NVFP4 block or 32 values (quantize.cu).
+        let units = (shape.rows * shape.k / scheme.block_size().min(32)) as u64;
+        LaunchConfig { grid_dim: (dev.grid_for(units, &kernel), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+    };
+    let mut launch = stream.launch_builder(&kernel.func);
+    launch.arg(&params);
+    // SAFETY: `params` matches the kernel's `QuantParams` (params.rs asserts the layout);
+    // check_matrix confirmed the input holds rows x k elements at row_stride with 16-byte
+    // alignment; `out` was allocated for exactly this shape and these layouts (checked
+    // above) and `bad` holds one u64. All outlive the queued kernel: cudarc frees device
+    // memory in stream order.
+    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the quantize kernel"))?;
+
+    if options.non_finite == NonFinite::Error {
+        check_bad(dev, &input, &out.bad)?;
+    }
+    out.global_scale = global;
+    Ok(())
+}
+
+fn rule_code(rule: ScaleRule) -> u32 {
+    match rule {
+        ScaleRule::Rceil => 0,
+        ScaleRule::Floor => 1,
+        ScaleRule::Ceil => 2,
+        ScaleRule::Even => 3,
+    }
+}
+
+/// Reads the NaN/Inf flag back; an error naming the first such value.
+fn check_bad<T: DeviceElement>(
+    dev: &Device,
+    input: &DeviceMatrix<'_, T>,
+    bad: &CudaSlice<u64>,
+) -> Result<(), CudaError> {
+    let flag = dev.stream().clone_dtoh(bad).map_err(CudaError::driver("reading the NaN/Inf flag"))?[0];
+    if flag == 0 {
+        return Ok(());
+    }
+    let flat = !flag;
+    let (row, col) = ((flat / input.k as u64) as usize, (flat % input.k as u64) as usize);
+    let at = row * input.row_stride + col;
+    let value = dev
+        .stream()
+        .clone_dtoh(&input.data.slice(at..at + 1))
+        .map_err(CudaError::driver("reading the non-finite value"))?[0];
+    Err(CudaError::NonFinite { row, col, value: value.widen() })
+}
+
+/// The largest finite |x| of the input (a kernel and a 4-byte read back); an error for
+/// NaN/Inf unless poisoning.
+fn tensor_amax<T: DeviceElement>(
+    dev: &Device,
+    input: &DeviceMatrix<'_, T>,
+    bad: &CudaSlice<u64>,
+    policy: NonFinite,
+) -> Result<f32, CudaError> {
+    let stream = dev.stream();
+    let amax = stream.alloc_zeros::<u32>(1).map_err(CudaError::alloc("the amax", 4))?;
+    let params = AmaxParams {
+        input: input.data.device_ptr(stream).0,
+        amax_bits: amax.device_ptr(stream).0,
+        bad: bad.device_ptr(stream).0,
+        row_stride: input.row_stride as u64,
+        rows: input.rows as u32,
+        k: input.k as u32,
+    };
+    let kernel = dev.function(&format!("amax_{}", T::SUFFIX))?;
+    let config = LaunchConfig {
+        grid_dim: (dev.grid_for((input.rows * input.k / 8) as u64, &kernel), 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut launch = stream.launch_builder(&kernel.func);
+    launch.arg(&params);
+    // SAFETY: `params` matches `AmaxParams`; the input was checked by check_matrix, and
+    // `amax` and `bad` hold one u32 and one u64.
+    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the amax kernel"))?;
+    if policy == NonFinite::Error {
+        check_bad(dev, input, bad)?;
+    }
+    let bits = stream.clone_dtoh(&amax).map_err(CudaError::driver("reading the amax"))?[0];
+    Ok(f32::from_bits(bits))
+}
+
+/// Host convenience: copies a 2-D array (any strides) to the device, quantizes it there
+/// and copies the result back.
+///
+/// # Errors
+/// As [`quantize`].
+pub fn quantize_host<T: DeviceElement>(
+    dev: &Device,
+    input: ArrayView2<'_, T>,
+    scheme: Scheme,
+    options: &QuantizeOptions,
+) -> Result<QuantizedMatrix, CudaError> {
+    let (rows, k) = input.dim();
+    scheme.shape(rows, k)?;
+    let host = input.as_standard_layout();
+    let flat = host.as_slice().expect("standard layout is contiguous");
+    let data = dev.stream().clone_htod(flat).map_err(CudaError::alloc("the input", std::mem::size_of_val(flat)))?;
+    quantize(dev, DeviceMatrix::new(&data, rows, k), scheme, options)?.to_host(dev)
+}

@@ -1,0 +1,280 @@
+//! The CUDA kernels against the CPU backend (itself checked against an independent
+//! reference and NVIDIA's conversion functions): identical bytes for every scheme,
+//! recipe, rule, layout and input type, on random data with NaN/Inf, ties and tiny
+//! values, on every f16 and every bf16 bit pattern, and identical dequantized values.
+//!
+//! Needs a GPU of compute capability 9.0 or 12.x. Without one every test prints why and
+//! passes, unless BLOCKSCALE_REQUIRE_GPU=1 (set by the GPU bundle's run script), which
+//! turns the skip into a failure.
+
+use blockscale_cpu as cpu;
+use blockscale_cuda::{self as gpu, Device, DeviceMatrix, DeviceQuantized};
+use blockscale_formats::{
+    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizedMatrix, ScaleData, ScaleLayout,
+    ScaleRule, Scheme,
+};
+use half::{bf16, f16};
+use ndarray::Array2;
+
+fn device() -> Option<Device> {
+    match Device::new(0) {
+        Ok(d) => {
+            eprintln!("GPU: {} ({:?}, {} SMs)", d.name(), d.arch(), d.sm_count());
+            Some(d)
+        }
+        Err(e) => {
+            assert!(std::env::var("BLOCKSCALE_REQUIRE_GPU").as_deref() != Ok("1"), "BLOCKSCALE_REQUIRE_GPU=1 but: {e}");
+            eprintln!("SKIPPED: no usable GPU ({e})");
+            None
+        }
+    }
+}
+
+/// Seeded data with ties, zeros, outliers, subnormal-scale blocks and (if asked) NaN/Inf.
+fn data(n: usize, seed: u64, specials: bool) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    (0..n)
+        .map(|i| {
+            let r = next();
+            let u = ((r >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+            let v = match r % 100 {
+                0 if specials => [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][i % 3],
+                1 => 0.0,
+                2 => -0.0,
+                3 => u * 1e4,
+                4 => u * 1e-6,
+                5 => [0.25f32, 0.75, 2.5, 5.0, 448.0, 464.0, 6.0][i % 7] * u.signum(),
+                _ => u * 2f32.powi((r >> 8) as i32 % 16 - 8),
+            };
+            // Every 13th block of 16 is scaled into the subnormal range.
+            if (i / 16) % 13 == 5 { v * 1e-39 } else { v }
+        })
+        .collect()
+}
+
+fn same_scales(a: &ScaleData, b: &ScaleData) -> bool {
+    match (a, b) {
+        (ScaleData::Bytes(x), ScaleData::Bytes(y)) => x == y,
+        (ScaleData::F32(x), ScaleData::F32(y)) => x.iter().map(|v| v.to_bits()).eq(y.iter().map(|v| v.to_bits())),
+        (ScaleData::F16(x), ScaleData::F16(y)) => x.iter().map(|v| v.to_bits()).eq(y.iter().map(|v| v.to_bits())),
+        _ => false,
+    }
+}
+
+/// Panics with the first difference.
+fn assert_same(g: &QuantizedMatrix, c: &QuantizedMatrix, what: &str) {
+    assert_eq!(g.shape(), c.shape(), "{what}: shape");
+    if let Some(i) = g.data().iter().zip(c.data()).position(|(a, b)| a != b) {
+        let rb = c.shape().row_bytes;
+        panic!(
+            "{what}: code byte {i} (row {}, byte {}) GPU {:#04x} CPU {:#04x}",
+            i / rb,
+            i % rb,
+            g.data()[i],
+            c.data()[i]
+        );
+    }
+    assert!(same_scales(g.scales(), c.scales()), "{what}: scales differ\nGPU {:?}\nCPU {:?}", g.scales(), c.scales());
+    assert_eq!(g.global_scale(), c.global_scale(), "{what}: global scale");
+    assert_eq!((g.data_layout(), g.scale_layout()), (c.data_layout(), c.scale_layout()), "{what}: layouts");
+}
+
+fn cpu_opts(g: &gpu::QuantizeOptions) -> cpu::QuantizeOptions {
+    cpu::QuantizeOptions::default()
+        .with_scale_layout(g.scale_layout)
+        .with_scale_rule(g.scale_rule)
+        .with_nvfp4_recipe(g.nvfp4_recipe)
+        .with_global_scale(g.global_scale)
+        .with_data_layout(g.data_layout)
+        .with_non_finite(g.non_finite)
+}
+
+/// Every option combination worth covering for a scheme.
+fn option_sets(scheme: Scheme, k: usize) -> Vec<gpu::QuantizeOptions> {
+    let base = gpu::QuantizeOptions::default().with_non_finite(NonFinite::Poison);
+    let mut v = Vec::new();
+    for layout in ScaleLayout::ALL {
+        if !scheme.supports_layout(layout) {
+            continue;
+        }
+        let b = base.with_scale_layout(layout);
+        match scheme {
+            Scheme::NvFp4 => {
+                for recipe in [NvFp4Recipe::LightX2V, NvFp4Recipe::TransformerEngine] {
+                    v.push(b.with_nvfp4_recipe(recipe));
+                    v.push(b.with_nvfp4_recipe(recipe).with_global_scale(GlobalScaleSource::Amax(3.5)));
+                }
+                v.push(b.with_global_scale(GlobalScaleSource::Given(GlobalScale::from_decode(0.02).unwrap())));
+            }
+            Scheme::Fp8Block(_) | Scheme::Int4G32 => v.push(b),
+            _ => v.extend(ScaleRule::ALL.iter().map(|&r| b.with_scale_rule(r))),
+        }
+    }
+    if scheme.element().bits() == 4 && k.is_multiple_of(32) {
+        v.push(base.with_data_layout(DataLayout::BlockInterleaved));
+    }
+    v
+}
+
+fn check_scheme<T: gpu::DeviceElement + cpu::Input>(dev: &Device, x: &Array2<T>, scheme: Scheme, what: &str) {
+    let (rows, k) = x.dim();
+    for opts in option_sets(scheme, k) {
+        let label = format!("{what} {scheme} {opts:?}");
+        let g = gpu::quantize_host(dev, x.view(), scheme, &opts).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let c = cpu::quantize(x.view(), scheme, &cpu_opts(&opts)).unwrap();
+        assert_same(&g, &c, &label);
+        // Dequantized values, every output type.
+        let gd = gpu::dequantize_host::<f32>(dev, &c).unwrap();
+        let cd = cpu::dequantize::<f32>(&c);
+        assert!(gd.iter().map(|v| v.to_bits()).eq(cd.iter().map(|v| v.to_bits())), "{label}: f32 dequant");
+        let gd = gpu::dequantize_host::<bf16>(dev, &c).unwrap();
+        let cd = cpu::dequantize::<bf16>(&c);
+        assert!(gd.iter().map(|v| v.to_bits()).eq(cd.iter().map(|v| v.to_bits())), "{label}: bf16 dequant");
+        let gd = gpu::dequantize_host::<f16>(dev, &c).unwrap();
+        let cd = cpu::dequantize::<f16>(&c);
+        assert!(gd.iter().map(|v| v.to_bits()).eq(cd.iter().map(|v| v.to_bits())), "{label}: f16 dequant");
+        assert_eq!((rows, k), (c.rows(), c.k()));
+    }
+}
+
+#[test]
+fn every_scheme_matches_the_cpu_on_random_data() {
+    let Some(dev) = device() else { return };
+    for (rows, k, seed) in [(1, 128, 1u64), (130, 256, 2), (257, 384, 3), (64, 4096, 4)] {
+        let raw = data(rows * k, seed, true);
+        let x32 = Array2::from_shape_vec((rows, k), raw.clone()).unwrap();
+        let xb = x32.mapv(bf16::from_f32);
+        let xh = x32.mapv(f16::from_f32);
+        for scheme in Scheme::ALL {
+            check_scheme(&dev, &x32, scheme, "f32");
+            check_scheme(&dev, &xb, scheme, "bf16");
+            check_scheme(&dev, &xh, scheme, "f16");
+        }
+    }
+}
+
+#[test]
+fn every_f16_and_bf16_pattern_matches_the_cpu() {
+    let Some(dev) = device() else { return };
+    // All 65536 patterns as one 256 x 256 matrix per type (NaN/Inf poison their blocks),
+    // in order and in a scrambled order, so each value meets many block scales.
+    let perms: [fn(usize) -> usize; 2] = [|i| i, |i| (i * 40503) % 65536];
+    for perm in perms {
+        let xb = Array2::from_shape_fn((256, 256), |(r, c)| bf16::from_bits(perm(r * 256 + c) as u16));
+        let xh = Array2::from_shape_fn((256, 256), |(r, c)| f16::from_bits(perm(r * 256 + c) as u16));
+        for scheme in Scheme::ALL {
+            check_scheme(&dev, &xb, scheme, "all bf16");
+            check_scheme(&dev, &xh, scheme, "all f16");
+        }
+    }
+}
+
+#[test]
+fn non_finite_errors_match_the_cpu() {
+    let Some(dev) = device() else { return };
+    let (rows, k) = (300, 256);
+    for scheme in Scheme::ALL {
+        for (r, c) in [(0usize, 0usize), (129, 77), (299, 255)] {
+            let mut x = Array2::<f32>::from_shape_fn((rows, k), |(i, j)| ((i * 7 + j) % 11) as f32 - 5.0);
+            x[(r, c)] = f32::NAN;
+            x[(299, 0)] = f32::INFINITY;
+            let opts = gpu::QuantizeOptions::default();
+            let g = gpu::quantize_host(&dev, x.view(), scheme, &opts).unwrap_err();
+            let c_err = cpu::quantize(x.view(), scheme, &cpu::QuantizeOptions::default()).unwrap_err();
+            match (g, c_err) {
+                (gpu::CudaError::NonFinite { row, col, .. }, cpu::CpuError::NonFinite { row: cr, col: cc, .. }) => {
+                    assert_eq!((row, col), (cr, cc), "{scheme}")
+                }
+                (g, c) => panic!("{scheme}: GPU {g} / CPU {c}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn strided_device_input_and_device_round_trip() {
+    let Some(dev) = device() else { return };
+    let (rows, k, stride) = (200, 256, 264);
+    let raw = data(rows * stride, 9, false);
+    let xs: Vec<bf16> = raw.iter().map(|&v| bf16::from_f32(v)).collect();
+    let on_dev = dev.stream().clone_htod(&xs).unwrap();
+    let contiguous = Array2::from_shape_fn((rows, k), |(r, c)| xs[r * stride + c]);
+    for scheme in Scheme::ALL {
+        let opts = gpu::QuantizeOptions::default();
+        let m = DeviceMatrix { data: &on_dev, rows, k, row_stride: stride };
+        let q = gpu::quantize(&dev, m, scheme, &opts).unwrap();
+        let c = cpu::quantize(contiguous.view(), scheme, &cpu_opts(&opts)).unwrap();
+        assert_same(&q.to_host(&dev).unwrap(), &c, &format!("strided {scheme}"));
+        // Device to device: dequantize into a strided output.
+        let mut out = dev.stream().alloc_zeros::<f32>(rows * stride).unwrap();
+        gpu::dequantize_into(&dev, &q, &mut out, stride).unwrap();
+        let host = dev.stream().clone_dtoh(&out).unwrap();
+        let want = cpu::dequantize::<f32>(&c);
+        for r in 0..rows {
+            for col in 0..k {
+                assert_eq!(host[r * stride + col].to_bits(), want[(r, col)].to_bits(), "{scheme} ({r}, {col})");
+            }
+            assert!(host[r * stride + k..(r + 1) * stride].iter().all(|&v| v == 0.0), "wrote past a row");
+        }
+        let back = DeviceQuantized::from_host(&dev, &c).unwrap().to_host(&dev).unwrap();
+        assert_same(&back, &c, "host round trip");
+    }
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let Some(dev) = device() else { return };
+    let buf = dev.stream().alloc_zeros::<f32>(1000).unwrap();
+    let opts = gpu::QuantizeOptions::default();
+    let q = |m: DeviceMatrix<'_, f32>, s: Scheme| gpu::quantize(&dev, m, s, &opts).map(|_| ()).unwrap_err();
+    assert!(matches!(q(DeviceMatrix::new(&buf, 2, 24), Scheme::NvFp4), gpu::CudaError::Format(_)));
+    assert!(matches!(q(DeviceMatrix::new(&buf, 0, 32), Scheme::MxFp4), gpu::CudaError::Format(_)));
+    assert!(matches!(q(DeviceMatrix::new(&buf, 10, 128), Scheme::MxFp4), gpu::CudaError::BufferLength { .. }));
+    assert!(matches!(
+        q(DeviceMatrix { data: &buf, rows: 2, k: 32, row_stride: 34 }, Scheme::MxFp4),
+        gpu::CudaError::BadStride { .. }
+    ));
+    assert!(matches!(
+        q(DeviceMatrix { data: &buf, rows: 2, k: 32, row_stride: 16 }, Scheme::MxFp4),
+        gpu::CudaError::BadStride { .. }
+    ));
+    let swz = gpu::QuantizeOptions::default().with_scale_layout(ScaleLayout::Swizzled128x4);
+    let e = gpu::quantize(&dev, DeviceMatrix::new(&buf, 2, 128), Scheme::Int4G32, &swz).unwrap_err();
+    assert!(e.to_string().contains("ScaleLayout::Linear"), "{e}");
+    // Beyond the kernels' 32-bit indices or tile grid: refused before any allocation.
+    assert!(matches!(q(DeviceMatrix::new(&buf, 1 << 32, 32), Scheme::MxFp4), gpu::CudaError::TooLarge { .. }));
+    let tiles = Scheme::Fp8Block(blockscale_formats::Fp8Tile::Tile128x128);
+    assert!(matches!(q(DeviceMatrix::new(&buf, 65536 * 128, 128), tiles), gpu::CudaError::TooLarge { .. }));
+    assert!(matches!(Device::new(99), Err(gpu::CudaError::NoDevice { ordinal: 99, .. })));
+}
+
+/// Every kernel once on a small matrix with a partial band, NaN/Inf and every layout:
+/// what `run.sh sanitize` runs under compute-sanitizer (memcheck, racecheck).
+#[test]
+fn sanitizer_smoke() {
+    let Some(dev) = device() else { return };
+    let (rows, k) = (130, 256);
+    let x = Array2::from_shape_vec((rows, k), data(rows * k, 17, true)).unwrap().mapv(bf16::from_f32);
+    for scheme in Scheme::ALL {
+        for opts in option_sets(scheme, k).into_iter().take(2) {
+            let g = gpu::quantize_host(&dev, x.view(), scheme, &opts).unwrap();
+            let c = cpu::quantize(x.view(), scheme, &cpu_opts(&opts)).unwrap();
+            assert_same(&g, &c, &format!("sanitizer {scheme}"));
+            let _ = gpu::dequantize_host::<bf16>(&dev, &g).unwrap();
+        }
+    }
+    // The amax pass.
+    let _ = gpu::quantize_host(
+        &dev,
+        x.view(),
+        Scheme::NvFp4,
+        &gpu::QuantizeOptions::default().with_non_finite(NonFinite::Poison),
+    )
+    .unwrap();
+}

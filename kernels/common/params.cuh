@@ -1,0 +1,87 @@
+// Kernel parameter structs, mirrored field for field by #[repr(C)] structs in
+// crates/blockscale-cuda/src/params.rs (which asserts the same sizes).
+#pragma once
+
+#include <stdint.h>
+
+namespace bs {
+
+// Scheme codes shared with Rust (`params::SchemeCode`).
+enum SchemeCode : uint32_t {
+    NVFP4 = 0,
+    MXFP4 = 1,
+    MXFP6_E2M3 = 2,
+    MXFP6_E3M2 = 3,
+    MXFP8_E4M3 = 4,
+    MXFP8_E5M2 = 5,
+    FP8_BLOCK_1X128 = 6,
+    FP8_BLOCK_128X128 = 7,
+    INT4_G32 = 8,
+};
+
+struct QuantParams {
+    const void* input;        // rows x k values, row stride `row_stride` elements
+    uint8_t* data;            // packed codes (row-major, or block-interleaved for INT4)
+    void* scales;             // u8 (UE4M3 / UE8M0), f32 (FP8 block) or u16 (f16, INT4)
+    unsigned long long* bad;  // ~(min flat index row * k + col) of a NaN/Inf seen, 0 if none
+    unsigned long long row_stride;
+    uint32_t rows;
+    uint32_t k;
+    uint32_t scale_cols;      // k / block
+    uint32_t swizzled;        // scale layout: 0 linear, 1 Swizzled128x4
+    uint32_t interleaved;     // INT4 data layout: 0 row-major, 1 block-interleaved
+    uint32_t rule;            // MX ScaleRule: 0 Rceil, 1 Floor, 2 Ceil, 3 Even
+    uint32_t recipe;          // NVFP4: 0 LightX2V, 1 TransformerEngine
+    float global_encode;      // NVFP4 per-tensor encode scale g
+    float max_recip;          // MX: RN(1 / element max)
+    int32_t emax;             // MX: element's largest power of two
+    int32_t mbits;            // MX: element mantissa bits
+    uint32_t pad;
+};
+
+struct DequantParams {
+    const uint8_t* data;
+    const void* scales;
+    void* out;                // rows x k outputs, row stride `row_stride` elements
+    unsigned long long row_stride;
+    uint32_t rows;
+    uint32_t k;
+    uint32_t scale_cols;
+    uint32_t swizzled;
+    uint32_t interleaved;
+    float post;               // NVFP4 decode factor, 1 otherwise
+};
+
+struct AmaxParams {
+    const void* input;
+    unsigned int* amax_bits;  // atomicMax of finite |x| bit patterns
+    unsigned long long* bad;  // ~(min flat index) of a NaN/Inf, 0 if none
+    unsigned long long row_stride;
+    uint32_t rows;
+    uint32_t k;
+};
+
+// Index of scale (row, col) in the Swizzled128x4 layout with `cols` logical columns.
+__device__ __forceinline__ uint64_t swizzled_offset(uint32_t row, uint32_t col, uint32_t cols) {
+    const uint64_t k_tiles = (cols + 3u) / 4u;
+    return (uint64_t)(row / 128u) * k_tiles * 512u + (uint64_t)(col / 4u) * 512u + (row % 32u) * 16u +
+           ((row % 128u) / 32u) * 4u + (col % 4u);
+}
+
+// The u32 word holding the 8 four-bit codes of (row, col .. col + 8): row-major, or the
+// block-interleaved [k/32, rows, 4] layout (word w of K-block kb of row r at
+// (kb * rows + r) * 4 + w).
+__device__ __forceinline__ uint64_t word_index(uint32_t interleaved, uint32_t rows, uint32_t k, uint32_t row, uint32_t col) {
+    return interleaved ? ((uint64_t)(col / 32u) * rows + row) * 4u + (col % 32u) / 8u : (uint64_t)row * (k / 8u) + col / 8u;
+}
+
+__device__ __forceinline__ uint64_t scale_offset(uint32_t swizzled, uint32_t row, uint32_t col, uint32_t cols) {
+    return swizzled ? swizzled_offset(row, col, cols) : (uint64_t)row * cols + col;
+}
+
+}  // namespace bs
+
+// The Rust mirrors (crates/blockscale-cuda/src/params.rs) assert the same sizes.
+static_assert(sizeof(bs::QuantParams) == 88, "QuantParams layout changed: update params.rs");
+static_assert(sizeof(bs::DequantParams) == 56, "DequantParams layout changed: update params.rs");
+static_assert(sizeof(bs::AmaxParams) == 40, "AmaxParams layout changed: update params.rs");
