@@ -19,6 +19,11 @@ pub const CUDA_PACKAGES: &[&str] = &[
     "nvidia-cuda-runtime==13.0.88",
 ];
 
+/// nvdisasm for the SASS checks of `cargo xtask kernels`. PyPI has no 13.0.x build of
+/// it (the first is 13.2), so it lives in its own prefix, apart from the pinned
+/// compiler; a newer disassembler reads the 13.0 cubins.
+pub const NVDISASM_PACKAGES: &[&str] = &["nvidia-cuda-nvdisasm==13.2.86"];
+
 /// The Python oracles: ml_dtypes (a second, independent element-format oracle).
 pub const PYTHON_PACKAGES: &[&str] = &["ml_dtypes==0.6.0", "numpy==2.4.6"];
 
@@ -46,6 +51,17 @@ pub fn cuda(force: bool) -> Result<PathBuf> {
         bail!("pip finished but {} has no include/cuda_fp4.h", home.display());
     }
     Ok(home)
+}
+
+/// Installs nvdisasm unless present with the same pin; returns the binary.
+pub fn nvdisasm(force: bool) -> Result<PathBuf> {
+    let prefix = root().join("target").join("nvdisasm-13.2");
+    let bin = prefix.join("nvidia").join("cu13").join("bin").join("nvdisasm");
+    pip_install(&prefix, NVDISASM_PACKAGES, force || !bin.is_file())?;
+    if !bin.is_file() {
+        bail!("pip finished but {} is missing", bin.display());
+    }
+    Ok(bin)
 }
 
 /// Installs the Python oracles unless present with the same pins.

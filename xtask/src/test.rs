@@ -7,7 +7,8 @@ use crate::util::{self, cargo};
 
 /// Installs the oracles when missing, then runs fmt, clippy (also for the formats
 /// crate without `alloc`), every test including the ignored exhaustive sweeps with the
-/// oracle locations in the environment, and the README's main command. Under
+/// oracle locations in the environment (blockscale-cuda's GPU tests skip without a
+/// GPU), the kernel checks of `cargo xtask kernels`, and the README's main command. Under
 /// `CI=true` the oracle tests treat a missing oracle as a failure; outside CI they
 /// skip with a message; this command installs them first and requires them.
 pub fn run(lint: bool) -> Result<()> {
@@ -16,7 +17,7 @@ pub fn run(lint: bool) -> Result<()> {
 
     if lint {
         util::run(cargo().args(["fmt", "--all", "--", "--check"]))?;
-        util::run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+        util::run(cargo().args(["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"]))?;
         util::run(cargo().args([
             "clippy",
             "-p",
@@ -36,6 +37,8 @@ pub fn run(lint: bool) -> Result<()> {
             .env("BLOCKSCALE_PYTHONPATH", &python_dir)
             .env("BLOCKSCALE_REQUIRE_ORACLES", "1"),
     )?;
+    // Registers, spills and the sm_120a SASS conversions of every kernel.
+    crate::kernels::run()?;
     // The main job of the README, as a user runs it.
     util::run(cargo().args(["run", "--release", "--quiet", "--example", "formats"]))?;
     eprintln!("xtask test: all checks passed");

@@ -1,0 +1,20 @@
+//! `cargo xtask bench [--backend cpu|cuda]`: the benchmarks, each printing its ratio to
+//! the anchor measured in the same run. CPU: the criterion benches of blockscale-formats
+//! and blockscale-cpu. CUDA: blockscale-cuda's bench (needs a GPU here; on a machine
+//! without Rust use `cargo xtask gpu-bundle` and `gpu-bundle/run.sh bench` there).
+
+use anyhow::{Result, bail};
+
+use crate::setup_cuda;
+use crate::util::{self, cargo};
+
+pub fn run(backend: &str) -> Result<()> {
+    match backend {
+        "cpu" => util::run(cargo().args(["bench", "-p", "blockscale-formats", "-p", "blockscale-cpu"])),
+        "cuda" => {
+            setup_cuda::cuda(false)?;
+            util::run(cargo().args(["bench", "-p", "blockscale-cuda", "--bench", "quantize_cuda"]))
+        }
+        other => bail!("unknown backend {other:?}: expected cpu or cuda"),
+    }
+}
