@@ -9,7 +9,9 @@
 //! re-exported at the root: element types, packing, scale layouts, scale rules,
 //! schemes, [`QuantizedMatrix`]) and, with `cpu`, the CPU backend ([`cpu`], its entry
 //! points re-exported at the root: [`quantize`], [`dequantize`], [`fake_quantize`],
-//! [`error_metrics`]). GEMM joins them as it lands.
+//! [`error_metrics`]). With `cuda`, the CUDA backend is [`cuda`] (blockscale-cuda):
+//! the same quantize / dequantize on cudarc device buffers, plus host conveniences,
+//! writing the same bytes as the CPU. GEMM joins them as it lands.
 //!
 //! ```
 //! use blockscale::{E2M1, QuantizeOptions, Scheme, dequantize, quantize};
@@ -25,12 +27,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(feature = "cuda")]
-compile_error!(
-    "the `cuda` feature of blockscale is not implemented yet: build without it \
-     (the CPU backend is the default)"
-);
-
 pub use blockscale_formats as formats;
 pub use blockscale_formats::*;
 
@@ -42,10 +38,13 @@ pub use blockscale_cpu::{
     dequantize, dequantize_into, dequantize_slice, dequantize_with, error_metrics, error_metrics_slice, fake_quantize,
     quantize, quantize_slice,
 };
+/// The CUDA backend (feature `cuda`; building it needs nvcc, see the README).
+#[cfg(feature = "cuda")]
+pub use blockscale_cuda as cuda;
 /// The `half` version whose f16 and bf16 the API takes and returns.
 pub use half;
 /// The ndarray version the API takes and returns.
-#[cfg(feature = "cpu")]
+#[cfg(any(feature = "cpu", feature = "cuda"))]
 pub use ndarray;
 
 /// The README's code examples, compiled and run as doc tests.
