@@ -4,7 +4,8 @@
 // loop: a whole NVFP4 block (16 values) or a 32-value MX / INT4 block, loaded with 16-byte
 // vector loads and stored with one 8- or 16-byte store. An FP8 1x128 block is 4 units on
 // 4 adjacent lanes that reduce the block amax with shuffles. The scale steps are the
-// same scalar operations as the CPU's `scale.rs`. FP8 128x128 tiles get one CTA of 512 threads per tile.
+// same scalar operations as the CPU's `scale.rs`. FP8 128x128 tiles get one CTA per
+// tile, which reads the tile twice: once for the amax, once (from cache) to encode.
 //
 // Exactness: no fused multiply-add (-fmad=false and explicit _rn intrinsics), no flush
 // to zero, IEEE division and reciprocal. See docs/KERNELS.md.
@@ -266,6 +267,32 @@ __device__ __forceinline__ void encode_unit(const QuantParams& p, uint32_t row, 
     }
 }
 
+// The (row, unit) of a grid-stride loop over rows x units_per_row units, advanced by
+// additions: no 64-bit division inside the loop.
+struct UnitWalker {
+    uint64_t row;
+    uint32_t unit;
+    uint64_t stride_rows;
+    uint32_t stride_units;
+    uint32_t units_per_row;
+
+    __device__ __forceinline__ UnitWalker(uint64_t first, uint64_t stride, uint32_t per_row)
+        : row(first / per_row),
+          unit((uint32_t)(first % per_row)),
+          stride_rows(stride / per_row),
+          stride_units((uint32_t)(stride % per_row)),
+          units_per_row(per_row) {}
+
+    __device__ __forceinline__ void advance() {
+        row += stride_rows;
+        unit += stride_units;
+        if (unit >= units_per_row) {
+            unit -= units_per_row;
+            row += 1;
+        }
+    }
+};
+
 // One thread quantizes a unit of 16 (NVFP4) or 32 consecutive values of a row per step
 // of a grid-stride loop: a whole scale block, except FP8 1x128 blocks, which are 4 units
 // of 4 adjacent lanes that reduce the block amax with shuffles.
@@ -288,23 +315,13 @@ __device__ void quantize_units(const QuantParams& p) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     const uint32_t lane = threadIdx.x & 31u;
     const bool leader = (lane % group) == 0u;
-    // (row, unit) of c, advanced incrementally: no 64-bit division in the loop.
-    const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    uint64_t row_c = first / units_per_row;
-    uint32_t u = (uint32_t)(first % units_per_row);
-    const uint64_t stride_rows = stride / units_per_row;
-    const uint32_t stride_units = (uint32_t)(stride % units_per_row);
-    for (uint64_t c = first; c - (group > 1 ? lane : 0u) < total; c += stride) {
+    UnitWalker at((uint64_t)blockIdx.x * blockDim.x + threadIdx.x, stride, units_per_row);
+    for (uint64_t c = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; c - (group > 1 ? lane : 0u) < total; c += stride) {
         // With groups, whole warps iterate together (the condition is the warp's first
         // unit) so every lane takes part in the shuffles; units past the end are idle.
         const bool active = c < total;
-        const uint32_t row = (uint32_t)row_c, col = u * unit;
-        row_c += stride_rows;
-        u += stride_units;
-        if (u >= units_per_row) {
-            u -= units_per_row;
-            row_c += 1;
-        }
+        const uint32_t row = (uint32_t)at.row, col = at.unit * unit;
+        at.advance();
         float y[V][8];
         uint32_t a = 0;
 #pragma unroll
@@ -331,28 +348,28 @@ __device__ void quantize_units(const QuantParams& p) {
 
 // Threads per CTA of the FP8 128x128 tile kernel (crates/blockscale-cuda/src/quantize.rs
 // launches the same number).
-constexpr uint32_t TILE_THREADS = 512;
+constexpr uint32_t TILE_THREADS = 256;
 constexpr uint32_t TILE_CHUNKS = 128u * 16u / TILE_THREADS;  // chunks of 8 per thread
 
-// FP8 128x128 tiles: one CTA per tile; each thread holds TILE_CHUNKS chunks of 8 values
-// in registers, the CTA reduces the tile amax, then encodes from registers.
+// FP8 128x128 tiles: one CTA per tile. A first pass reduces the tile amax (registers,
+// shuffles, one shared word per warp); a second pass reloads the tile, now in L1/L2,
+// and encodes it. Holding the tile in registers instead would cap occupancy at two
+// CTAs per SM.
 template <typename In>
 __device__ void quantize_tiles(const QuantParams& p) {
     __shared__ uint32_t warp_max[TILE_THREADS / 32u];
     const uint32_t tile_row = blockIdx.y, tile_col = blockIdx.x;
     const uint32_t r0 = tile_row * 128u, c0 = tile_col * 128u;
-    float y[TILE_CHUNKS][8];
     uint32_t a = 0;
 #pragma unroll
     for (uint32_t j = 0; j < TILE_CHUNKS; j++) {
         const uint32_t chunk = threadIdx.x + TILE_THREADS * j;  // 2048 chunks: 128 rows x 16
         const uint32_t row = r0 + chunk / 16u, col = c0 + (chunk % 16u) * 8u;
-#pragma unroll
-        for (int i = 0; i < 8; i++) y[j][i] = 0.0f;
         if (row < p.rows) {
-            load8<In>(p.input, (uint64_t)row * p.row_stride + col, y[j]);
-            const uint32_t ca = amax_bits8(y[j]);
-            if (ca >= 0x7f800000u) record_bad(p.bad, y[j], (uint64_t)row * p.k + col);
+            float y[8];
+            load8<In>(p.input, (uint64_t)row * p.row_stride + col, y);
+            const uint32_t ca = amax_bits8(y);
+            if (ca >= 0x7f800000u) record_bad(p.bad, y, (uint64_t)row * p.k + col);
             a = max(a, ca);
         }
     }
@@ -369,27 +386,42 @@ __device__ void quantize_tiles(const QuantParams& p) {
     for (uint32_t j = 0; j < TILE_CHUNKS; j++) {
         const uint32_t chunk = threadIdx.x + TILE_THREADS * j;
         const uint32_t row = r0 + chunk / 16u, col = c0 + (chunk % 16u) * 8u;
-        if (row < p.rows) encode_store<FP8_BLOCK_128X128>(p, row, col, y[j], s);
+        if (row < p.rows) {
+            float y[8];
+            load8<In>(p.input, (uint64_t)row * p.row_stride + col, y);
+            encode_store<FP8_BLOCK_128X128>(p, row, col, y, s);
+        }
     }
 }
 
-// Largest finite |x| (as bits, via atomicMax) and the first NaN/Inf of the input.
+// Largest finite |x| (as bits, via atomicMax) and the first NaN/Inf of the input, one
+// unit of 16 values (an NVFP4 block) per thread per step.
 template <typename In>
-__device__ void amax_chunks(const AmaxParams& p) {
-    const uint32_t chunks_per_row = p.k / 8;
-    const uint64_t total = (uint64_t)p.rows * chunks_per_row;
+__device__ void amax_units(const AmaxParams& p) {
+    const uint32_t units_per_row = p.k / 16u;
+    const uint64_t total = (uint64_t)p.rows * units_per_row;
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    UnitWalker at(first, stride, units_per_row);
     uint32_t m = 0;
-    for (uint64_t c = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; c < total; c += stride) {
-        const uint32_t row = (uint32_t)(c / chunks_per_row), col = (uint32_t)(c % chunks_per_row) * 8u;
-        float y[8];
-        load8<In>(p.input, (uint64_t)row * p.row_stride + col, y);
+    for (uint64_t c = first; c < total; c += stride) {
+        const uint32_t row = (uint32_t)at.row, col = at.unit * 16u;
+        at.advance();
+        float y[2][8];
+        load8<In>(p.input, (uint64_t)row * p.row_stride + col, y[0]);
+        load8<In>(p.input, (uint64_t)row * p.row_stride + col + 8u, y[1]);
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint32_t b = bits_of(y[i]) & 0x7fffffffu;
-            if (b < 0x7f800000u) m = max(m, b);
+        for (int v = 0; v < 2; v++) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const uint32_t b = bits_of(y[v][i]) & 0x7fffffffu;
+                if (b < 0x7f800000u) m = max(m, b);
+            }
         }
-        if (amax_bits8(y) >= 0x7f800000u) record_bad(p.bad, y, (uint64_t)row * p.k + col);
+        if (max(amax_bits8(y[0]), amax_bits8(y[1])) >= 0x7f800000u) {
+            record_bad(p.bad, y[0], (uint64_t)row * p.k + col);
+            record_bad(p.bad, y[1], (uint64_t)row * p.k + col + 8u);
+        }
     }
 #pragma unroll
     for (uint32_t off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
@@ -428,6 +460,6 @@ extern "C" __global__ void __launch_bounds__(bs::TILE_THREADS) quantize_fp8_bloc
     bs::quantize_tiles<bs::BF16In>(p);
 }
 
-extern "C" __global__ void __launch_bounds__(256) amax_f32(const bs::AmaxParams p) { bs::amax_chunks<bs::F32In>(p); }
-extern "C" __global__ void __launch_bounds__(256) amax_f16(const bs::AmaxParams p) { bs::amax_chunks<bs::F16In>(p); }
-extern "C" __global__ void __launch_bounds__(256) amax_bf16(const bs::AmaxParams p) { bs::amax_chunks<bs::BF16In>(p); }
+extern "C" __global__ void __launch_bounds__(256) amax_f32(const bs::AmaxParams p) { bs::amax_units<bs::F32In>(p); }
+extern "C" __global__ void __launch_bounds__(256) amax_f16(const bs::AmaxParams p) { bs::amax_units<bs::F16In>(p); }
+extern "C" __global__ void __launch_bounds__(256) amax_bf16(const bs::AmaxParams p) { bs::amax_units<bs::BF16In>(p); }

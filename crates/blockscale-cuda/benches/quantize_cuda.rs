@@ -133,18 +133,31 @@ fn main() {
         report(&format!("dequantize {name} -> bf16"), t, moved);
     }
 
-    println!("\nsmall shapes (per call, launch included; NVFP4 given scale, MXFP8)");
+    small_shapes(&dev, "blockscale's own stream (cudarc event tracking on)", given);
+    // The same through a caller's stream on a context with cudarc's cross-stream event
+    // tracking off, as an engine that orders its own streams would run it.
+    let ctx = blockscale_cuda::cudarc::driver::CudaContext::new(0).unwrap();
+    // SAFETY: this context's buffers are used on one stream only.
+    unsafe { ctx.disable_event_tracking() };
+    let own = Device::from_stream(ctx.new_stream().unwrap()).unwrap();
+    small_shapes(&own, "caller's stream, event tracking off", given);
+}
+
+/// Per-call times of small quantizations (launch overhead included).
+fn small_shapes(dev: &Device, what: &str, given: GlobalScaleSource) {
+    println!("\nsmall shapes, {what} (per call, launch included; NVFP4 given scale, MXFP8)");
     println!("{:<30} {:>10}", "case", "us");
     for r in [1usize, 16, 128] {
-        let xs = input(&dev, r, 4096);
+        let xs = input(dev, r, 4096);
         let ms = DeviceMatrix::new(&xs, r, 4096);
-        for (name, scheme, layout) in [schemes[0], schemes[2]] {
+        for (name, scheme) in [("nvfp4", Scheme::NvFp4), ("mxfp8-e4m3", Scheme::MxFp8E4M3)] {
+            let layout = ScaleLayout::Swizzled128x4;
             let opts = QuantizeOptions::default()
                 .with_scale_layout(layout)
                 .with_global_scale(if scheme == Scheme::NvFp4 { given } else { GlobalScaleSource::TensorAmax })
                 .with_non_finite(NonFinite::Poison);
-            let mut out = DeviceQuantized::alloc(&dev, scheme, r, 4096, layout, DataLayout::RowMajor).unwrap();
-            let t = time(&dev, || quantize_into(&dev, ms, &opts, &mut out).unwrap());
+            let mut out = DeviceQuantized::alloc(dev, scheme, r, 4096, layout, DataLayout::RowMajor).unwrap();
+            let t = time(dev, || quantize_into(dev, ms, &opts, &mut out).unwrap());
             println!("{:<30} {:>10.2}", format!("quantize {name} {r} x 4096"), t * 1e6);
         }
     }

@@ -4,7 +4,7 @@
 use blockscale_formats::{
     DataLayout, GlobalScale, QuantShape, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat, ScaleLayout, Scheme,
 };
-use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, SyncOnDrop, ValidAsZeroBits};
 use half::{bf16, f16};
 
 use crate::{CudaError, Device};
@@ -59,13 +59,24 @@ pub enum DeviceScales {
 }
 
 impl DeviceScales {
-    pub(crate) fn ptr(&self, dev: &Device) -> u64 {
+    /// The device address for a kernel that reads the scales, with cudarc's guard:
+    /// keep it alive until the launch is queued, so the read is recorded after it.
+    pub(crate) fn ptr<'a>(&'a self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
         use cudarc::driver::DevicePtr;
-        let s = dev.stream();
         match self {
-            Self::Bytes(v) => v.device_ptr(s).0,
-            Self::F32(v) => v.device_ptr(s).0,
-            Self::F16(v) => v.device_ptr(s).0,
+            Self::Bytes(v) => v.device_ptr(stream),
+            Self::F32(v) => v.device_ptr(stream),
+            Self::F16(v) => v.device_ptr(stream),
+        }
+    }
+
+    /// As [`Self::ptr`], for a kernel that writes them.
+    pub(crate) fn ptr_mut<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+        use cudarc::driver::DevicePtrMut;
+        match self {
+            Self::Bytes(v) => v.device_ptr_mut(stream),
+            Self::F32(v) => v.device_ptr_mut(stream),
+            Self::F16(v) => v.device_ptr_mut(stream),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Dequantization on the device.
 
 use blockscale_formats::{DataLayout, QuantizedMatrix, ScaleLayout};
-use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ndarray::Array2;
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
@@ -37,13 +37,18 @@ pub fn dequantize_into<O: DeviceElement>(
     row_stride: usize,
 ) -> Result<(), CudaError> {
     let shape = q.shape();
-    let view = crate::quantize::DeviceMatrix { data: &*out, rows: shape.rows, k: shape.k, row_stride };
-    crate::quantize::check_matrix(dev, &view, "output")?;
     let stream = dev.stream();
+    let len = out.len();
+    // cudarc's guards (`g_*`) live until the launch is queued, so that with event
+    // tracking on, the recorded reads and writes cover the kernel.
+    let (out_ptr, g_out) = out.device_ptr_mut(stream);
+    crate::quantize::check_matrix::<O>(shape.rows, shape.k, row_stride, len, out_ptr, "output")?;
+    let (data_ptr, g_data) = q.data().device_ptr(stream);
+    let (scales_ptr, g_scales) = q.scales().ptr(stream);
     let params = DequantParams {
-        data: q.data().device_ptr(stream).0,
-        scales: q.scales().ptr(dev),
-        out: out.device_ptr(stream).0,
+        data: data_ptr,
+        scales: scales_ptr,
+        out: out_ptr,
         row_stride: row_stride as u64,
         rows: shape.rows as u32,
         k: shape.k as u32,
@@ -64,6 +69,7 @@ pub fn dequantize_into<O: DeviceElement>(
     // `from_host` (a validated QuantizedMatrix), so its codes and scales have the sizes
     // its shape implies; check_matrix confirmed the output's size, stride and alignment.
     unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the dequantize kernel"))?;
+    drop((g_out, g_data, g_scales));
     Ok(())
 }
 

@@ -79,6 +79,28 @@ impl Device {
             return Err(CudaError::NoDevice { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal).map_err(CudaError::driver("creating a context"))?;
+        let stream = ctx.new_stream().map_err(CudaError::driver("creating a stream"))?;
+        Self::from_stream(stream)
+    }
+
+    /// Runs blockscale's work on a stream the caller owns (an engine's own stream and
+    /// context): every operation is queued on it, ordered with the caller's other work,
+    /// and cudarc's cross-stream event tracking stays as the caller configured the
+    /// context. Checks the architecture and loads the kernels.
+    ///
+    /// ```no_run
+    /// use blockscale_cuda::{Device, cudarc::driver::CudaContext};
+    /// let ctx = CudaContext::new(0).unwrap();
+    /// let stream = ctx.new_stream().unwrap();
+    /// let dev = Device::from_stream(stream.clone())?;
+    /// # Ok::<(), blockscale_cuda::CudaError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`CudaError::Unsupported`] for a compute capability other than 9.0 and 12.x,
+    /// [`CudaError::Driver`] otherwise.
+    pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self, CudaError> {
+        let ctx = stream.context().clone();
         let name = ctx.name().map_err(CudaError::driver("reading the device name"))?;
         let (major, minor) = ctx.compute_capability().map_err(CudaError::driver("reading the compute capability"))?;
         let arch = match (major, minor) {
@@ -89,7 +111,6 @@ impl Device {
         let sm_count = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(CudaError::driver("reading the SM count"))? as u32;
-        let stream = ctx.new_stream().map_err(CudaError::driver("creating a stream"))?;
         let modules = embedded::MODULES
             .iter()
             .map(|&(name, image)| {

@@ -4,7 +4,7 @@ use blockscale_formats::{
     DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizedMatrix, ScaleLayout, ScaleRule,
     Scheme, check_recipe,
 };
-use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ndarray::ArrayView2;
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
@@ -86,7 +86,7 @@ impl<'a, T> DeviceMatrix<'a, T> {
 }
 
 /// Threads per CTA of the FP8 128x128 tile kernel (`TILE_THREADS` in quantize.cu).
-const TILE_THREADS: u32 = 512;
+const TILE_THREADS: u32 = 256;
 
 /// Refuses shapes beyond the kernels' index range: rows and K are 32-bit in the kernel
 /// parameters, and the 128x128 tile kernel has one CTA per tile (grid y at most 65535).
@@ -119,21 +119,24 @@ pub(crate) fn scheme_name(scheme: Scheme) -> &'static str {
     }
 }
 
-/// Checks that a device matrix fits its shape and the kernels' 16-byte accesses.
-pub(crate) fn check_matrix<T: DeviceElement>(
-    dev: &Device,
-    m: &DeviceMatrix<'_, T>,
+/// Checks a matrix view of `len` elements of `T` starting at device `address`: row
+/// stride, length and 16-byte alignment.
+pub(crate) fn check_matrix<T>(
+    rows: usize,
+    k: usize,
+    row_stride: usize,
+    len: usize,
+    address: u64,
     what: &'static str,
 ) -> Result<(), CudaError> {
     let elem = size_of::<T>();
-    if m.row_stride < m.k || !(m.row_stride * elem).is_multiple_of(16) {
-        return Err(CudaError::BadStride { row_stride: m.row_stride, k: m.k, elem_bytes: elem });
+    if row_stride < k || !(row_stride * elem).is_multiple_of(16) {
+        return Err(CudaError::BadStride { row_stride, k, elem_bytes: elem });
     }
-    let needed = if m.rows == 0 { 0 } else { (m.rows - 1) * m.row_stride + m.k };
-    if m.data.len() < needed {
-        return Err(CudaError::BufferLength { what, expected: needed, actual: m.data.len() });
+    let needed = if rows == 0 { 0 } else { (rows - 1) * row_stride + k };
+    if len < needed {
+        return Err(CudaError::BufferLength { what, expected: needed, actual: len });
     }
-    let address = m.data.device_ptr(dev.stream()).0;
     if !address.is_multiple_of(16) {
         return Err(CudaError::Misaligned { what, address });
     }
@@ -188,14 +191,20 @@ pub fn quantize_into<T: DeviceElement>(
         .into());
     }
     check_limits(scheme, input.rows, input.k)?;
-    check_matrix(dev, &input, "input")?;
     let stream = dev.stream();
-    stream.memset_zeros(&mut out.bad).map_err(CudaError::driver("clearing the NaN/Inf flag"))?;
-    let bad = &out.bad;
+    // cudarc's guards (`g_*`) live until the launch is queued, so that with event
+    // tracking on, the recorded reads and writes cover the kernel.
+    let (input_ptr, g_in) = input.data.device_ptr(stream);
+    check_matrix::<T>(input.rows, input.k, input.row_stride, input.data.len(), input_ptr, "input")?;
+    // The flag is read only under NonFinite::Error, so only then does it need clearing
+    // (one driver call fewer per poisoning call).
+    if options.non_finite == NonFinite::Error {
+        stream.memset_zeros(&mut out.bad).map_err(CudaError::driver("clearing the NaN/Inf flag"))?;
+    }
 
     let global = match (scheme, options.global_scale) {
         (Scheme::NvFp4, GlobalScaleSource::TensorAmax) => {
-            let amax = tensor_amax(dev, &input, bad, options.non_finite)?;
+            let amax = tensor_amax(dev, &input, input_ptr, &mut out.bad, options.non_finite)?;
             Some(GlobalScale::from_amax(amax)?)
         }
         (Scheme::NvFp4, GlobalScaleSource::Amax(a)) => Some(GlobalScale::from_amax(a)?),
@@ -204,11 +213,14 @@ pub fn quantize_into<T: DeviceElement>(
     };
 
     let element = scheme.element();
+    let (data_ptr, g_data) = out.data.device_ptr_mut(stream);
+    let (scales_ptr, g_scales) = out.scales.ptr_mut(stream);
+    let (bad_ptr, g_bad) = out.bad.device_ptr_mut(stream);
     let params = QuantParams {
-        input: input.data.device_ptr(stream).0,
-        data: out.data.device_ptr(stream).0,
-        scales: out.scales.ptr(dev),
-        bad: bad.device_ptr(stream).0,
+        input: input_ptr,
+        data: data_ptr,
+        scales: scales_ptr,
+        bad: bad_ptr,
         row_stride: input.row_stride as u64,
         rows: shape.rows as u32,
         k: shape.k as u32,
@@ -244,6 +256,7 @@ pub fn quantize_into<T: DeviceElement>(
     // above) and `bad` holds one u64. All outlive the queued kernel: cudarc frees device
     // memory in stream order.
     unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the quantize kernel"))?;
+    drop((g_in, g_data, g_scales, g_bad));
 
     if options.non_finite == NonFinite::Error {
         check_bad(dev, &input, &out.bad)?;
@@ -286,22 +299,26 @@ fn check_bad<T: DeviceElement>(
 fn tensor_amax<T: DeviceElement>(
     dev: &Device,
     input: &DeviceMatrix<'_, T>,
-    bad: &CudaSlice<u64>,
+    input_ptr: u64,
+    bad: &mut CudaSlice<u64>,
     policy: NonFinite,
 ) -> Result<f32, CudaError> {
     let stream = dev.stream();
-    let amax = stream.alloc_zeros::<u32>(1).map_err(CudaError::alloc("the amax", 4))?;
+    let mut amax = stream.alloc_zeros::<u32>(1).map_err(CudaError::alloc("the amax", 4))?;
+    let (amax_ptr, g_amax) = amax.device_ptr_mut(stream);
+    let (bad_ptr, g_bad) = bad.device_ptr_mut(stream);
     let params = AmaxParams {
-        input: input.data.device_ptr(stream).0,
-        amax_bits: amax.device_ptr(stream).0,
-        bad: bad.device_ptr(stream).0,
+        input: input_ptr,
+        amax_bits: amax_ptr,
+        bad: bad_ptr,
         row_stride: input.row_stride as u64,
         rows: input.rows as u32,
         k: input.k as u32,
     };
     let kernel = dev.function(&format!("amax_{}", T::SUFFIX))?;
     let config = LaunchConfig {
-        grid_dim: (dev.grid_for((input.rows * input.k / 8) as u64, &kernel), 1, 1),
+        // One thread per 16 values (quantize.cu `amax_units`).
+        grid_dim: (dev.grid_for((input.rows * input.k / 16) as u64, &kernel), 1, 1),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -310,6 +327,7 @@ fn tensor_amax<T: DeviceElement>(
     // SAFETY: `params` matches `AmaxParams`; the input was checked by check_matrix, and
     // `amax` and `bad` hold one u32 and one u64.
     unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the amax kernel"))?;
+    drop((g_amax, g_bad));
     if policy == NonFinite::Error {
         check_bad(dev, input, bad)?;
     }

@@ -227,6 +227,56 @@ fn strided_device_input_and_device_round_trip() {
     }
 }
 
+/// With cudarc's event tracking (Device::new), a read of the output on another stream
+/// waits for the quantize kernel: the launch wrappers hold cudarc's guards across the
+/// launch. The stream is kept busy first, and the other stream copies the last codes
+/// the kernel writes, so that an event recorded before the launch would let it read
+/// them while the kernel is still running.
+#[test]
+fn other_streams_wait_for_the_kernel() {
+    let Some(dev) = device() else { return };
+    let other = dev.context().new_stream().unwrap();
+    let (rows, k) = (4096, 8192);
+    let x: Vec<bf16> = data(rows * k, 11, false).into_iter().map(bf16::from_f32).collect();
+    let xd = dev.stream().clone_htod(&x).unwrap();
+    let m = DeviceMatrix::new(&xd, rows, k);
+    // Poison and a given amax: nothing is read back, so the host does not wait.
+    let opts = gpu::QuantizeOptions::default()
+        .with_global_scale(GlobalScaleSource::Amax(4.0))
+        .with_non_finite(NonFinite::Poison);
+    let layouts = (ScaleLayout::Linear, DataLayout::RowMajor);
+    let mut busy = DeviceQuantized::alloc(&dev, Scheme::NvFp4, rows, k, layouts.0, layouts.1).unwrap();
+    let mut out = DeviceQuantized::alloc(&dev, Scheme::NvFp4, rows, k, layouts.0, layouts.1).unwrap();
+    dev.synchronize().unwrap();
+    for _ in 0..5 {
+        gpu::quantize_into(&dev, m, &opts, &mut busy).unwrap();
+    }
+    gpu::quantize_into(&dev, m, &opts, &mut out).unwrap();
+    let n = out.data().len();
+    let mut tail = other.alloc_zeros::<u8>(256).unwrap();
+    other.memcpy_dtod(&out.data().slice(n - 256..), &mut tail).unwrap();
+    let seen = other.clone_dtoh(&tail).unwrap();
+    let ordered = out.to_host(&dev).unwrap();
+    assert!(seen == ordered.data()[n - 256..], "another stream read the codes before the kernel finished");
+}
+
+#[test]
+fn callers_stream_without_event_tracking() {
+    if device().is_none() {
+        return;
+    }
+    // An engine's own context and stream, with cudarc's cross-stream tracking off.
+    let ctx = gpu::cudarc::driver::CudaContext::new(0).unwrap();
+    // SAFETY: every buffer of this context is used on the one stream below.
+    unsafe { ctx.disable_event_tracking() };
+    let dev = Device::from_stream(ctx.new_stream().unwrap()).unwrap();
+    let (rows, k) = (33, 512);
+    let x = Array2::from_shape_vec((rows, k), data(rows * k, 5, false)).unwrap().mapv(bf16::from_f32);
+    for scheme in [Scheme::NvFp4, Scheme::MxFp8E4M3] {
+        check_scheme(&dev, &x, scheme, "caller's stream");
+    }
+}
+
 #[test]
 fn bad_input_is_a_typed_error() {
     let Some(dev) = device() else { return };
