@@ -109,52 +109,14 @@ template <> struct SchemeTraits<FP8_BLOCK_1X128> { static constexpr uint32_t blo
 template <> struct SchemeTraits<FP8_BLOCK_128X128> { static constexpr uint32_t block = 128; };
 template <> struct SchemeTraits<INT4_G32> { static constexpr uint32_t block = 32; };
 
-// Stores 8 six-bit codes (one per byte of `codes`) as 6 bytes of the LSB-first stream.
-__device__ __forceinline__ void store_fp6(uint8_t* dst, uint64_t codes) {
-    uint64_t packed = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++) packed |= ((codes >> (8 * i)) & 0x3fu) << (6 * i);
-    uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-    d[0] = (uint16_t)packed;
-    d[1] = (uint16_t)(packed >> 16);
-    d[2] = (uint16_t)(packed >> 32);
-}
-
-// Encodes one chunk (8 values scaled by factor) and stores its codes.
-template <uint32_t S>
-__device__ __forceinline__ void encode_store(const QuantParams& p, uint32_t row, uint32_t col, float y[8], float f) {
-    const bool zero = (f == 0.0f) || (f != f);
-    uint8_t* data = p.data;
-    if constexpr (S == NVFP4 || S == MXFP4) {
-        uint32_t codes = 0;
-        if (!zero) {
-            scale8(y, f, false);
-            codes = encode8_e2m1(y);
-        }
-        reinterpret_cast<uint32_t*>(data)[word_index(p.interleaved, p.rows, p.k, row, col)] = codes;
-    } else if constexpr (S == INT4_G32) {
-        uint32_t codes = 0x88888888u;
-        if (!zero) {
-            scale8(y, f, true);
-            codes = encode8_int4(y);
-        }
-        reinterpret_cast<uint32_t*>(data)[word_index(p.interleaved, p.rows, p.k, row, col)] = codes;
-    } else if constexpr (S == MXFP6_E2M3 || S == MXFP6_E3M2) {
-        uint64_t codes = 0;
-        if (!zero) {
-            scale8(y, f, false);
-            codes = S == MXFP6_E2M3 ? encode8_bytes<E2M3>(y) : encode8_bytes<E3M2>(y);
-        }
-        store_fp6(data + (uint64_t)row * (p.k / 4 * 3) + col / 4 * 3, codes);
-    } else {
-        uint64_t codes = 0;
-        if (!zero) {
-            constexpr bool divide = S == FP8_BLOCK_1X128 || S == FP8_BLOCK_128X128;
-            scale8(y, f, divide);
-            codes = S == MXFP8_E5M2 ? encode8_bytes<E5M2>(y) : encode8_bytes<E4M3>(y);
-        }
-        *reinterpret_cast<uint64_t*>(data + (uint64_t)row * p.k + col) = codes;
+// Encodes 8 values of an FP8 128x128 tile (x / s, E4M3) and stores their 8 bytes.
+__device__ __forceinline__ void encode_store_tile8(const QuantParams& p, uint32_t row, uint32_t col, float y[8], float s) {
+    uint64_t codes = 0;
+    if (s != 0.0f && s == s) {
+        scale8(y, s, true);
+        codes = encode8_bytes<E4M3>(y);
     }
+    *reinterpret_cast<uint64_t*>(p.data + (uint64_t)row * p.k + col) = codes;
 }
 
 // Scale step of one unit: the block's scale (written by the group's first lane) and the
@@ -199,8 +161,8 @@ __device__ __forceinline__ float block_factor(const QuantParams& p, const float*
     return f;
 }
 
-// Encodes and stores one unit of V*8 values scaled by factor f: V / 2 .. V 16-byte
-// stores (FP6: 6V bytes).
+// Encodes and stores one unit of V*8 values scaled by factor f: one 8-byte (NVFP4) or
+// 16-byte (MXFP4, INT4) store, V / 2 16-byte stores (FP8) or three 8-byte stores (FP6).
 template <uint32_t S, int V>
 __device__ __forceinline__ void encode_unit(const QuantParams& p, uint32_t row, uint32_t col, float (&y)[V][8], float f) {
     const bool zero = (f == 0.0f) || (f != f);
@@ -389,7 +351,7 @@ __device__ void quantize_tiles(const QuantParams& p) {
         if (row < p.rows) {
             float y[8];
             load8<In>(p.input, (uint64_t)row * p.row_stride + col, y);
-            encode_store<FP8_BLOCK_128X128>(p, row, col, y, s);
+            encode_store_tile8(p, row, col, y, s);
         }
     }
 }

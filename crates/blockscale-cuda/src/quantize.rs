@@ -347,7 +347,10 @@ pub fn quantize_host<T: DeviceElement>(
     options: &QuantizeOptions,
 ) -> Result<QuantizedMatrix, CudaError> {
     let (rows, k) = input.dim();
-    scheme.shape(rows, k)?;
+    let shape = scheme.shape(rows, k)?;
+    // Refuse what would fail anyway before copying the input to the device.
+    check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
+    check_limits(scheme, rows, k)?;
     let host = input.as_standard_layout();
     let flat = host.as_slice().expect("standard layout is contiguous");
     let data = dev.stream().clone_htod(flat).map_err(CudaError::alloc("the input", std::mem::size_of_val(flat)))?;
