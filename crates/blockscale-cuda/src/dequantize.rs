@@ -1,7 +1,7 @@
 //! Dequantization on the device.
 
 use blockscale_formats::{DataLayout, QuantizedMatrix, ScaleLayout};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 use ndarray::Array2;
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
@@ -58,11 +58,8 @@ pub fn dequantize_into<O: DeviceElement>(
         post: q.global_scale().map_or(1.0, |g| g.decode()),
     };
     let kernel = dev.function(&format!("dequantize_{}_{}", scheme_name(q.scheme()), O::SUFFIX))?;
-    let config = LaunchConfig {
-        grid_dim: (dev.grid_for((shape.rows * shape.k / 8) as u64, &kernel), 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    // One thread per 8 values (dequantize.cu).
+    let config = dev.grid_stride((shape.rows * shape.k / 8) as u64, &kernel);
     let mut launch = stream.launch_builder(&kernel.func);
     launch.arg(&params);
     // SAFETY: `params` matches `DequantParams`; `q` was built by `quantize` or

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 
 use crate::CudaError;
@@ -178,11 +178,13 @@ impl Device {
         Ok(kernel)
     }
 
-    /// Blocks of 256 threads for a grid-stride kernel over `work` items: one full wave
-    /// (every SM holding as many blocks as fit), no more than the work needs.
-    pub(crate) fn grid_for(&self, work: u64, kernel: &Kernel) -> u32 {
+    /// The launch of a grid-stride kernel over `work` items, one per thread per step:
+    /// blocks of 256 threads, one full wave (every SM holding as many blocks as fit), no
+    /// more than the work needs.
+    pub(crate) fn grid_stride(&self, work: u64, kernel: &Kernel) -> LaunchConfig {
         let needed = work.div_ceil(256).max(1);
-        needed.min(self.sm_count as u64 * kernel.blocks_per_sm as u64) as u32
+        let blocks = needed.min(self.sm_count as u64 * kernel.blocks_per_sm as u64) as u32;
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
     }
 }
 

@@ -1,8 +1,8 @@
 //! Quantization on the device: validation, the NVFP4 amax pass, the kernel launch.
 
 use blockscale_formats::{
-    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizedMatrix, ScaleLayout, ScaleRule,
-    Scheme, check_recipe,
+    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantShape, QuantizedMatrix, ScaleLayout,
+    ScaleRule, Scheme, check_recipe,
 };
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ndarray::ArrayView2;
@@ -104,6 +104,15 @@ pub(crate) fn check_limits(scheme: Scheme, rows: usize, k: usize) -> Result<(), 
     Ok(())
 }
 
+/// The checks every quantize entry point makes before touching the device: the shape,
+/// the options against the scheme ([`check_recipe`]) and the kernels' limits.
+fn check_request(scheme: Scheme, rows: usize, k: usize, options: &QuantizeOptions) -> Result<QuantShape, CudaError> {
+    let shape = scheme.shape(rows, k)?;
+    check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
+    check_limits(scheme, rows, k)?;
+    Ok(shape)
+}
+
 /// The kernel-name fragment of a scheme.
 pub(crate) fn scheme_name(scheme: Scheme) -> &'static str {
     match scheme {
@@ -159,8 +168,7 @@ pub fn quantize<T: DeviceElement>(
     scheme: Scheme,
     options: &QuantizeOptions,
 ) -> Result<DeviceQuantized, CudaError> {
-    let shape = scheme.shape(input.rows, input.k)?;
-    check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
+    check_request(scheme, input.rows, input.k, options)?;
     let mut out = DeviceQuantized::alloc(dev, scheme, input.rows, input.k, options.scale_layout, options.data_layout)?;
     quantize_into(dev, input, options, &mut out)?;
     Ok(out)
@@ -180,8 +188,7 @@ pub fn quantize_into<T: DeviceElement>(
     out: &mut DeviceQuantized,
 ) -> Result<(), CudaError> {
     let scheme = out.scheme();
-    let shape = scheme.shape(input.rows, input.k)?;
-    check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
+    let shape = check_request(scheme, input.rows, input.k, options)?;
     if shape != out.shape || options.scale_layout != out.scale_layout || options.data_layout != out.data_layout {
         return Err(blockscale_formats::FormatError::LengthMismatch {
             what: "output buffers (their shape or layouts differ from the input and options)",
@@ -190,7 +197,6 @@ pub fn quantize_into<T: DeviceElement>(
         }
         .into());
     }
-    check_limits(scheme, input.rows, input.k)?;
     let stream = dev.stream();
     // cudarc's guards (`g_*`) live until the launch is queued, so that with event
     // tracking on, the recorded reads and writes cover the kernel.
@@ -246,7 +252,7 @@ pub fn quantize_into<T: DeviceElement>(
     } else {
         // One thread per unit: a 16-value NVFP4 block or 32 values (quantize.cu).
         let units = (shape.rows * shape.k / scheme.block_size().min(32)) as u64;
-        LaunchConfig { grid_dim: (dev.grid_for(units, &kernel), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+        dev.grid_stride(units, &kernel)
     };
     let mut launch = stream.launch_builder(&kernel.func);
     launch.arg(&params);
@@ -316,12 +322,8 @@ fn tensor_amax<T: DeviceElement>(
         k: input.k as u32,
     };
     let kernel = dev.function(&format!("amax_{}", T::SUFFIX))?;
-    let config = LaunchConfig {
-        // One thread per 16 values (quantize.cu `amax_units`).
-        grid_dim: (dev.grid_for((input.rows * input.k / 16) as u64, &kernel), 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    // One thread per 16 values (quantize.cu `amax_units`).
+    let config = dev.grid_stride((input.rows * input.k / 16) as u64, &kernel);
     let mut launch = stream.launch_builder(&kernel.func);
     launch.arg(&params);
     // SAFETY: `params` matches `AmaxParams`; the input was checked by check_matrix, and
@@ -347,10 +349,8 @@ pub fn quantize_host<T: DeviceElement>(
     options: &QuantizeOptions,
 ) -> Result<QuantizedMatrix, CudaError> {
     let (rows, k) = input.dim();
-    let shape = scheme.shape(rows, k)?;
     // Refuse what would fail anyway before copying the input to the device.
-    check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
-    check_limits(scheme, rows, k)?;
+    check_request(scheme, rows, k, options)?;
     let host = input.as_standard_layout();
     let flat = host.as_slice().expect("standard layout is contiguous");
     let data = dev.stream().clone_htod(flat).map_err(CudaError::alloc("the input", std::mem::size_of_val(flat)))?;

@@ -156,8 +156,8 @@ pub(crate) fn encode_row<T: Input>(
 }
 
 /// Decodes a row block by block: element `i` of block `b` becomes
-/// `O((value(code_i) * scales[b]) * post)`, with every NaN the canonical `f32::NAN`. `codes` holds `out.len() / per_byte` bytes
-/// (FP6 codes unpacked, one per byte).
+/// `O((value(code_i) * scales[b]) * post)`, with every NaN the canonical `f32::NAN`.
+/// `codes` holds `out.len() / per_byte` bytes (FP6 codes unpacked, one per byte).
 pub(crate) fn decode_row<O: Output>(
     path: Path,
     codes: &[u8],
