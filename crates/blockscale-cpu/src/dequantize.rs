@@ -46,6 +46,16 @@ impl<'q> RowDecoder<'q> {
 
     /// Decodes row `r` into `out` (`k` elements).
     pub(crate) fn decode<O: Output>(&mut self, r: usize, out: &mut [O]) {
+        self.decode_scaled(r, out, true);
+    }
+
+    /// The element values of row `r` alone, without block scales or the per-tensor
+    /// factor (exact in f32; NaN and infinity codes decode as such).
+    pub(crate) fn values(&mut self, r: usize, out: &mut [f32]) {
+        self.decode_scaled(r, out, false);
+    }
+
+    fn decode_scaled<O: Output>(&mut self, r: usize, out: &mut [O], scaled: bool) {
         let shape = self.q.shape();
         let (k, rb) = (shape.k, shape.row_bytes);
         let bytes: &[u8] = match self.q.data_layout() {
@@ -62,16 +72,17 @@ impl<'q> RowDecoder<'q> {
         };
         for (c, s) in self.scales.iter_mut().enumerate() {
             // In range by construction: r < rows, c < scale_cols.
-            *s = self.q.scale(r, c).unwrap_or(f32::NAN);
+            *s = if scaled { self.q.scale(r, c).unwrap_or(f32::NAN) } else { 1.0 };
         }
+        let post = if scaled { self.post } else { 1.0 };
         let block = self.q.scheme().block_size();
         if matches!(self.target, Target::E2M3 | Target::E3M2) {
             self.codes.resize(k, 0);
             // The lengths agree: 3k/4 bytes, k codes.
             let _ = pack::unpack_fp6::<u8>(bytes, &mut self.codes);
-            kernels::decode_row(self.path, &self.codes, block, self.target, &self.scales, self.post, out);
+            kernels::decode_row(self.path, &self.codes, block, self.target, &self.scales, post, out);
         } else {
-            kernels::decode_row(self.path, bytes, block, self.target, &self.scales, self.post, out);
+            kernels::decode_row(self.path, bytes, block, self.target, &self.scales, post, out);
         }
     }
 }

@@ -52,6 +52,43 @@ pub enum CpuError {
         /// The second shape.
         b: (usize, usize),
     },
+    /// Two quantized schemes that do not multiply with each other.
+    #[error("cannot multiply {a} by {b}: {hint}")]
+    UnsupportedPair {
+        /// Scheme of A.
+        a: blockscale_formats::Scheme,
+        /// Scheme of B.
+        b: blockscale_formats::Scheme,
+        /// What does work.
+        hint: &'static str,
+    },
+    /// The operands of a product disagree on K.
+    #[error("A has K = {a} but B has K = {b}; both operands are K-major with the same K")]
+    KMismatch {
+        /// K of A (the activations).
+        a: usize,
+        /// K of B (the weights).
+        b: usize,
+    },
+    /// A bias whose length is not N.
+    #[error("the bias has {actual} values but the product has N = {expected} columns")]
+    BiasLength {
+        /// N.
+        expected: usize,
+        /// The bias length.
+        actual: usize,
+    },
+    /// A NaN or infinite bias value.
+    #[error("bias[{index}] is {value}; the bias must be finite")]
+    NonFiniteBias {
+        /// Position in the bias.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
+    /// A NaN or infinite `alpha`.
+    #[error("alpha is {0}; it must be finite")]
+    InvalidAlpha(f32),
     /// A SIMD path was forced that this CPU does not have.
     #[error("the {0} path was requested but this CPU lacks it; use Simd::Auto or Simd::Portable")]
     SimdUnavailable(&'static str),

@@ -39,6 +39,7 @@
 mod dequantize;
 mod error;
 mod fake;
+mod gemm;
 mod input;
 mod kernels;
 mod metrics;
@@ -51,6 +52,10 @@ pub use blockscale_formats::{GlobalScale, QuantizedMatrix, nvfp4_alpha};
 pub use dequantize::{DequantizeOptions, dequantize, dequantize_into, dequantize_slice, dequantize_with};
 pub use error::CpuError;
 pub use fake::fake_quantize;
+pub use gemm::{
+    Activation, ActivationPrecision, Epilogue, GemmOptions, gemm, gemm_reference, gemm_weight_only,
+    gemm_weight_only_reference, gemv,
+};
 pub use input::Input;
 pub use kernels::avx2_available;
 pub use metrics::{ErrorMetrics, error_metrics, error_metrics_slice};

@@ -81,7 +81,7 @@ fn encode_element(e: ElementFormat, y: f32) -> u8 {
 }
 
 /// Packs codes (one per element, row-major) the way FORMATS.md says, bit by bit.
-fn pack_codes(codes: &[u8], bits: usize) -> Vec<u8> {
+pub fn pack_codes(codes: &[u8], bits: usize) -> Vec<u8> {
     let mut out = vec![0u8; codes.len() * bits / 8];
     for (i, &c) in codes.iter().enumerate() {
         for b in 0..bits {

@@ -1,0 +1,213 @@
+//! Tile kernels of the fast GEMM: `out[i, j] = sum_kb s_a[i, kb] s_b[j, kb] dot_kb(a_i, b_j)`
+//! for rows of A and B both K-major, in int8 (exact block sums) or f32.
+
+use crate::kernels::Path;
+
+/// int8 tile: `a` is `mt x k`, `b` is `nt x k` (small integers), scales `mt x k/bs` and
+/// `nt x k/bs`; `out` (`mt x nt`) gets `post * sum_kb (sa * sb) * (exact block sum)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn int8_tile(
+    path: Path,
+    a: &[i8],
+    sa: &[f32],
+    b: &[i8],
+    sb: &[f32],
+    k: usize,
+    bs: usize,
+    post: f32,
+    out: &mut [f32],
+) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Path::Avx2` exists only after `avx2_available()` confirmed AVX2 (and
+        // FMA, which every AVX2 CPU this path targets has; checked there too).
+        Path::Avx2 if (bs == 16 || bs == 32) && k.is_multiple_of(32) => unsafe {
+            avx2::int8_tile(a, sa, b, sb, k, bs, post, out)
+        },
+        _ => portable_int8(a, sa, b, sb, k, bs, post, out),
+    }
+}
+
+/// f32 tile: as [`int8_tile`] with f32 element values, block sums in f32.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn f32_tile(path: Path, a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usize, out: &mut [f32]) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `int8_tile`.
+        Path::Avx2 if bs.is_multiple_of(8) => unsafe { avx2::f32_tile(a, sa, b, sb, k, bs, out) },
+        _ => portable_f32(a, sa, b, sb, k, bs, out),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn portable_int8(a: &[i8], sa: &[f32], b: &[i8], sb: &[f32], k: usize, bs: usize, post: f32, out: &mut [f32]) {
+    let nb = k / bs;
+    let nt = b.len() / k;
+    for (i, (ar, sar)) in a.chunks_exact(k).zip(sa.chunks_exact(nb)).enumerate() {
+        for (j, (br, sbr)) in b.chunks_exact(k).zip(sb.chunks_exact(nb)).enumerate() {
+            let mut acc = 0f32;
+            for (kb, (ab, bb)) in ar.chunks_exact(bs).zip(br.chunks_exact(bs)).enumerate() {
+                let s: i32 = ab.iter().zip(bb).map(|(&x, &y)| x as i32 * y as i32).sum();
+                acc += s as f32 * (sar[kb] * sbr[kb]);
+            }
+            out[i * nt + j] = acc * post;
+        }
+    }
+}
+
+fn portable_f32(a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usize, out: &mut [f32]) {
+    let nb = k / bs;
+    let nt = b.len() / k;
+    for (i, (ar, sar)) in a.chunks_exact(k).zip(sa.chunks_exact(nb)).enumerate() {
+        for (j, (br, sbr)) in b.chunks_exact(k).zip(sb.chunks_exact(nb)).enumerate() {
+            let mut acc = 0f32;
+            for (kb, (ab, bb)) in ar.chunks_exact(bs).zip(br.chunks_exact(bs)).enumerate() {
+                // Eight lanes, as the SIMD kernel sums (any order meets the bound).
+                let mut lanes = [0f32; 8];
+                for (c, (&x, &y)) in ab.iter().zip(bb).enumerate() {
+                    lanes[c % 8] = x.mul_add(y, lanes[c % 8]);
+                }
+                let s: f32 = lanes.iter().sum();
+                acc = s.mul_add(sar[kb] * sbr[kb], acc);
+            }
+            out[i * nt + j] = acc;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use core::arch::x86_64::*;
+
+    /// Sum of the eight lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// Eight i32 lanes of 4-product sums of `a . b` (signed bytes): `|b| * sign(a, b)`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_lanes(a: __m256i, b: __m256i, babs: __m256i) -> __m256i {
+        let p = _mm256_maddubs_epi16(babs, _mm256_sign_epi8(a, b));
+        _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+    }
+
+    /// The scale of each lane's block: lanes 0-3 and 4-7 of a 32-byte step are
+    /// different 16-element blocks when `bs` is 16, the same block when it is 32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn lane_scales(s: &[f32], step: usize, bs: usize) -> __m256 {
+        if bs == 32 {
+            _mm256_set1_ps(s[step])
+        } else {
+            _mm256_setr_m128(_mm_set1_ps(s[2 * step]), _mm_set1_ps(s[2 * step + 1]))
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn int8_tile(
+        a: &[i8],
+        sa: &[f32],
+        b: &[i8],
+        sb: &[f32],
+        k: usize,
+        bs: usize,
+        post: f32,
+        out: &mut [f32],
+    ) {
+        let (mt, nt, nb, steps) = (a.len() / k, b.len() / k, k / bs, k / 32);
+        let load = |row: &[i8], s: usize| {
+            let v = &row[s * 32..s * 32 + 32];
+            // SAFETY: `v` holds exactly 32 bytes; loadu has no alignment requirement.
+            unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
+        };
+        let mut i = 0;
+        while i < mt {
+            let ih = (mt - i).min(4);
+            let mut j = 0;
+            while j < nt {
+                let jh = (nt - j).min(2);
+                let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+                for s in 0..steps {
+                    let mut bv = [_mm256_setzero_si256(); 2];
+                    let mut babs = [_mm256_setzero_si256(); 2];
+                    let mut bsc = [_mm256_setzero_ps(); 2];
+                    for jj in 0..jh {
+                        let row = &b[(j + jj) * k..(j + jj + 1) * k];
+                        bv[jj] = load(row, s);
+                        babs[jj] = _mm256_abs_epi8(bv[jj]);
+                        bsc[jj] = lane_scales(&sb[(j + jj) * nb..(j + jj + 1) * nb], s, bs);
+                    }
+                    for ii in 0..ih {
+                        let av = load(&a[(i + ii) * k..(i + ii + 1) * k], s);
+                        let asc = lane_scales(&sa[(i + ii) * nb..(i + ii + 1) * nb], s, bs);
+                        for jj in 0..jh {
+                            let d = _mm256_cvtepi32_ps(dot_lanes(av, bv[jj], babs[jj]));
+                            acc[ii][jj] = _mm256_fmadd_ps(d, _mm256_mul_ps(asc, bsc[jj]), acc[ii][jj]);
+                        }
+                    }
+                }
+                for ii in 0..ih {
+                    for jj in 0..jh {
+                        out[(i + ii) * nt + j + jj] = hsum(acc[ii][jj]) * post;
+                    }
+                }
+                j += jh;
+            }
+            i += ih;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn f32_tile(a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usize, out: &mut [f32]) {
+        let (mt, nt, nb) = (a.len() / k, b.len() / k, k / bs);
+        let load = |row: &[f32], at: usize| {
+            let v = &row[at..at + 8];
+            // SAFETY: `v` holds exactly 8 f32; loadu has no alignment requirement.
+            unsafe { _mm256_loadu_ps(v.as_ptr()) }
+        };
+        let mut i = 0;
+        while i < mt {
+            let ih = (mt - i).min(2);
+            let mut j = 0;
+            while j < nt {
+                let jh = (nt - j).min(2);
+                let mut tot = [[_mm256_setzero_ps(); 2]; 2];
+                for kb in 0..nb {
+                    let mut blk = [[_mm256_setzero_ps(); 2]; 2];
+                    for c in (kb * bs..(kb + 1) * bs).step_by(8) {
+                        let mut bv = [_mm256_setzero_ps(); 2];
+                        for jj in 0..jh {
+                            bv[jj] = load(&b[(j + jj) * k..], c);
+                        }
+                        for ii in 0..ih {
+                            let av = load(&a[(i + ii) * k..], c);
+                            for jj in 0..jh {
+                                blk[ii][jj] = _mm256_fmadd_ps(av, bv[jj], blk[ii][jj]);
+                            }
+                        }
+                    }
+                    for ii in 0..ih {
+                        for jj in 0..jh {
+                            let s = _mm256_set1_ps(sa[(i + ii) * nb + kb] * sb[(j + jj) * nb + kb]);
+                            tot[ii][jj] = _mm256_fmadd_ps(blk[ii][jj], s, tot[ii][jj]);
+                        }
+                    }
+                }
+                for ii in 0..ih {
+                    for jj in 0..jh {
+                        out[(i + ii) * nt + j + jj] = hsum(tot[ii][jj]);
+                    }
+                }
+                j += jh;
+            }
+            i += ih;
+        }
+    }
+}

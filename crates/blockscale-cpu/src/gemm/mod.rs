@@ -1,0 +1,267 @@
+//! Block-scaled GEMM and GEMV: `D = act(alpha * A . B^T + bias)` with both operands
+//! K-major, as the tensor cores take them.
+//!
+//! - Quantized x quantized ([`gemm`], [`gemm_reference`]): NVFP4 x NVFP4, any MX x
+//!   any MX (MXFP4, MXFP6 x MXFP8 in either order, MXFP8 E4M3 / E5M2), FP8 block x FP8
+//!   block (DeepSeek-V3's 1x128 activations x 128x128 weights, or any other tiling).
+//! - Weight-only ([`gemm_weight_only`], [`gemm_weight_only_reference`], [`gemv`]): f32,
+//!   f16 or bf16 activations x quantized weights (NVFP4, MXFP4 and INT4-G32 have the
+//!   fast 4-bit kernels; every other scheme works through the generic path).
+//!
+//! Two paths. `*_reference` is exact: every block sum is an integer, blocks are
+//! accumulated without rounding, `alpha` and the bias are applied exactly and the
+//! result is rounded once (docs/NUMERICS.md proves it); golden files and GPU kernels
+//! are checked against it. The fast path sums blocks with integer or f32 SIMD
+//! arithmetic and f32 accumulation; its error against the reference is bounded (see
+//! [`ActivationPrecision`] and docs/NUMERICS.md), and it is bit-identical to the
+//! reference when every partial sum is exactly representable in f32.
+//!
+//! ```
+//! use blockscale_cpu::{Epilogue, GemmOptions, QuantizeOptions, gemm, gemm_reference, quantize};
+//! use blockscale_formats::Scheme;
+//! use ndarray::Array2;
+//!
+//! let a = Array2::from_shape_fn((8, 64), |(i, k)| ((i * 7 + k) % 13) as f32 - 6.0);
+//! let b = Array2::from_shape_fn((16, 64), |(j, k)| ((j + 3 * k) % 5) as f32 - 2.0);
+//! let opts = QuantizeOptions::default();
+//! let (qa, qb) = (quantize(a.view(), Scheme::MxFp8E4M3, &opts).unwrap(), quantize(b.view(), Scheme::MxFp8E4M3, &opts).unwrap());
+//! let exact = gemm_reference::<f32>(&qa, &qb, &Epilogue::default()).unwrap();
+//! let fast = gemm::<f32>(&qa, &qb, &Epilogue::default(), &GemmOptions::default()).unwrap();
+//! // Small integers: every partial sum is exact, so both equal A . B^T.
+//! assert_eq!(exact, a.dot(&b.t()));
+//! assert_eq!(fast, exact);
+//! ```
+
+mod epilogue;
+pub(crate) mod exact;
+mod fast;
+mod operand;
+mod reference;
+
+use blockscale_formats::{QuantizedMatrix, Scheme};
+use ndarray::{Array2, ArrayView2};
+
+pub use epilogue::{Activation, Epilogue};
+
+use crate::kernels::Path;
+use crate::{CpuError, Input, Output, Simd};
+use operand::Decoded;
+
+/// How the fast weight-only path treats the activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum ActivationPrecision {
+    /// Activations are used as given (f32 products, f32 accumulation). Error bound
+    /// against the reference: `(B + K/B + 2) * 2^-24 * sum_k |x_k w_k s_k|` before the
+    /// final rounding, for block size `B`.
+    #[default]
+    Exact,
+    /// Activations are quantized on the fly to int8 per 32 values (`d = amax / 127`,
+    /// `q = round(x / d)`, as llama.cpp's Q8_0 does) and multiplied with the 4-bit
+    /// weight codes in integer arithmetic. Faster; adds up to `d / 2` of error per
+    /// activation (about 0.4% of the block's largest value). 4-bit weights only (other
+    /// weights ignore it); rows holding NaN or infinity use [`Self::Exact`].
+    Int8Blocks,
+}
+
+/// Options of the fast path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct GemmOptions {
+    /// Use one thread instead of rayon's pool.
+    pub single_threaded: bool,
+    /// Implementation choice (`Simd::Auto`: the best this CPU has).
+    pub simd: Simd,
+    /// Activation handling of the weight-only path.
+    pub activations: ActivationPrecision,
+}
+
+impl GemmOptions {
+    /// Sets [`Self::single_threaded`].
+    pub fn with_single_thread(mut self, single: bool) -> Self {
+        self.single_threaded = single;
+        self
+    }
+
+    /// Sets [`Self::simd`].
+    pub fn with_simd(mut self, simd: Simd) -> Self {
+        self.simd = simd;
+        self
+    }
+
+    /// Sets [`Self::activations`].
+    pub fn with_activations(mut self, activations: ActivationPrecision) -> Self {
+        self.activations = activations;
+        self
+    }
+}
+
+/// The epilogue with `alpha` resolved and the bias checked.
+pub(crate) struct Resolved<'a> {
+    pub alpha: f32,
+    pub bias: Option<&'a [f32]>,
+    pub activation: Activation,
+}
+
+/// Which quantized pairs multiply: the block shapes along K and the scale kinds must
+/// agree, as in the hardware's block-scaled MMAs.
+fn check_pair(a: &QuantizedMatrix, b: &QuantizedMatrix) -> Result<(), CpuError> {
+    let family = |s: Scheme| match s {
+        Scheme::NvFp4 => Some(0),
+        Scheme::MxFp4 | Scheme::MxFp6E2M3 | Scheme::MxFp6E3M2 | Scheme::MxFp8E4M3 | Scheme::MxFp8E5M2 => Some(1),
+        Scheme::Fp8Block(_) => Some(2),
+        Scheme::Int4G32 => None,
+    };
+    let (sa, sb) = (a.scheme(), b.scheme());
+    let ok = matches!((family(sa), family(sb)), (Some(x), Some(y)) if x == y);
+    if !ok {
+        let hint = if sa == Scheme::Int4G32 || sb == Scheme::Int4G32 {
+            "INT4-G32 is weight-only: multiply f32/f16/bf16 activations with gemm_weight_only"
+        } else {
+            "quantized pairs must share a block shape and scale kind: NVFP4 x NVFP4, MX x MX, FP8 block x FP8 block"
+        };
+        return Err(CpuError::UnsupportedPair { a: sa, b: sb, hint });
+    }
+    if a.k() != b.k() {
+        return Err(CpuError::KMismatch { a: a.k(), b: b.k() });
+    }
+    Ok(())
+}
+
+fn resolve<'e>(
+    epilogue: &Epilogue<'e>,
+    a: Option<&QuantizedMatrix>,
+    b: &QuantizedMatrix,
+) -> Result<Resolved<'e>, CpuError> {
+    let alpha = epilogue.resolve(a, b, b.rows())?;
+    Ok(Resolved { alpha, bias: epilogue.bias, activation: epilogue.activation })
+}
+
+fn to_array<O: Output>(m: usize, n: usize, v: Vec<f64>) -> Array2<O> {
+    // Each value is already rounded to O's precision, so this conversion is exact.
+    let data: Vec<O> = v.into_iter().map(|x| O::from_f32(x as f32)).collect();
+    Array2::from_shape_vec((m, n), data).unwrap_or_else(|_| unreachable!("m * n values"))
+}
+
+/// The exact reference GEMM: `D[i, j] = act(alpha * sum_k A[i, k] B[j, k] + bias[j])`
+/// over the dequantized values of `a` (`M x K`) and `b` (`N x K`), with every block
+/// sum and the whole accumulation exact and one final rounding to `O`.
+///
+/// # Errors
+/// [`CpuError::UnsupportedPair`] for schemes that do not multiply (see the module
+/// docs); [`CpuError::KMismatch`]; [`CpuError::BiasLength`], [`CpuError::NonFiniteBias`],
+/// [`CpuError::InvalidAlpha`] for a bad epilogue.
+pub fn gemm_reference<O: Output>(
+    a: &QuantizedMatrix,
+    b: &QuantizedMatrix,
+    epilogue: &Epilogue<'_>,
+) -> Result<Array2<O>, CpuError> {
+    check_pair(a, b)?;
+    let r = resolve(epilogue, Some(a), b)?;
+    let path = Path::select(Simd::Auto)?;
+    let (da, db) = (Decoded::new(a, path, true), Decoded::new(b, path, true));
+    let out = reference::gemm_qq(&da, &db, &r, reference::format_of::<O>(), true);
+    Ok(to_array(a.rows(), b.rows(), out))
+}
+
+/// Checks weight-only activations and converts them to f32 (exactly).
+fn activations<I: Input>(x: ArrayView2<'_, I>, w: &QuantizedMatrix) -> Result<Vec<f32>, CpuError> {
+    let (m, k) = x.dim();
+    if k != w.k() {
+        return Err(CpuError::KMismatch { a: k, b: w.k() });
+    }
+    if m == 0 {
+        return Err(CpuError::Format(blockscale_formats::FormatError::EmptyShape { rows: m, cols: k }));
+    }
+    Ok(x.iter().map(|v| v.to_f32_exact()).collect())
+}
+
+/// The exact reference of the weight-only product: `x` (`M x K`, f32/f16/bf16, any
+/// strides) times the dequantized `w` (`N x K`), accumulated exactly, one rounding.
+///
+/// # Errors
+/// [`CpuError::KMismatch`] if `x` has a different K (which also catches a K that is
+/// not a multiple of `w`'s block); [`CpuError::Format`] for an empty `x`; the epilogue
+/// errors of [`gemm_reference`].
+pub fn gemm_weight_only_reference<I: Input, O: Output>(
+    x: ArrayView2<'_, I>,
+    w: &QuantizedMatrix,
+    epilogue: &Epilogue<'_>,
+) -> Result<Array2<O>, CpuError> {
+    let xs = activations(x, w)?;
+    let r = resolve(epilogue, None, w)?;
+    let dw = Decoded::new(w, Path::select(Simd::Auto)?, true);
+    let m = x.nrows();
+    let out = reference::gemm_wq(&xs, m, &dw, &r, reference::format_of::<O>(), true);
+    Ok(to_array(m, w.rows(), out))
+}
+
+/// The fast GEMM of two quantized matrices (same operands, epilogue and errors as
+/// [`gemm_reference`], plus [`CpuError::SimdUnavailable`] for a forced missing path).
+///
+/// NVFP4, MXFP4 and MXFP6-E2M3 pairs (elements that are small integers) use int8 SIMD
+/// dot products with exact block sums; the others sum each block in f32. Blocks are
+/// accumulated in f32. Error bound in docs/NUMERICS.md; bit-identical to the
+/// reference when every partial sum is exactly representable in f32.
+///
+/// # Errors
+/// As [`gemm_reference`].
+pub fn gemm<O: Output>(
+    a: &QuantizedMatrix,
+    b: &QuantizedMatrix,
+    epilogue: &Epilogue<'_>,
+    options: &GemmOptions,
+) -> Result<Array2<O>, CpuError> {
+    check_pair(a, b)?;
+    let r = resolve(epilogue, Some(a), b)?;
+    let path = Path::select(options.simd)?;
+    let out = fast::gemm_qq(a, b, path, !options.single_threaded);
+    Ok(fast::finish(out, a.rows(), b.rows(), &r))
+}
+
+/// The fast weight-only product: `x` (`M x K`, f32/f16/bf16, any strides) times the
+/// quantized weights `w` (`N x K`). For 4-bit row-major weights (NVFP4, MXFP4,
+/// INT4-G32) the weights are streamed once per call, decoded with table lookups, and
+/// (for `M <= 16`, the GEMV case) each decoded block serves every activation row.
+///
+/// # Errors
+/// As [`gemm_weight_only_reference`], plus [`CpuError::SimdUnavailable`].
+pub fn gemm_weight_only<I: Input, O: Output>(
+    x: ArrayView2<'_, I>,
+    w: &QuantizedMatrix,
+    epilogue: &Epilogue<'_>,
+    options: &GemmOptions,
+) -> Result<Array2<O>, CpuError> {
+    let xs = activations(x, w)?;
+    let r = resolve(epilogue, None, w)?;
+    let path = Path::select(options.simd)?;
+    let m = x.nrows();
+    let out = fast::gemm_wq(&xs, m, w, path, options);
+    Ok(fast::finish(out, m, w.rows(), &r))
+}
+
+/// Matrix-vector product: one activation vector `x` (`K` values) times the quantized
+/// weights (`N x K`), `N` outputs. The fast path of [`gemm_weight_only`] with `M = 1`.
+///
+/// ```
+/// use blockscale_cpu::{Epilogue, GemmOptions, QuantizeOptions, gemv, quantize};
+/// use blockscale_formats::Scheme;
+/// use half::bf16;
+/// use ndarray::Array2;
+///
+/// let w = Array2::from_shape_fn((32, 128), |(n, k)| ((n * 5 + k) % 7) as f32 - 3.0);
+/// let qw = quantize(w.view(), Scheme::MxFp4, &QuantizeOptions::default()).unwrap();
+/// let x: Vec<bf16> = (0..128).map(|k| bf16::from_f32((k % 3) as f32)).collect();
+/// let y: Vec<f32> = gemv(&x, &qw, &Epilogue::default(), &GemmOptions::default()).unwrap();
+/// assert_eq!(y.len(), 32);
+/// ```
+///
+/// # Errors
+/// As [`gemm_weight_only`].
+pub fn gemv<I: Input, O: Output>(
+    x: &[I],
+    w: &QuantizedMatrix,
+    epilogue: &Epilogue<'_>,
+    options: &GemmOptions,
+) -> Result<Vec<O>, CpuError> {
+    let view = ArrayView2::from_shape((1, x.len()), x).map_err(|_| CpuError::KMismatch { a: x.len(), b: w.k() })?;
+    Ok(gemm_weight_only(view, w, epilogue, options)?.into_raw_vec_and_offset().0)
+}

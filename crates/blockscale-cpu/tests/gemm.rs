@@ -1,0 +1,448 @@
+//! GEMM and GEMV against an f64 triple loop over values built in the test itself: codes
+//! and scales are drawn here, the truth is `table[code] * scale` from the formats
+//! crate's element tables, and the operands are assembled with the formats crate's
+//! packing and swizzle functions. Nothing of blockscale-cpu computes an expected value.
+
+mod common;
+
+use blockscale_cpu::{
+    Activation, ActivationPrecision, CpuError, Epilogue, GemmOptions, QuantizedMatrix, Simd, gemm, gemm_reference,
+    gemm_weight_only, gemm_weight_only_reference, gemv,
+};
+use blockscale_formats::{
+    DataLayout, Fp8Tile, GlobalScale, QuantizedParts, ScaleData, ScaleFormat, ScaleLayout, Scheme, UE4M3, layout, pack,
+};
+use common::{_RngExtForTests as _, pack_codes, rng};
+use half::{bf16, f16};
+use ndarray::{Array2, ArrayView2};
+
+/// A quantized operand and its exact values (`value(code) * block scale`; the NVFP4
+/// per-tensor scale is 1 unless set).
+struct Operand {
+    q: QuantizedMatrix,
+    values: Vec<f64>,
+}
+
+/// The value of a stored code (INT4-G32 stores offset-8 nibbles).
+fn code_value(scheme: Scheme, code: u8) -> f64 {
+    if scheme == Scheme::Int4G32 { code as f64 - 8.0 } else { scheme.element().table()[code as usize] as f64 }
+}
+
+/// Draws an operand. `friendly`: element values are multiples of 1/2 up to 8 and scales
+/// are 1/2, 1 or 2, so every partial sum of a modest product is exact in f32.
+fn operand(
+    scheme: Scheme,
+    rows: usize,
+    k: usize,
+    scale_layout: ScaleLayout,
+    data_layout: DataLayout,
+    friendly: bool,
+    seed: u64,
+) -> Operand {
+    let mut r = rng(seed);
+    let bits = scheme.element().bits() as usize;
+    let codes_allowed: Vec<u8> = (0..1u16 << bits)
+        .map(|c| c as u8)
+        .filter(|&c| {
+            let v = code_value(scheme, c);
+            v.is_finite() && (!friendly || (v.abs() <= 8.0 && (2.0 * v).fract() == 0.0))
+        })
+        .collect();
+    let codes: Vec<u8> = (0..rows * k).map(|_| codes_allowed[r.random_range(0..codes_allowed.len())]).collect();
+    let (bs, br) = (scheme.block_size(), scheme.block_rows());
+    let (srows, cols) = (rows.div_ceil(br), k / bs);
+    let pow2 = |r: &mut proptest::test_runner::TestRng| 2f32.powi(r.random_range(-1..=1));
+    let scale_values: Vec<f32> = (0..srows * cols)
+        .map(|_| match (scheme.scale_format(), friendly) {
+            (_, true) => pow2(&mut r),
+            (ScaleFormat::UE4M3, false) => UE4M3::from_bits(r.random_range(0x20..0x50)).to_f32(),
+            (ScaleFormat::UE8M0, false) => 2f32.powi(r.random_range(-12..12)),
+            (ScaleFormat::F32, false) => r.random_range(1e-3f32..1e2),
+            (ScaleFormat::F16, false) => f16::from_f32(r.random_range(1e-3f32..1e2)).to_f32(),
+        })
+        .collect();
+    let linear = match scheme.scale_format() {
+        ScaleFormat::UE4M3 => ScaleData::Bytes(scale_values.iter().map(|&s| UE4M3::from_f32(s).to_bits()).collect()),
+        ScaleFormat::UE8M0 => ScaleData::Bytes(scale_values.iter().map(|&s| (s.log2() as i32 + 127) as u8).collect()),
+        ScaleFormat::F32 => ScaleData::F32(scale_values.clone()),
+        ScaleFormat::F16 => ScaleData::F16(scale_values.iter().map(|&s| f16::from_f32(s)).collect()),
+    };
+    let scales = match (linear, scale_layout) {
+        (ScaleData::Bytes(b), ScaleLayout::Swizzled128x4) => ScaleData::Bytes(
+            layout::convert_vec(&b, ScaleLayout::Linear, ScaleLayout::Swizzled128x4, srows, cols).unwrap(),
+        ),
+        (s, _) => s,
+    };
+    let mut data = pack_codes(&codes, bits);
+    if data_layout == DataLayout::BlockInterleaved {
+        let mut words = vec![0u32; data.len() / 4];
+        pack::words_from_le_bytes(&data, &mut words).unwrap();
+        let inter = pack::to_block_interleaved_vec(&words, rows, k).unwrap();
+        pack::le_bytes_from_words(&inter, &mut data).unwrap();
+    }
+    let global_scale = (scheme == Scheme::NvFp4).then(|| GlobalScale::from_encode(1.0).unwrap());
+    let q = QuantizedMatrix::from_parts(QuantizedParts {
+        scheme,
+        rows,
+        k,
+        data,
+        data_layout,
+        scales,
+        scale_layout,
+        global_scale,
+    })
+    .unwrap();
+    let values = (0..rows * k)
+        .map(|i| {
+            let (row, col) = (i / k, i % k);
+            code_value(scheme, codes[i]) * scale_values[(row / br) * cols + col / bs] as f64
+        })
+        .collect();
+    Operand { q, values }
+}
+
+/// `sum_k a[i, k] * b[j, k]` and `sum_k |a[i, k] * b[j, k]|`, in f64.
+fn oracle(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut sum = vec![0f64; m * n];
+    let mut abs = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for t in 0..k {
+                let p = a[i * k + t] * b[j * k + t];
+                sum[i * n + j] += p;
+                abs[i * n + j] += p.abs();
+            }
+        }
+    }
+    (sum, abs)
+}
+
+fn layouts(scheme: Scheme) -> Vec<ScaleLayout> {
+    ScaleLayout::ALL.into_iter().filter(|&l| scheme.supports_layout(l)).collect()
+}
+
+fn data_layouts(scheme: Scheme, k: usize) -> Vec<DataLayout> {
+    let mut v = vec![DataLayout::RowMajor];
+    if scheme.element().bits() == 4 && k.is_multiple_of(32) {
+        v.push(DataLayout::BlockInterleaved);
+    }
+    v
+}
+
+const PAIRS: [(Scheme, Scheme); 11] = [
+    (Scheme::NvFp4, Scheme::NvFp4),
+    (Scheme::MxFp4, Scheme::MxFp4),
+    (Scheme::MxFp8E4M3, Scheme::MxFp8E4M3),
+    (Scheme::MxFp8E5M2, Scheme::MxFp8E5M2),
+    (Scheme::MxFp6E2M3, Scheme::MxFp8E4M3),
+    (Scheme::MxFp6E3M2, Scheme::MxFp8E4M3),
+    (Scheme::MxFp8E5M2, Scheme::MxFp6E2M3),
+    (Scheme::MxFp6E3M2, Scheme::MxFp6E3M2),
+    (Scheme::MxFp4, Scheme::MxFp8E4M3),
+    (Scheme::Fp8Block(Fp8Tile::Row1x128), Scheme::Fp8Block(Fp8Tile::Tile128x128)),
+    (Scheme::Fp8Block(Fp8Tile::Tile128x128), Scheme::Fp8Block(Fp8Tile::Tile128x128)),
+];
+
+const SIMDS: [Simd; 2] = [Simd::Auto, Simd::Portable];
+
+fn bits_eq(a: &[f32], b: &[f32]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits())
+}
+
+#[test]
+fn quantized_pairs_are_exact_on_friendly_inputs() {
+    let shapes = [(1, 1, 128), (3, 37, 256), (130, 5, 128), (17, 131, 384)];
+    let mut seed = 0;
+    for (sa, sb) in PAIRS {
+        for (m, n, k) in shapes {
+            for (la, lb) in layouts(sa)
+                .into_iter()
+                .zip(layouts(sb).into_iter().cycle())
+                .chain([(*layouts(sa).last().unwrap(), layouts(sb)[0])])
+            {
+                for (da, db) in data_layouts(sa, k).into_iter().zip(data_layouts(sb, k).into_iter().rev().cycle()) {
+                    seed += 1;
+                    let a = operand(sa, m, k, la, da, true, seed);
+                    let b = operand(sb, n, k, lb, db, true, seed + 1000);
+                    let (exact, _) = oracle(&a.values, &b.values, m, n, k);
+                    // The test's own premise: every sum is an f32.
+                    assert!(exact.iter().all(|&v| (v as f32) as f64 == v), "{sa} x {sb}: data not f32-exact");
+                    let want: Vec<f32> = exact.iter().map(|&v| v as f32).collect();
+                    let ctx = format!("{sa} ({la:?}, {da}) x {sb} ({lb:?}, {db}), {m}x{n}x{k}");
+                    let got = gemm_reference::<f32>(&a.q, &b.q, &Epilogue::default()).unwrap();
+                    assert_eq!(bits_eq(got.as_slice().unwrap(), &want), None, "reference, {ctx}");
+                    let got16 = gemm_reference::<f16>(&a.q, &b.q, &Epilogue::default()).unwrap();
+                    assert!(got16.iter().zip(&want).all(|(g, w)| g.to_bits() == f16::from_f32(*w).to_bits()), "{ctx}");
+                    let gotb = gemm_reference::<bf16>(&a.q, &b.q, &Epilogue::default()).unwrap();
+                    assert!(gotb.iter().zip(&want).all(|(g, w)| g.to_bits() == bf16::from_f32(*w).to_bits()), "{ctx}");
+                    for simd in SIMDS {
+                        let o = GemmOptions::default().with_simd(simd);
+                        let fast = gemm::<f32>(&a.q, &b.q, &Epilogue::default(), &o).unwrap();
+                        assert_eq!(bits_eq(fast.as_slice().unwrap(), &want), None, "fast {simd:?}, {ctx}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// ulp of an f32 magnitude (at least the subnormal step).
+fn ulp(x: f64) -> f64 {
+    let x = (x.abs() as f32).max(f32::MIN_POSITIVE);
+    (f32::from_bits(x.to_bits() + 1) - x) as f64
+}
+
+#[test]
+fn quantized_pairs_meet_their_bounds_on_random_inputs() {
+    let mut seed = 10_000;
+    for (sa, sb) in PAIRS {
+        for (m, n, k) in [(5, 7, 512), (33, 9, 1024)] {
+            seed += 2;
+            let a = operand(sa, m, k, ScaleLayout::Linear, DataLayout::RowMajor, false, seed);
+            let b = operand(sb, n, k, ScaleLayout::Linear, DataLayout::RowMajor, false, seed + 1);
+            let (sum, abs) = oracle(&a.values, &b.values, m, n, k);
+            let reference = gemm_reference::<f32>(&a.q, &b.q, &Epilogue::default()).unwrap();
+            for (idx, (&r, (&s, &t))) in reference.iter().zip(sum.iter().zip(&abs)).enumerate() {
+                // The f64 loop itself errs by at most k * 2^-53 * t; the reference is
+                // the correctly rounded exact value.
+                let tol = ulp(s) / 2.0 + t * k as f64 * 2f64.powi(-53);
+                assert!((r as f64 - s).abs() <= tol, "reference {sa} x {sb} [{idx}]: {r} vs {s}");
+            }
+            let (bs, nb) = (sa.block_size(), k / sa.block_size());
+            for simd in SIMDS {
+                let fast =
+                    gemm::<f32>(&a.q, &b.q, &Epilogue::default(), &GemmOptions::default().with_simd(simd)).unwrap();
+                for (idx, ((&f, &r), &t)) in fast.iter().zip(reference.iter()).zip(&abs).enumerate() {
+                    let bound = (bs + nb + 6) as f64 * 2f64.powi(-24) * t + ulp(r as f64) / 2.0;
+                    assert!((f as f64 - r as f64).abs() <= bound, "fast {simd:?} {sa} x {sb} [{idx}]: {f} vs {r}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn epilogue_is_alpha_then_bias_then_activation() {
+    let (m, n, k) = (4, 40, 64);
+    let a = operand(Scheme::MxFp8E4M3, m, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 1);
+    let b = operand(Scheme::MxFp8E4M3, n, k, ScaleLayout::Swizzled128x4, DataLayout::RowMajor, true, 2);
+    let (exact, _) = oracle(&a.values, &b.values, m, n, k);
+    let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.25 - 4.0).collect();
+    let acts = [Activation::Identity, Activation::GeluTanh, Activation::GeluErf, Activation::Silu];
+    for act in acts {
+        let f = |x: f64| match act {
+            Activation::Identity => x,
+            Activation::GeluTanh => {
+                0.5 * x * (1.0 + libm::tanh((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))))
+            }
+            Activation::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+            Activation::Silu => x / (1.0 + libm::exp(-x)),
+        };
+        let e = Epilogue::default().with_alpha(0.375).with_bias(&bias).with_activation(act);
+        let got = gemm_reference::<f32>(&a.q, &b.q, &e).unwrap();
+        for (idx, (&g, &s)) in got.iter().zip(&exact).enumerate() {
+            // alpha * s + bias is exact in f64 for these inputs.
+            let want = f(0.375 * s + bias[idx % n] as f64) as f32;
+            let close = if act == Activation::Identity { g == want } else { (g - want).abs() <= want.abs() * 2e-7 };
+            assert!(close, "{act:?} [{idx}]: {g} vs {want}");
+        }
+        let fast = gemm::<f32>(&a.q, &b.q, &e, &GemmOptions::default()).unwrap();
+        for (idx, (&g, &r)) in fast.iter().zip(got.iter()).enumerate() {
+            assert!((g - r).abs() <= r.abs() * 1e-6 + 1e-6, "fast {act:?} [{idx}]: {g} vs {r}");
+        }
+    }
+}
+
+#[test]
+fn nvfp4_alpha_defaults_to_the_per_tensor_scales() {
+    let (m, n, k) = (2, 3, 32);
+    let mut a = operand(Scheme::NvFp4, m, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 5).q.into_parts();
+    let mut b = operand(Scheme::NvFp4, n, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 6).q.into_parts();
+    a.global_scale = Some(GlobalScale::from_encode(4.0).unwrap());
+    b.global_scale = Some(GlobalScale::from_encode(0.5).unwrap());
+    let (a, b) = (QuantizedMatrix::from_parts(a).unwrap(), QuantizedMatrix::from_parts(b).unwrap());
+    let plain = gemm_reference::<f32>(&a, &b, &Epilogue::default().with_alpha(1.0)).unwrap();
+    let auto = gemm_reference::<f32>(&a, &b, &Epilogue::default()).unwrap();
+    assert_eq!(auto, plain.mapv(|v| v * 0.5));
+    let x = Array2::from_elem((1, k), 1.0f32);
+    let wplain = gemm_weight_only_reference::<f32, f32>(x.view(), &b, &Epilogue::default().with_alpha(1.0)).unwrap();
+    let wauto = gemm_weight_only_reference::<f32, f32>(x.view(), &b, &Epilogue::default()).unwrap();
+    assert_eq!(wauto, wplain.mapv(|v| v * 2.0));
+}
+
+fn activations(m: usize, k: usize, friendly: bool, seed: u64) -> Vec<f32> {
+    let mut r = rng(seed);
+    (0..m * k)
+        .map(|_| {
+            if friendly {
+                r.random_range(-16i32..=16) as f32 * 0.5
+            } else {
+                r.random_range(-1.0f32..1.0) * 2f32.powi(r.random_range(-6..6))
+            }
+        })
+        .collect()
+}
+
+fn weight_only_case<I: blockscale_cpu::Input>(conv: impl Fn(f32) -> I) {
+    let mut seed = 20_000;
+    for scheme in Scheme::ALL {
+        for (m, n, k) in [(1, 33, 128), (3, 7, 256), (16, 20, 128), (17, 129, 384)] {
+            for dl in data_layouts(scheme, k) {
+                seed += 2;
+                let w = operand(scheme, n, k, ScaleLayout::Linear, dl, true, seed);
+                let xs: Vec<I> = activations(m, k, true, seed + 1).into_iter().map(&conv).collect();
+                let xv: Vec<f64> = xs.iter().map(|v| v.to_f32_exact() as f64).collect();
+                let (exact, _) = oracle(&xv, &w.values, m, n, k);
+                assert!(exact.iter().all(|&v| (v as f32) as f64 == v));
+                let want: Vec<f32> = exact.iter().map(|&v| v as f32).collect();
+                let x = ArrayView2::from_shape((m, k), &xs[..]).unwrap();
+                let ctx = format!("{scheme} ({dl}), {m}x{n}x{k}");
+                let got = gemm_weight_only_reference::<I, f32>(x, &w.q, &Epilogue::default()).unwrap();
+                assert_eq!(bits_eq(got.as_slice().unwrap(), &want), None, "reference {ctx}");
+                for simd in SIMDS {
+                    let o = GemmOptions::default().with_simd(simd);
+                    let fast = gemm_weight_only::<I, f32>(x, &w.q, &Epilogue::default(), &o).unwrap();
+                    assert_eq!(bits_eq(fast.as_slice().unwrap(), &want), None, "fast {simd:?} {ctx}");
+                }
+                if m == 1 {
+                    let v: Vec<f32> = gemv(&xs, &w.q, &Epilogue::default(), &GemmOptions::default()).unwrap();
+                    assert_eq!(bits_eq(&v, &want), None, "gemv {ctx}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn weight_only_is_exact_on_friendly_inputs_f32() {
+    weight_only_case(|v| v);
+}
+
+#[test]
+fn weight_only_is_exact_on_friendly_inputs_f16_bf16() {
+    weight_only_case(f16::from_f32);
+    weight_only_case(bf16::from_f32);
+}
+
+#[test]
+fn weight_only_meets_its_bounds_on_random_inputs() {
+    let mut seed = 30_000;
+    for scheme in [Scheme::NvFp4, Scheme::MxFp4, Scheme::Int4G32, Scheme::MxFp8E4M3] {
+        for (m, n, k) in [(1, 64, 1024), (4, 33, 512), (20, 9, 256)] {
+            seed += 2;
+            let w = operand(scheme, n, k, *layouts(scheme).last().unwrap(), DataLayout::RowMajor, false, seed);
+            let xs = activations(m, k, false, seed + 1);
+            let xv: Vec<f64> = xs.iter().map(|&v| v as f64).collect();
+            let (sum, abs) = oracle(&xv, &w.values, m, n, k);
+            let x = ArrayView2::from_shape((m, k), &xs[..]).unwrap();
+            let reference = gemm_weight_only_reference::<f32, f32>(x, &w.q, &Epilogue::default()).unwrap();
+            for (&r, (&s, &t)) in reference.iter().zip(sum.iter().zip(&abs)) {
+                assert!((r as f64 - s).abs() <= ulp(s) / 2.0 + t * k as f64 * 2f64.powi(-53), "{scheme}: {r} vs {s}");
+            }
+            let (bs, nb) = (scheme.block_size(), k / scheme.block_size());
+            for simd in SIMDS {
+                let o = GemmOptions::default().with_simd(simd);
+                let fast = gemm_weight_only::<f32, f32>(x, &w.q, &Epilogue::default(), &o).unwrap();
+                for ((&f, &r), &t) in fast.iter().zip(reference.iter()).zip(&abs) {
+                    let bound = (bs + nb + 6) as f64 * 2f64.powi(-24) * t + ulp(r as f64) / 2.0;
+                    assert!((f as f64 - r as f64).abs() <= bound, "{scheme} {simd:?}: {f} vs {r}");
+                }
+                // Int8 activations: each x moves by at most half its block's step
+                // d = amax / 127, on top of the f32 bound.
+                let o8 = o.with_activations(ActivationPrecision::Int8Blocks);
+                let fast8 = gemm_weight_only::<f32, f32>(x, &w.q, &Epilogue::default(), &o8).unwrap();
+                for (idx, (&f, &r)) in fast8.iter().zip(reference.iter()).enumerate() {
+                    let (i, j) = (idx / n, idx % n);
+                    let mut q_err = 0.0;
+                    for blk in 0..k / 32 {
+                        let span = i * k + blk * 32..i * k + blk * 32 + 32;
+                        let d = xv[span.clone()].iter().fold(0f64, |a, v| a.max(v.abs())) / 127.0;
+                        let wabs: f64 = (blk * 32..blk * 32 + 32).map(|t| w.values[j * k + t].abs()).sum();
+                        q_err += d / 2.0 * wabs * (1.0 + 1e-6);
+                    }
+                    let bound = q_err + 2.0 * (bs + nb + 6) as f64 * 2f64.powi(-24) * abs[idx] + ulp(r as f64);
+                    assert!((f as f64 - r as f64).abs() <= bound, "int8 {scheme} {simd:?} [{idx}]: {f} vs {r}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn nan_and_inf_propagate() {
+    let (m, n, k) = (2, 3, 64);
+    let a = operand(Scheme::MxFp8E4M3, m, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 40);
+    let mut parts =
+        operand(Scheme::MxFp8E4M3, n, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 41).q.into_parts();
+    if let ScaleData::Bytes(s) = &mut parts.scales {
+        s[2] = 0xff; // row 1, block 0: NaN scale (a poisoned block)
+    }
+    let b = QuantizedMatrix::from_parts(parts).unwrap();
+    let r = gemm_reference::<f32>(&a.q, &b, &Epilogue::default()).unwrap();
+    let f = gemm::<f32>(&a.q, &b, &Epilogue::default(), &GemmOptions::default()).unwrap();
+    for i in 0..m {
+        for j in 0..n {
+            assert_eq!(r[[i, j]].is_nan(), j == 1, "reference [{i}, {j}]");
+            assert_eq!(f[[i, j]].is_nan(), j == 1, "fast [{i}, {j}]");
+        }
+    }
+    let w = operand(Scheme::NvFp4, n, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 42);
+    let mut x = activations(m, k, true, 43);
+    x[5] = f32::INFINITY; // row 0
+    x[k + 7] = f32::NAN; // row 1
+    let xv = ArrayView2::from_shape((m, k), &x[..]).unwrap();
+    let r = gemm_weight_only_reference::<f32, f32>(xv, &w.q, &Epilogue::default()).unwrap();
+    for prec in [ActivationPrecision::Exact, ActivationPrecision::Int8Blocks] {
+        let f = gemm_weight_only::<f32, f32>(
+            xv,
+            &w.q,
+            &Epilogue::default(),
+            &GemmOptions::default().with_activations(prec),
+        )
+        .unwrap();
+        for j in 0..n {
+            let wv = w.values[j * k + 5];
+            let want0 = if wv == 0.0 { f32::NAN } else { f32::INFINITY.copysign(wv as f32) };
+            assert_eq!(r[[0, j]].to_bits(), want0.to_bits(), "reference row 0, col {j}");
+            assert_eq!(f[[0, j]].is_nan(), want0.is_nan(), "{prec:?} row 0, col {j}");
+            assert!(!f[[0, j]].is_finite());
+            assert!(r[[1, j]].is_nan() && f[[1, j]].is_nan());
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let q = |s, rows, k| operand(s, rows, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 7).q;
+    let e = Epilogue::default();
+    let o = GemmOptions::default();
+    let nv = q(Scheme::NvFp4, 4, 64);
+    let mx = q(Scheme::MxFp4, 4, 64);
+    let i4 = q(Scheme::Int4G32, 4, 64);
+    assert!(matches!(gemm_reference::<f32>(&nv, &mx, &e), Err(CpuError::UnsupportedPair { .. })));
+    assert!(matches!(gemm::<f32>(&i4, &i4, &e, &o), Err(CpuError::UnsupportedPair { .. })));
+    let err = gemm_reference::<f32>(&i4, &i4, &e).unwrap_err().to_string();
+    assert!(err.contains("weight-only"), "{err}");
+    assert!(matches!(
+        gemm_reference::<f32>(&mx, &q(Scheme::MxFp4, 4, 96), &e),
+        Err(CpuError::KMismatch { a: 64, b: 96 })
+    ));
+    let x = Array2::<f32>::zeros((2, 48));
+    assert!(matches!(gemm_weight_only::<f32, f32>(x.view(), &nv, &e, &o), Err(CpuError::KMismatch { a: 48, b: 64 })));
+    assert!(matches!(
+        gemm_weight_only_reference::<f32, f32>(Array2::<f32>::zeros((0, 64)).view(), &nv, &e),
+        Err(CpuError::Format(_))
+    ));
+    let short = [0f32; 3];
+    assert!(matches!(
+        gemm::<f32>(&mx, &mx, &e.with_bias(&short), &o),
+        Err(CpuError::BiasLength { expected: 4, actual: 3 })
+    ));
+    let nan_bias = [0.0, f32::NAN, 0.0, 0.0];
+    assert!(matches!(
+        gemm_reference::<f32>(&mx, &mx, &e.with_bias(&nan_bias)),
+        Err(CpuError::NonFiniteBias { index: 1, .. })
+    ));
+    assert!(matches!(gemm::<f32>(&mx, &mx, &e.with_alpha(f32::INFINITY), &o), Err(CpuError::InvalidAlpha(_))));
+    assert!(matches!(gemv::<f32, f32>(&[0.0; 32], &nv, &e, &o), Err(CpuError::KMismatch { a: 32, b: 64 })));
+}
