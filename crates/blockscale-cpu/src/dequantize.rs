@@ -46,16 +46,21 @@ impl<'q> RowDecoder<'q> {
 
     /// Decodes row `r` into `out` (`k` elements).
     pub(crate) fn decode<O: Output>(&mut self, r: usize, out: &mut [O]) {
-        self.decode_scaled(r, out, true);
+        self.decode_scaled(r, out, true, true);
     }
 
     /// The element values of row `r` alone, without block scales or the per-tensor
     /// factor (exact in f32; NaN and infinity codes decode as such).
     pub(crate) fn values(&mut self, r: usize, out: &mut [f32]) {
-        self.decode_scaled(r, out, false);
+        self.decode_scaled(r, out, false, false);
     }
 
-    fn decode_scaled<O: Output>(&mut self, r: usize, out: &mut [O], scaled: bool) {
+    /// Row `r` times its block scales, without the per-tensor factor.
+    pub(crate) fn block_scaled(&mut self, r: usize, out: &mut [f32]) {
+        self.decode_scaled(r, out, true, false);
+    }
+
+    fn decode_scaled<O: Output>(&mut self, r: usize, out: &mut [O], scaled: bool, with_post: bool) {
         let shape = self.q.shape();
         let (k, rb) = (shape.k, shape.row_bytes);
         let bytes: &[u8] = match self.q.data_layout() {
@@ -74,7 +79,7 @@ impl<'q> RowDecoder<'q> {
             // In range by construction: r < rows, c < scale_cols.
             *s = if scaled { self.q.scale(r, c).unwrap_or(f32::NAN) } else { 1.0 };
         }
-        let post = if scaled { self.post } else { 1.0 };
+        let post = if with_post { self.post } else { 1.0 };
         let block = self.q.scheme().block_size();
         if matches!(self.target, Target::E2M3 | Target::E3M2) {
             self.codes.resize(k, 0);

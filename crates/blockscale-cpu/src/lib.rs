@@ -57,7 +57,7 @@ pub use gemm::{
     gemm_weight_only_reference, gemv,
 };
 pub use input::Input;
-pub use kernels::avx2_available;
+pub use kernels::{avx2_available, avx512_available};
 pub use metrics::{ErrorMetrics, error_metrics, error_metrics_slice};
 pub use options::{GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions, Simd};
 pub use output::Output;

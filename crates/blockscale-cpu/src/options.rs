@@ -6,13 +6,17 @@ pub use blockscale_formats::{GlobalScaleSource, NonFinite, NvFp4Recipe};
 /// Which implementation runs the hot loops. Every path gives identical bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Simd {
-    /// The fastest this CPU supports (`BLOCKSCALE_SIMD=portable|avx2` overrides it).
+    /// The fastest this CPU supports (`BLOCKSCALE_SIMD=portable|avx2|avx512` overrides
+    /// it).
     #[default]
     Auto,
     /// Plain Rust, no explicit SIMD.
     Portable,
-    /// x86-64 AVX2 (with F16C); an error where unavailable.
+    /// x86-64 AVX2 (with F16C and FMA); an error where unavailable.
     Avx2,
+    /// x86-64 AVX-512 (F, BW, BF16) for the GEMM kernels; quantization and
+    /// dequantization run their AVX2 kernels under it. An error where unavailable.
+    Avx512,
 }
 
 /// Options for [`crate::quantize`]. `QuantizeOptions::default()` gives linear scales,

@@ -143,7 +143,23 @@ const PAIRS: [(Scheme, Scheme); 11] = [
     (Scheme::Fp8Block(Fp8Tile::Tile128x128), Scheme::Fp8Block(Fp8Tile::Tile128x128)),
 ];
 
-const SIMDS: [Simd; 2] = [Simd::Auto, Simd::Portable];
+/// Every kernel family this CPU has (under CI the AVX2 and AVX-512 ones must exist:
+/// `common::require_avx2`).
+fn simds() -> Vec<Simd> {
+    let mut v = vec![Simd::Portable];
+    if common::require_avx2() {
+        v.push(Simd::Avx2);
+    }
+    if blockscale_cpu::avx512_available() {
+        v.push(Simd::Avx512);
+    }
+    v
+}
+
+/// The documented bound of the fast path (docs/NUMERICS.md): `(K/8 + K/B + B + 8) u T`.
+fn fast_bound(k: usize, bs: usize, t: f64) -> f64 {
+    (k / 8 + k / bs + bs + 8) as f64 * 2f64.powi(-24) * t
+}
 
 fn bits_eq(a: &[f32], b: &[f32]) -> Option<usize> {
     a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits())
@@ -175,7 +191,7 @@ fn quantized_pairs_are_exact_on_friendly_inputs() {
                     assert!(got16.iter().zip(&want).all(|(g, w)| g.to_bits() == f16::from_f32(*w).to_bits()), "{ctx}");
                     let gotb = gemm_reference::<bf16>(&a.q, &b.q, &Epilogue::default()).unwrap();
                     assert!(gotb.iter().zip(&want).all(|(g, w)| g.to_bits() == bf16::from_f32(*w).to_bits()), "{ctx}");
-                    for simd in SIMDS {
+                    for simd in simds() {
                         let o = GemmOptions::default().with_simd(simd);
                         let fast = gemm::<f32>(&a.q, &b.q, &Epilogue::default(), &o).unwrap();
                         assert_eq!(bits_eq(fast.as_slice().unwrap(), &want), None, "fast {simd:?}, {ctx}");
@@ -208,12 +224,12 @@ fn quantized_pairs_meet_their_bounds_on_random_inputs() {
                 let tol = ulp(s) / 2.0 + t * k as f64 * 2f64.powi(-53);
                 assert!((r as f64 - s).abs() <= tol, "reference {sa} x {sb} [{idx}]: {r} vs {s}");
             }
-            let (bs, nb) = (sa.block_size(), k / sa.block_size());
-            for simd in SIMDS {
+            let bs = sa.block_size();
+            for simd in simds() {
                 let fast =
                     gemm::<f32>(&a.q, &b.q, &Epilogue::default(), &GemmOptions::default().with_simd(simd)).unwrap();
                 for (idx, ((&f, &r), &t)) in fast.iter().zip(reference.iter()).zip(&abs).enumerate() {
-                    let bound = (bs + nb + 6) as f64 * 2f64.powi(-24) * t + ulp(r as f64) / 2.0;
+                    let bound = fast_bound(k, bs, t) + ulp(r as f64) / 2.0;
                     assert!((f as f64 - r as f64).abs() <= bound, "fast {simd:?} {sa} x {sb} [{idx}]: {f} vs {r}");
                 }
             }
@@ -299,7 +315,7 @@ fn weight_only_case<I: blockscale_cpu::Input>(conv: impl Fn(f32) -> I) {
                 let ctx = format!("{scheme} ({dl}), {m}x{n}x{k}");
                 let got = gemm_weight_only_reference::<I, f32>(x, &w.q, &Epilogue::default()).unwrap();
                 assert_eq!(bits_eq(got.as_slice().unwrap(), &want), None, "reference {ctx}");
-                for simd in SIMDS {
+                for simd in simds() {
                     let o = GemmOptions::default().with_simd(simd);
                     let fast = gemm_weight_only::<I, f32>(x, &w.q, &Epilogue::default(), &o).unwrap();
                     assert_eq!(bits_eq(fast.as_slice().unwrap(), &want), None, "fast {simd:?} {ctx}");
@@ -339,12 +355,12 @@ fn weight_only_meets_its_bounds_on_random_inputs() {
             for (&r, (&s, &t)) in reference.iter().zip(sum.iter().zip(&abs)) {
                 assert!((r as f64 - s).abs() <= ulp(s) / 2.0 + t * k as f64 * 2f64.powi(-53), "{scheme}: {r} vs {s}");
             }
-            let (bs, nb) = (scheme.block_size(), k / scheme.block_size());
-            for simd in SIMDS {
+            let bs = scheme.block_size();
+            for simd in simds() {
                 let o = GemmOptions::default().with_simd(simd);
                 let fast = gemm_weight_only::<f32, f32>(x, &w.q, &Epilogue::default(), &o).unwrap();
                 for ((&f, &r), &t) in fast.iter().zip(reference.iter()).zip(&abs) {
-                    let bound = (bs + nb + 6) as f64 * 2f64.powi(-24) * t + ulp(r as f64) / 2.0;
+                    let bound = fast_bound(k, bs, t) + ulp(r as f64) / 2.0;
                     assert!((f as f64 - r as f64).abs() <= bound, "{scheme} {simd:?}: {f} vs {r}");
                 }
                 // Int8 activations: each x moves by at most half its block's step
@@ -360,7 +376,7 @@ fn weight_only_meets_its_bounds_on_random_inputs() {
                         let wabs: f64 = (blk * 32..blk * 32 + 32).map(|t| w.values[j * k + t].abs()).sum();
                         q_err += d / 2.0 * wabs * (1.0 + 1e-6);
                     }
-                    let bound = q_err + 2.0 * (bs + nb + 6) as f64 * 2f64.powi(-24) * abs[idx] + ulp(r as f64);
+                    let bound = q_err + 2.0 * fast_bound(k, bs, abs[idx]) + ulp(r as f64);
                     assert!((f as f64 - r as f64).abs() <= bound, "int8 {scheme} {simd:?} [{idx}]: {f} vs {r}");
                 }
             }

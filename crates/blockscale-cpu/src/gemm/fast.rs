@@ -9,8 +9,9 @@ use rayon::prelude::*;
 use super::operand::{Decoded, element_exp};
 use super::reference::format_of;
 use super::{Activation, GemmOptions, Resolved, exact::round_f64};
-use crate::Output;
+use crate::dequantize::RowDecoder;
 use crate::kernels::Path;
+use crate::{CpuError, Output, Simd};
 
 mod dot;
 
@@ -89,10 +90,121 @@ fn int8_operand(d: &Decoded) -> Int8Operand {
     Int8Operand { vals, scales, exp: d.elem_exp }
 }
 
+/// The instruction set the GEMM kernels use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Isa {
+    Portable,
+    Avx2,
+    /// AVX-512 with BF16 dot products (for operands whose scaled values are exact in
+    /// bf16).
+    Avx512,
+}
+
+impl Isa {
+    pub(super) fn select(simd: Simd) -> Result<(Self, Path), CpuError> {
+        let path = Path::select(simd)?;
+        let wide = match simd {
+            Simd::Avx512 => true,
+            Simd::Auto => match std::env::var("BLOCKSCALE_SIMD").as_deref() {
+                Ok("avx512") => true,
+                Ok("portable" | "avx2") => false,
+                _ => crate::avx512_available(),
+            },
+            _ => false,
+        };
+        Ok(match path {
+            Path::Portable => (Self::Portable, path),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => (if wide { Self::Avx512 } else { Self::Avx2 }, path),
+        })
+    }
+}
+
+/// Significant bits of a finite non-zero f32 (from its leading to its last set bit),
+/// and the exponent of that last bit.
+fn sig_bits(x: f32) -> (u32, i32) {
+    let bits = x.to_bits();
+    let exp = ((bits >> 23) & 0xff) as i32;
+    let frac = bits & 0x7f_ffff;
+    let (m, e) = if exp == 0 { (frac, -149) } else { (frac | 1 << 23, exp - 150) };
+    let tz = m.trailing_zeros();
+    (32 - m.leading_zeros() - tz, e + tz as i32)
+}
+
+/// Whether every element times its block scale is exact in a format with `budget`
+/// significand bits, at most 2^50, and a multiple of 2^-63 (so that every non-zero
+/// partial sum of two such operands' products is a normal f32: the BF16 dot product
+/// flushes subnormals). Then the block-scaled product is a plain product of the
+/// block-scaled values.
+fn prescale_exact(q: &QuantizedMatrix, budget: u32) -> bool {
+    let element = q.scheme().element();
+    let (elem_bits, elem_exp) = (element.mantissa_bits() + 1, element_exp(element));
+    let elem_max = if element == ElementFormat::Int4 { 8.0 } else { element.max() as f64 };
+    let shape = q.shape();
+    let br = q.scheme().block_rows();
+    (0..shape.scale_rows).all(|sr| {
+        (0..shape.scale_cols).all(|c| {
+            let s = q.scale(sr * br, c).unwrap_or(f32::NAN);
+            if s == 0.0 {
+                return true;
+            }
+            if !s.is_finite() {
+                return false;
+            }
+            let (bits, low) = sig_bits(s);
+            elem_bits + bits <= budget && elem_max * s.abs() as f64 <= (1u64 << 50) as f64 && low + elem_exp >= -63
+        })
+    })
+}
+
+/// Rows of values times block scales (no per-tensor factor), zero-padded to `kp`,
+/// mapped through `f`; `None` if any is NaN or infinite.
+fn scaled_rows<T: Copy + Default + Send>(
+    q: &QuantizedMatrix,
+    path: Path,
+    kp: usize,
+    parallel: bool,
+    f: impl Fn(f32) -> T + Sync,
+) -> Option<Vec<T>> {
+    let k = q.k();
+    let mut out = vec![T::default(); q.rows() * kp];
+    let work = |(dec, buf): &mut (RowDecoder<'_>, Vec<f32>), (r, row): (usize, &mut [T])| {
+        dec.block_scaled(r, buf);
+        let finite = buf.iter().all(|v| v.is_finite());
+        for (o, &v) in row.iter_mut().zip(buf.iter()) {
+            *o = f(v);
+        }
+        finite
+    };
+    let init = || (RowDecoder::new(q, path), vec![0f32; k]);
+    let ok = if parallel {
+        out.par_chunks_mut(kp).enumerate().map_init(init, work).all(|x| x)
+    } else {
+        let mut state = init();
+        out.chunks_mut(kp).enumerate().map(|item| work(&mut state, item)).fold(true, |a, b| a & b)
+    };
+    ok.then_some(out)
+}
+
+/// The high half of an f32 (exact for the values [`prescale_exact`] admits).
+fn bf16_bits(v: f32) -> u16 {
+    (v.to_bits() >> 16) as u16
+}
+
 /// Quantized x quantized, before the epilogue.
-pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, path: Path, parallel: bool) -> Vec<f32> {
+pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: Path, parallel: bool) -> Vec<f32> {
+    let (m, n, k) = (a.rows(), b.rows(), a.k());
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && prescale_exact(a, 8) && prescale_exact(b, 8) {
+        let kp = k.next_multiple_of(32);
+        if let (Some(pa), Some(pb)) =
+            (scaled_rows(a, path, kp, parallel, bf16_bits), scaled_rows(b, path, kp, parallel, bf16_bits))
+        {
+            return bf16_product(&pa, &pb, m, n, kp, parallel);
+        }
+    }
     let (da, db) = (Decoded::new(a, path, parallel), Decoded::new(b, path, parallel));
-    let (m, n, k, bs) = (da.rows, db.rows, da.k, da.block);
+    let bs = da.block;
     if small_int(a.scheme().element()) && small_int(b.scheme().element()) {
         let (ia, ib) = (int8_operand(&da), int8_operand(&db));
         let post = 2f32.powi(ia.exp + ib.exp);
@@ -114,6 +226,13 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, path: Path, para
     f32_product(&da.values, &da.scales, &db, m, parallel, path)
 }
 
+/// The product of bf16 rows `a` (`m x kp`) and `b` (`n x kp`), f32 accumulation.
+#[cfg(target_arch = "x86_64")]
+fn bf16_product(a: &[u16], b: &[u16], m: usize, n: usize, kp: usize, parallel: bool) -> Vec<f32> {
+    let packed = dot::pack_bf16_panels(b, n, kp);
+    tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::bf16_tile(&a[i0 * kp..i1 * kp], &packed, kp, j0, j1, out))
+}
+
 /// Block-scaled f32 product of values `av` (`m x k`) with scales `asc` and `db`.
 fn f32_product(av: &[f32], asc: &[f32], db: &Decoded, m: usize, parallel: bool, path: Path) -> Vec<f32> {
     let (n, k, bs) = (db.rows, db.k, db.block);
@@ -133,11 +252,30 @@ fn f32_product(av: &[f32], asc: &[f32], db: &Decoded, m: usize, parallel: bool, 
 }
 
 /// Weight-only, before the epilogue.
-pub(super) fn gemm_wq(x: &[f32], m: usize, w: &QuantizedMatrix, path: Path, options: &GemmOptions) -> Vec<f32> {
+pub(super) fn gemm_wq(
+    x: &[f32],
+    m: usize,
+    w: &QuantizedMatrix,
+    isa: Isa,
+    path: Path,
+    options: &GemmOptions,
+) -> Vec<f32> {
     let parallel = !options.single_threaded;
+    let k = w.k();
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && x.iter().all(|v| v.is_finite() && v.to_bits() & 0xffff == 0) && prescale_exact(w, 8) {
+        let kp = k.next_multiple_of(32);
+        if let Some(pw) = scaled_rows(w, path, kp, parallel, bf16_bits) {
+            let mut xp = vec![0u16; m * kp];
+            for (dst, src) in xp.chunks_exact_mut(kp).zip(x.chunks_exact(k)) {
+                dst.iter_mut().zip(src).for_each(|(d, &v)| *d = bf16_bits(v));
+            }
+            return bf16_product(&xp, &pw, m, w.rows(), kp, parallel);
+        }
+    }
+    let _ = isa;
     let dw = Decoded::new(w, path, parallel);
     // Activations as an operand whose block scales are all 1.
     let ones = vec![1f32; m * dw.nblocks()];
-    let _ = element_exp;
     f32_product(x, &ones, &dw, m, parallel, path)
 }

@@ -212,8 +212,8 @@ pub fn gemm<O: Output>(
 ) -> Result<Array2<O>, CpuError> {
     check_pair(a, b)?;
     let r = resolve(epilogue, Some(a), b)?;
-    let path = Path::select(options.simd)?;
-    let out = fast::gemm_qq(a, b, path, !options.single_threaded);
+    let (isa, path) = fast::Isa::select(options.simd)?;
+    let out = fast::gemm_qq(a, b, isa, path, !options.single_threaded);
     Ok(fast::finish(out, a.rows(), b.rows(), &r))
 }
 
@@ -232,9 +232,9 @@ pub fn gemm_weight_only<I: Input, O: Output>(
 ) -> Result<Array2<O>, CpuError> {
     let xs = activations(x, w)?;
     let r = resolve(epilogue, None, w)?;
-    let path = Path::select(options.simd)?;
+    let (isa, path) = fast::Isa::select(options.simd)?;
     let m = x.nrows();
-    let out = fast::gemm_wq(&xs, m, w, path, options);
+    let out = fast::gemm_wq(&xs, m, w, isa, path, options);
     Ok(fast::finish(out, m, w.rows(), &r))
 }
 

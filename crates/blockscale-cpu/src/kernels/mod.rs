@@ -26,6 +26,7 @@ impl Path {
             Simd::Auto => match std::env::var("BLOCKSCALE_SIMD").as_deref() {
                 Ok("portable") => Simd::Portable,
                 Ok("avx2") => Simd::Avx2,
+                Ok("avx512") => Simd::Avx512,
                 _ => Simd::Auto,
             },
             other => other,
@@ -33,7 +34,9 @@ impl Path {
         match simd {
             Simd::Portable => Ok(Self::Portable),
             Simd::Avx2 if avx2_available() => Ok(Self::avx2()),
-            Simd::Avx2 => Err(CpuError::SimdUnavailable("AVX2 + F16C")),
+            Simd::Avx2 => Err(CpuError::SimdUnavailable("AVX2 + F16C + FMA")),
+            Simd::Avx512 if avx512_available() => Ok(Self::avx2()),
+            Simd::Avx512 => Err(CpuError::SimdUnavailable("AVX-512 F + BW + BF16")),
             Simd::Auto => Ok(if avx2_available() { Self::avx2() } else { Self::Portable }),
         }
     }
@@ -46,6 +49,21 @@ impl Path {
     #[cfg(not(target_arch = "x86_64"))]
     fn avx2() -> Self {
         Self::Portable
+    }
+}
+
+/// Whether this CPU can run the AVX-512 GEMM kernels (F, BW and BF16, plus AVX2).
+pub fn avx512_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx2_available()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 

@@ -39,6 +39,37 @@ pub(super) fn f32_tile(path: Path, a: &[f32], sa: &[f32], b: &[f32], sb: &[f32],
     }
 }
 
+/// Output columns per packed panel of B.
+pub(super) const PANEL: usize = 32;
+
+/// Packs bf16 rows of B (`n x kp`) into panels of [`PANEL`] columns: panel `p` holds,
+/// for each K pair `t`, 32 words `b[32p + l, 2t] | b[32p + l, 2t + 1] << 16` (the
+/// operand layout of a BF16 pair dot product); missing columns are zero.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn pack_bf16_panels(b: &[u16], n: usize, kp: usize) -> Vec<u32> {
+    let pairs = kp / 2;
+    let mut out = vec![0u32; n.div_ceil(PANEL) * pairs * PANEL];
+    for (j, row) in b.chunks_exact(kp).enumerate() {
+        let (panel, lane) = (j / PANEL, j % PANEL);
+        let base = panel * pairs * PANEL + lane;
+        for (t, pair) in row.chunks_exact(2).enumerate() {
+            out[base + t * PANEL] = pair[0] as u32 | (pair[1] as u32) << 16;
+        }
+    }
+    out
+}
+
+/// bf16 tile: rows `a` (`mt x kp` bf16, `kp` a multiple of 32) times the packed panels
+/// of B for columns `j0..j1` (`j0` a multiple of [`PANEL`]); `out` is `mt x (j1 - j0)`.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn bf16_tile(a: &[u16], packed: &[u32], kp: usize, j0: usize, j1: usize, out: &mut [f32]) {
+    assert!(crate::avx512_available() && kp.is_multiple_of(32) && j0.is_multiple_of(PANEL));
+    assert!(packed.len() >= j1.div_ceil(PANEL) * kp / 2 * PANEL && a.len().is_multiple_of(kp));
+    // SAFETY: AVX-512 F, BW and BF16 were just confirmed; the asserts give the kernel
+    // the slice lengths its reads rely on.
+    unsafe { avx512::bf16_tile(a, packed, kp, j0, j1, out) }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn portable_int8(a: &[i8], sa: &[f32], b: &[i8], sb: &[f32], k: usize, bs: usize, post: f32, out: &mut [f32]) {
     let nb = k / bs;
@@ -208,6 +239,111 @@ mod avx2 {
                 j += jh;
             }
             i += ih;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use core::arch::x86_64::*;
+
+    use super::PANEL;
+
+    /// Rows of A per register tile (with the two 16-lane column vectors of a panel:
+    /// 16 accumulators).
+    const MR: usize = 8;
+
+    /// The same 64 bytes as 32 bf16.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    fn bh(v: __m512i) -> __m512bh {
+        // SAFETY: both are plain 64-byte vectors; every bit pattern is a valid bf16 vector.
+        unsafe { core::mem::transmute::<__m512i, __m512bh>(v) }
+    }
+
+    /// `MI` rows of A (pointers to their bf16 pairs) times one packed panel.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/BF16 present; each `a[i]` valid for `pairs` u32 reads, `panel` for
+    /// `pairs * 32`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn micro<const MI: usize>(a: [*const u32; MI], panel: *const u32, pairs: usize) -> [[__m512; 2]; MI] {
+        let mut acc = [[_mm512_setzero_ps(); 2]; MI];
+        for t in 0..pairs {
+            // SAFETY: t < pairs; the caller guarantees the extents.
+            let (b0, b1) = unsafe {
+                let p = panel.add(t * PANEL);
+                (_mm512_loadu_si512(p.cast()), _mm512_loadu_si512(p.add(16).cast()))
+            };
+            let (b0, b1) = (bh(b0), bh(b1));
+            for (row, acc) in a.iter().zip(acc.iter_mut()) {
+                // SAFETY: t < pairs, within the row; broadcasting one pair of bf16.
+                let av: __m512bh =
+                    unsafe { core::mem::transmute(_mm512_set1_epi32(row.add(t).read_unaligned() as i32)) };
+                acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
+                acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
+            }
+        }
+        acc
+    }
+
+    /// # Safety
+    /// As [`micro`], for rows `i..i + MI` of `a` and panel `panel`; `out` has room.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn rows<const MI: usize>(
+        a: &[u16],
+        packed: &[u32],
+        kp: usize,
+        i: usize,
+        panel: usize,
+        cols: core::ops::Range<usize>,
+        width: usize,
+        out: &mut [f32],
+    ) {
+        let pairs = kp / 2;
+        let ptrs: [*const u32; MI] = core::array::from_fn(|ii| a[(i + ii) * kp..].as_ptr().cast::<u32>());
+        // SAFETY: forwarded from the caller.
+        let acc = unsafe { micro::<MI>(ptrs, packed[panel * pairs * PANEL..].as_ptr(), pairs) };
+        for (ii, v) in acc.iter().enumerate() {
+            let mut lanes = [0f32; PANEL];
+            // SAFETY: `lanes` holds 32 f32, two 16-lane vectors.
+            unsafe {
+                _mm512_storeu_ps(lanes.as_mut_ptr(), v[0]);
+                _mm512_storeu_ps(lanes.as_mut_ptr().add(16), v[1]);
+            }
+            let dst = &mut out[(i + ii) * width..][cols.clone()];
+            dst.copy_from_slice(&lanes[..dst.len()]);
+        }
+    }
+
+    /// # Safety
+    /// AVX-512 F/BW/BF16 present; `a` holds whole rows of `kp` (a multiple of 32), `packed`
+    /// covers the panels of columns `j0..j1`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn bf16_tile(a: &[u16], packed: &[u32], kp: usize, j0: usize, j1: usize, out: &mut [f32]) {
+        let (mt, width) = (a.len() / kp, j1 - j0);
+        let mut jc = j0;
+        while jc < j1 {
+            let cols = (jc - j0)..((jc + PANEL).min(j1) - j0);
+            let panel = jc / PANEL;
+            let mut i = 0;
+            while i < mt {
+                let ih = (mt - i).min(MR);
+                macro_rules! go {
+                    ($($mi:literal)*) => {
+                        match ih {
+                            // SAFETY: rows i..i + ih exist; the panel is covered.
+                            $($mi => unsafe { rows::<$mi>(a, packed, kp, i, panel, cols.clone(), width, out) },)*
+                            _ => unreachable!("1..=MR rows"),
+                        }
+                    };
+                }
+                go!(8 7 6 5 4 3 2 1);
+                i += ih;
+            }
+            jc += PANEL;
         }
     }
 }

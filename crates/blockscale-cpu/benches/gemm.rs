@@ -1,0 +1,168 @@
+//! GEMV and GEMM on quantized operands against the baseline measured in the same run:
+//! dequantize to f32, then ndarray's f32 product (matrixmultiply), plus a memcpy anchor.
+//!
+//! `cargo bench -p blockscale-cpu --bench gemm` runs criterion, then prints a best-of-N
+//! summary with the ratios; `-- --summary-only` skips criterion; `-- --reference` also
+//! times the exact reference on 2048^3.
+
+use std::hint::black_box;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use blockscale_cpu::{
+    ActivationPrecision, Epilogue, GemmOptions, QuantizeOptions, QuantizedMatrix, dequantize, gemm, gemm_reference,
+    gemm_weight_only, quantize,
+};
+use blockscale_formats::{GlobalScale, GlobalScaleSource, ScaleLayout, Scheme};
+use criterion::Criterion;
+use half::bf16;
+use ndarray::Array2;
+
+fn data(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
+    let mut s = seed;
+    Array2::from_shape_simple_fn((rows, cols), || {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let u = ((s >> 40) as f32 + ((s >> 16) & 0xff_ffff) as f32) / (1u64 << 24) as f32 - 1.0;
+        if (s >> 8) & 1023 == 0 { u * 20.0 } else { u }
+    })
+}
+
+fn quant(x: &Array2<f32>, scheme: Scheme) -> QuantizedMatrix {
+    let mut opts = QuantizeOptions::default().with_scale_layout(ScaleLayout::Swizzled128x4);
+    if scheme == Scheme::NvFp4 {
+        opts = opts.with_global_scale(GlobalScaleSource::Given(GlobalScale::from_amax(20.0).unwrap()));
+    }
+    quantize(x.view(), scheme, &opts).unwrap()
+}
+
+type Run = Box<dyn Fn() + Sync>;
+
+struct Case {
+    name: String,
+    run: Run,
+    /// Multiply-adds per run (0 for the memcpy anchor).
+    macs: f64,
+    baseline: bool,
+}
+
+fn case(name: impl Into<String>, macs: f64, baseline: bool, run: impl Fn() + Sync + 'static) -> Case {
+    Case { name: name.into(), run: Box::new(run), macs, baseline }
+}
+
+fn gemv_cases(v: &mut Vec<Case>) {
+    for (n, k) in [(4096, 4096), (16384, 2048)] {
+        let x = data(1, k, 7).mapv(bf16::from_f32);
+        let x: &'static Array2<bf16> = Box::leak(Box::new(x));
+        let w = data(n, k, 11);
+        for scheme in [Scheme::MxFp4, Scheme::NvFp4] {
+            let q: &'static QuantizedMatrix = Box::leak(Box::new(quant(&w, scheme)));
+            let macs = (n * k) as f64;
+            v.push(case(format!("gemv {scheme} {n}x{k}: dequantize + ndarray sgemv (baseline)"), macs, true, || {
+                let wf = dequantize::<f32>(q);
+                let xf = x.mapv(|v| v.to_f32());
+                black_box(xf.dot(&wf.t()));
+            }));
+            for (label, prec) in [("exact", ActivationPrecision::Exact), ("int8 act", ActivationPrecision::Int8Blocks)]
+            {
+                for single in [true, false] {
+                    let opts = GemmOptions::default().with_single_thread(single).with_activations(prec);
+                    let threads = if single { "1 thread" } else { "all threads" };
+                    v.push(case(format!("gemv {scheme} {n}x{k}: {label}, {threads}"), macs, false, move || {
+                        black_box(gemm_weight_only::<bf16, f32>(x.view(), q, &Epilogue::default(), &opts).unwrap());
+                    }));
+                }
+            }
+        }
+    }
+}
+
+fn gemm_cases(v: &mut Vec<Case>) {
+    for size in [1024, 2048] {
+        let (a, b) = (data(size, size, 3), data(size, size, 5));
+        for scheme in [Scheme::NvFp4, Scheme::MxFp8E4M3] {
+            let qa: &'static QuantizedMatrix = Box::leak(Box::new(quant(&a, scheme)));
+            let qb: &'static QuantizedMatrix = Box::leak(Box::new(quant(&b, scheme)));
+            let macs = (size * size * size) as f64;
+            v.push(case(format!("gemm {scheme} {size}^3: dequantize + ndarray sgemm (baseline)"), macs, true, || {
+                let (af, bf) = (dequantize::<f32>(qa), dequantize::<f32>(qb));
+                black_box(af.dot(&bf.t()));
+            }));
+            for single in [true, false] {
+                let opts = GemmOptions::default().with_single_thread(single);
+                let threads = if single { "1 thread" } else { "all threads" };
+                v.push(case(format!("gemm {scheme} {size}^3: fast, {threads}"), macs, false, move || {
+                    black_box(gemm::<f32>(qa, qb, &Epilogue::default(), &opts).unwrap());
+                }));
+            }
+        }
+    }
+}
+
+fn cases(reference: bool) -> Vec<Case> {
+    let mut v = Vec::new();
+    let src: &'static [u8] = Box::leak(vec![1u8; 64 << 20].into_boxed_slice());
+    let dst = Mutex::new(vec![0u8; 64 << 20]);
+    v.push(case("memcpy 64 MiB (anchor)", 0.0, false, move || dst.lock().unwrap().copy_from_slice(black_box(src))));
+    gemv_cases(&mut v);
+    gemm_cases(&mut v);
+    if reference {
+        let (a, b) = (data(2048, 2048, 3), data(2048, 2048, 5));
+        for scheme in [Scheme::NvFp4, Scheme::MxFp8E4M3] {
+            let qa: &'static QuantizedMatrix = Box::leak(Box::new(quant(&a, scheme)));
+            let qb: &'static QuantizedMatrix = Box::leak(Box::new(quant(&b, scheme)));
+            v.push(case(format!("gemm {scheme} 2048^3: exact reference"), 2048f64.powi(3), false, || {
+                black_box(gemm_reference::<f32>(qa, qb, &Epilogue::default()).unwrap());
+            }));
+        }
+    }
+    v
+}
+
+fn bench(c: &mut Criterion, cases: &[Case]) {
+    let mut group = c.benchmark_group("cpu_gemm");
+    group.sample_size(10).measurement_time(Duration::from_secs(3));
+    for case in cases.iter().filter(|c| !c.name.contains("reference")) {
+        group.bench_function(&case.name, |b| b.iter(|| (case.run)()));
+    }
+    group.finish();
+}
+
+fn summary(cases: &[Case]) {
+    println!("\nsummary: best of several runs");
+    println!("{:<66} {:>9} {:>9} {:>10}", "case", "ms", "GFLOP/s", "vs base");
+    let mut base = f64::NAN;
+    for case in cases {
+        let t0 = Instant::now();
+        (case.run)();
+        let reps = if t0.elapsed().as_secs_f64() > 2.0 { 1 } else { 7 };
+        let best = (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                (case.run)();
+                t.elapsed().as_secs_f64()
+            })
+            .fold(t0.elapsed().as_secs_f64(), f64::min);
+        if case.baseline {
+            base = best;
+        }
+        if case.macs == 0.0 {
+            let gbs = (64u64 << 20) as f64 / best / 1e9;
+            println!("{:<66} {:>9.3} {:>9} {:>10}   ({gbs:.1} GB/s copy)", case.name, best * 1e3, "", "");
+            continue;
+        }
+        let gflops = 2.0 * case.macs / best / 1e9;
+        println!("{:<66} {:>9.3} {:>9.1} {:>9.2}x", case.name, best * 1e3, gflops, base / best);
+    }
+    println!("(vs base: the baseline's time over the case's; > 1 is faster than dequantize + ndarray)");
+}
+
+fn main() {
+    let reference = std::env::args().any(|a| a == "--reference");
+    let cases = cases(reference);
+    if !std::env::args().any(|a| a == "--summary-only") {
+        let mut c = Criterion::default().configure_from_args();
+        bench(&mut c, &cases);
+        c.final_summary();
+    }
+    summary(&cases);
+}
