@@ -9,9 +9,10 @@
 //! re-exported at the root: element types, packing, scale layouts, scale rules,
 //! schemes, [`QuantizedMatrix`]) and, with `cpu`, the CPU backend ([`cpu`], its entry
 //! points re-exported at the root: [`quantize`], [`dequantize`], [`fake_quantize`],
-//! [`error_metrics`]). With `cuda`, the CUDA backend is [`cuda`] (blockscale-cuda):
-//! the same quantize / dequantize on cudarc device buffers, plus host conveniences,
-//! writing the same bytes as the CPU. GEMM joins them as it lands.
+//! [`error_metrics`], and the block-scaled products [`gemm`], [`gemm_reference`],
+//! [`gemm_weight_only`], [`gemv`]). With `cuda`, the CUDA backend is [`cuda`]
+//! (blockscale-cuda): the same quantize / dequantize on cudarc device buffers, plus
+//! host conveniences, writing the same bytes as the CPU.
 //!
 //! ```
 //! use blockscale::{E2M1, QuantizeOptions, Scheme, dequantize, quantize};
@@ -34,9 +35,10 @@ pub use blockscale_formats::*;
 pub use blockscale_cpu as cpu;
 #[cfg(feature = "cpu")]
 pub use blockscale_cpu::{
-    CpuError, DequantizeOptions, ErrorMetrics, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions, Simd,
-    dequantize, dequantize_into, dequantize_slice, dequantize_with, error_metrics, error_metrics_slice, fake_quantize,
-    quantize, quantize_slice,
+    Activation, ActivationPrecision, CpuError, DequantizeOptions, Epilogue, ErrorMetrics, GemmOptions,
+    GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions, Simd, dequantize, dequantize_into, dequantize_slice,
+    dequantize_with, error_metrics, error_metrics_slice, fake_quantize, gemm, gemm_reference, gemm_weight_only,
+    gemm_weight_only_reference, gemv, quantize, quantize_slice,
 };
 /// The CUDA backend (feature `cuda`; building it needs nvcc, see the README).
 #[cfg(feature = "cuda")]

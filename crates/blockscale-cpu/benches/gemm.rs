@@ -3,7 +3,7 @@
 //!
 //! `cargo bench -p blockscale-cpu --bench gemm` runs criterion, then prints a best-of-N
 //! summary with the ratios; `-- --summary-only` skips criterion; `-- --reference` also
-//! times the exact reference on 2048^3.
+//! times the exact reference on 2048^3; `-- --only TEXT` keeps the cases naming TEXT.
 
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -157,8 +157,14 @@ fn summary(cases: &[Case]) {
 }
 
 fn main() {
-    let reference = std::env::args().any(|a| a == "--reference");
-    let cases = cases(reference);
+    let args: Vec<String> = std::env::args().collect();
+    let reference = args.iter().any(|a| a == "--reference");
+    // `--only TEXT`: keep the anchor, and the cases (with their baselines) naming TEXT.
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
+    let mut cases = cases(reference);
+    if let Some(text) = only {
+        cases.retain(|c| c.macs == 0.0 || c.name.contains(&text));
+    }
     if !std::env::args().any(|a| a == "--summary-only") {
         let mut c = Criterion::default().configure_from_args();
         bench(&mut c, &cases);

@@ -11,6 +11,11 @@
 //!   f16 or bf16.
 //! - [`fake_quantize`]: the dequantized values without materialising the codes.
 //! - [`error_metrics`]: SQNR, cosine similarity, max abs and max relative error.
+//! - [`gemm`] / [`gemm_reference`]: `act(alpha * A . B^T + bias)` on two quantized
+//!   matrices (NVFP4 x NVFP4, MX x MX in any element mix, FP8 block x FP8 block); the
+//!   reference is exact up to one final rounding, the fast path is bounded against it.
+//! - [`gemm_weight_only`] / [`gemv`] / [`gemm_weight_only_reference`]: f32, f16 or
+//!   bf16 activations times quantized weights.
 //!
 //! The arithmetic of every scheme is in docs/NUMERICS.md; in short:
 //!
@@ -32,6 +37,22 @@
 //! let y = dequantize::<f32>(&q);
 //! let m = error_metrics(x.view(), y.view()).unwrap();
 //! assert!(m.sqnr_db > 15.0);
+//! ```
+//!
+//! ```
+//! use blockscale_cpu::{Epilogue, GemmOptions, QuantizeOptions, gemm, gemm_reference, quantize};
+//! use blockscale_formats::Scheme;
+//! use ndarray::Array2;
+//!
+//! let a = Array2::from_shape_fn((8, 64), |(i, k)| ((i * 7 + k) % 13) as f32 - 6.0);
+//! let b = Array2::from_shape_fn((16, 64), |(j, k)| ((j + 3 * k) % 5) as f32 - 2.0);
+//! let opts = QuantizeOptions::default();
+//! let (qa, qb) = (quantize(a.view(), Scheme::MxFp8E4M3, &opts).unwrap(), quantize(b.view(), Scheme::MxFp8E4M3, &opts).unwrap());
+//! let exact = gemm_reference::<f32>(&qa, &qb, &Epilogue::default()).unwrap();
+//! let fast = gemm::<f32>(&qa, &qb, &Epilogue::default(), &GemmOptions::default()).unwrap();
+//! // Small integers: every partial sum is exact, so both equal A . B^T.
+//! assert_eq!(exact, a.dot(&b.t()));
+//! assert_eq!(fast, exact);
 //! ```
 
 #![warn(missing_docs)]

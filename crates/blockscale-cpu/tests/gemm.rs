@@ -156,9 +156,11 @@ fn simds() -> Vec<Simd> {
     v
 }
 
-/// The documented bound of the fast path (docs/NUMERICS.md): `(K/8 + K/B + B + 8) u T`.
+/// The documented bound of the fast path (docs/NUMERICS.md): `n u / (1 - n u) T` with
+/// `n = K + K/B + B + 8`.
 fn fast_bound(k: usize, bs: usize, t: f64) -> f64 {
-    (k / 8 + k / bs + bs + 8) as f64 * 2f64.powi(-24) * t
+    let nu = (k + k / bs + bs + 8) as f64 * 2f64.powi(-24);
+    nu / (1.0 - nu) * t
 }
 
 fn bits_eq(a: &[f32], b: &[f32]) -> Option<usize> {

@@ -11,26 +11,12 @@
 //! Two paths. `*_reference` is exact: every block sum is an integer, blocks are
 //! accumulated without rounding, `alpha` and the bias are applied exactly and the
 //! result is rounded once (docs/NUMERICS.md proves it); golden files and GPU kernels
-//! are checked against it. The fast path sums blocks with integer or f32 SIMD
-//! arithmetic and f32 accumulation; its error against the reference is bounded (see
+//! are checked against it. The fast path multiplies exactly pre-scaled bf16 values with
+//! AVX-512 BF16 dot products where that is exact, and otherwise sums blocks in int8 or
+//! f32 SIMD; it accumulates in f32. Its error against the reference is bounded (see
 //! [`ActivationPrecision`] and docs/NUMERICS.md), and it is bit-identical to the
 //! reference when every partial sum is exactly representable in f32.
-//!
-//! ```
-//! use blockscale_cpu::{Epilogue, GemmOptions, QuantizeOptions, gemm, gemm_reference, quantize};
-//! use blockscale_formats::Scheme;
-//! use ndarray::Array2;
-//!
-//! let a = Array2::from_shape_fn((8, 64), |(i, k)| ((i * 7 + k) % 13) as f32 - 6.0);
-//! let b = Array2::from_shape_fn((16, 64), |(j, k)| ((j + 3 * k) % 5) as f32 - 2.0);
-//! let opts = QuantizeOptions::default();
-//! let (qa, qb) = (quantize(a.view(), Scheme::MxFp8E4M3, &opts).unwrap(), quantize(b.view(), Scheme::MxFp8E4M3, &opts).unwrap());
-//! let exact = gemm_reference::<f32>(&qa, &qb, &Epilogue::default()).unwrap();
-//! let fast = gemm::<f32>(&qa, &qb, &Epilogue::default(), &GemmOptions::default()).unwrap();
-//! // Small integers: every partial sum is exact, so both equal A . B^T.
-//! assert_eq!(exact, a.dot(&b.t()));
-//! assert_eq!(fast, exact);
-//! ```
+//! (The crate docs have an example.)
 
 mod epilogue;
 pub(crate) mod exact;
@@ -50,9 +36,9 @@ use operand::Decoded;
 /// How the fast weight-only path treats the activations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum ActivationPrecision {
-    /// Activations are used as given (f32 products, f32 accumulation). Error bound
-    /// against the reference: `(B + K/B + 2) * 2^-24 * sum_k |x_k w_k s_k|` before the
-    /// final rounding, for block size `B`.
+    /// Activations are used as given (f32 accumulation). Error bound against the
+    /// reference before the epilogue: `n u / (1 - n u) * sum_k |x_k w_k s_k|` with
+    /// `u = 2^-24`, `n = K + K/B + B + 8` for block size `B` (docs/NUMERICS.md).
     #[default]
     Exact,
     /// Activations are quantized on the fly to int8 per 32 values (`d = amax / 127`,
@@ -197,10 +183,12 @@ pub fn gemm_weight_only_reference<I: Input, O: Output>(
 /// The fast GEMM of two quantized matrices (same operands, epilogue and errors as
 /// [`gemm_reference`], plus [`CpuError::SimdUnavailable`] for a forced missing path).
 ///
-/// NVFP4, MXFP4 and MXFP6-E2M3 pairs (elements that are small integers) use int8 SIMD
-/// dot products with exact block sums; the others sum each block in f32. Blocks are
-/// accumulated in f32. Error bound in docs/NUMERICS.md; bit-identical to the
-/// reference when every partial sum is exactly representable in f32.
+/// Where every element times its block scale is exact in bf16 (NVFP4, MX, power-of-two
+/// FP8 scales) and the CPU has AVX-512 BF16, a packed-panel BF16 dot-product kernel
+/// multiplies the pre-scaled values; otherwise NVFP4, MXFP4 and MXFP6-E2M3 pairs use
+/// int8 SIMD with exact block sums and the rest sum each block in f32. Accumulation is
+/// f32; error bound in docs/NUMERICS.md; bit-identical to the reference when every
+/// partial sum is exactly representable in f32.
 ///
 /// # Errors
 /// As [`gemm_reference`].
