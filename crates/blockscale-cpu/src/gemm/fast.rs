@@ -205,6 +205,13 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: 
     }
     let (da, db) = (Decoded::new(a, path, parallel), Decoded::new(b, path, parallel));
     let bs = da.block;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && finite(&da) && finite(&db) {
+        // Elements (at most 4 significant bits) are exact in bf16; scales stay f32.
+        let (ab, bb): (Vec<u16>, Vec<u16>) =
+            (da.values.iter().map(|&v| bf16_bits(v)).collect(), db.values.iter().map(|&v| bf16_bits(v)).collect());
+        return bf16_scaled_product(&ab, &da.scales, &bb, &db.scales, m, n, k, bs, parallel);
+    }
     if small_int(a.scheme().element()) && small_int(b.scheme().element()) {
         let (ia, ib) = (int8_operand(&da), int8_operand(&db));
         let post = 2f32.powi(ia.exp + ib.exp);
@@ -231,6 +238,33 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: 
 fn bf16_product(a: &[u16], b: &[u16], m: usize, n: usize, kp: usize, parallel: bool) -> Vec<f32> {
     let packed = dot::pack_bf16_panels(b, n, kp);
     tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::bf16_tile(&a[i0 * kp..i1 * kp], &packed, kp, j0, j1, out))
+}
+
+/// Whether every value and scale is finite.
+fn finite(d: &Decoded) -> bool {
+    d.values.iter().chain(&d.scales).all(|v| v.is_finite())
+}
+
+/// Block-scaled product of bf16 element rows with f32 block scales.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn bf16_scaled_product(
+    a: &[u16],
+    sa: &[f32],
+    b: &[u16],
+    sb: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    bs: usize,
+    parallel: bool,
+) -> Vec<f32> {
+    let nb = k / bs;
+    let packed = dot::pack_bf16_panels(b, n, k);
+    let scales = dot::pack_scale_panels(sb, n, nb);
+    tiled(m, n, parallel, |i0, i1, j0, j1, out| {
+        dot::bf16_scaled_tile(&a[i0 * k..i1 * k], &sa[i0 * nb..i1 * nb], &packed, &scales, k, bs, j0, j1, out)
+    })
 }
 
 /// Block-scaled f32 product of values `av` (`m x k`) with scales `asc` and `db`.

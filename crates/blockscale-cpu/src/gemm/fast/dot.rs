@@ -70,6 +70,47 @@ pub(super) fn bf16_tile(a: &[u16], packed: &[u32], kp: usize, j0: usize, j1: usi
     unsafe { avx512::bf16_tile(a, packed, kp, j0, j1, out) }
 }
 
+/// Packs per-row block scales of B (`n x nb`) like [`pack_bf16_panels`]: panel `p`
+/// holds, for each block, the 32 columns' scales (missing columns 0).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn pack_scale_panels(sb: &[f32], n: usize, nb: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n.div_ceil(PANEL) * nb * PANEL];
+    for (j, row) in sb.chunks_exact(nb).enumerate() {
+        let base = (j / PANEL) * nb * PANEL + j % PANEL;
+        for (kb, &s) in row.iter().enumerate() {
+            out[base + kb * PANEL] = s;
+        }
+    }
+    out
+}
+
+/// Block-scaled bf16 tile: unscaled bf16 element rows `a` (`mt x k`) with scales `sa`
+/// (`mt x k/bs`) times packed B panels with packed scales, for columns `j0..j1`:
+/// each block's f32 dot product is multiplied by `sa * sb` and accumulated.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn bf16_scaled_tile(
+    a: &[u16],
+    sa: &[f32],
+    packed: &[u32],
+    packed_scales: &[f32],
+    k: usize,
+    bs: usize,
+    j0: usize,
+    j1: usize,
+    out: &mut [f32],
+) {
+    let nb = k / bs;
+    assert!(crate::avx512_available() && bs.is_multiple_of(2) && k.is_multiple_of(bs) && j0.is_multiple_of(PANEL));
+    assert!(
+        packed.len() >= j1.div_ceil(PANEL) * k / 2 * PANEL && packed_scales.len() >= j1.div_ceil(PANEL) * nb * PANEL
+    );
+    assert!(a.len().is_multiple_of(k) && sa.len() == a.len() / k * nb);
+    // SAFETY: AVX-512 F, BW and BF16 were just confirmed; the asserts give the kernel
+    // the slice lengths its reads rely on.
+    unsafe { avx512::bf16_scaled_tile(a, sa, packed, packed_scales, k, bs, j0, j1, out) }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn portable_int8(a: &[i8], sa: &[f32], b: &[i8], sb: &[f32], k: usize, bs: usize, post: f32, out: &mut [f32]) {
     let nb = k / bs;
@@ -306,6 +347,116 @@ mod avx512 {
         let ptrs: [*const u32; MI] = core::array::from_fn(|ii| a[(i + ii) * kp..].as_ptr().cast::<u32>());
         // SAFETY: forwarded from the caller.
         let acc = unsafe { micro::<MI>(ptrs, packed[panel * pairs * PANEL..].as_ptr(), pairs) };
+        store(&acc, i, cols, width, out);
+    }
+
+    /// Rows of A per register tile of the block-scaled kernel (12 block accumulators and
+    /// 12 totals).
+    const MR_SCALED: usize = 6;
+
+    /// `MI` rows of A times one packed panel, block by block: `tot += (sa * sb) * block`.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/BF16 present; each `a[i]` valid for `k / 2` u32 reads and `sa[i]`
+    /// for `k / bs` f32, `panel` for `k / 2 * 32` u32 and `scales` for `k / bs * 32` f32.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn micro_scaled<const MI: usize>(
+        a: [*const u32; MI],
+        sa: [*const f32; MI],
+        panel: *const u32,
+        scales: *const f32,
+        k: usize,
+        bs: usize,
+    ) -> [[__m512; 2]; MI] {
+        let mut tot = [[_mm512_setzero_ps(); 2]; MI];
+        let half = bs / 2;
+        for kb in 0..k / bs {
+            let mut blk = [[_mm512_setzero_ps(); 2]; MI];
+            for t in kb * half..(kb + 1) * half {
+                // SAFETY: t < k / 2; the caller guarantees the extents.
+                let (b0, b1) = unsafe {
+                    let p = panel.add(t * PANEL);
+                    (bh(_mm512_loadu_si512(p.cast())), bh(_mm512_loadu_si512(p.add(16).cast())))
+                };
+                for (row, acc) in a.iter().zip(blk.iter_mut()) {
+                    // SAFETY: t < k / 2, within the row.
+                    let av = bh(_mm512_set1_epi32(unsafe { row.add(t).read_unaligned() } as i32));
+                    acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
+                    acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
+                }
+            }
+            // SAFETY: kb < k / bs; the caller guarantees the extents.
+            let (s0, s1) = unsafe {
+                let p = scales.add(kb * PANEL);
+                (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+            };
+            for ((acc, t), &s) in blk.iter().zip(tot.iter_mut()).zip(&sa) {
+                // SAFETY: kb < k / bs, within the row's scales.
+                let sv = _mm512_set1_ps(unsafe { s.add(kb).read() });
+                t[0] = _mm512_fmadd_ps(acc[0], _mm512_mul_ps(sv, s0), t[0]);
+                t[1] = _mm512_fmadd_ps(acc[1], _mm512_mul_ps(sv, s1), t[1]);
+            }
+        }
+        tot
+    }
+
+    /// # Safety
+    /// AVX-512 F/BW/BF16 present; the extents checked by `super::bf16_scaled_tile`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn bf16_scaled_tile(
+        a: &[u16],
+        sa: &[f32],
+        packed: &[u32],
+        packed_scales: &[f32],
+        k: usize,
+        bs: usize,
+        j0: usize,
+        j1: usize,
+        out: &mut [f32],
+    ) {
+        let (mt, width, nb) = (a.len() / k, j1 - j0, k / bs);
+        let mut jc = j0;
+        while jc < j1 {
+            let cols = (jc - j0)..((jc + PANEL).min(j1) - j0);
+            let panel = jc / PANEL;
+            let bp = packed[panel * (k / 2) * PANEL..].as_ptr();
+            let sp = packed_scales[panel * nb * PANEL..].as_ptr();
+            let mut i = 0;
+            while i < mt {
+                let ih = (mt - i).min(MR_SCALED);
+                macro_rules! go {
+                    ($($mi:literal)*) => {
+                        match ih {
+                            $($mi => {
+                                let ap: [*const u32; $mi] = core::array::from_fn(|ii| a[(i + ii) * k..].as_ptr().cast::<u32>());
+                                let sap: [*const f32; $mi] = core::array::from_fn(|ii| sa[(i + ii) * nb..].as_ptr());
+                                // SAFETY: rows i..i + ih exist; the panel and its scales are covered.
+                                let acc = unsafe { micro_scaled::<$mi>(ap, sap, bp, sp, k, bs) };
+                                store(&acc, i, cols.clone(), width, out);
+                            })*
+                            _ => unreachable!("1..=MR_SCALED rows"),
+                        }
+                    };
+                }
+                go!(6 5 4 3 2 1);
+                i += ih;
+            }
+            jc += PANEL;
+        }
+    }
+
+    /// Writes register rows to `out` rows `i..`, columns `cols`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    fn store<const MI: usize>(
+        acc: &[[__m512; 2]; MI],
+        i: usize,
+        cols: core::ops::Range<usize>,
+        width: usize,
+        out: &mut [f32],
+    ) {
         for (ii, v) in acc.iter().enumerate() {
             let mut lanes = [0f32; PANEL];
             // SAFETY: `lanes` holds 32 f32, two 16-lane vectors.
