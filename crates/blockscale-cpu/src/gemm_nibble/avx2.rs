@@ -180,6 +180,39 @@ unsafe fn decode16(p: *const u8, tbl: __m256i) -> __m128i {
     _mm_shuffle_epi8(_mm256_castsi256_si128(tbl), nib)
 }
 
+/// The 8 i8 at `p` as f32.
+///
+/// # Safety
+/// 8 readable bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn widen_at(p: *const i8) -> __m256 {
+    // SAFETY: the caller guarantees 8 readable bytes.
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(unsafe { _mm_loadl_epi64(p.cast()) }))
+}
+
+/// Decodes `rows` weight rows of `k` codes at `wp` into their i8 values at `dst`
+/// (row r at `dst + r * k`), each 32-chunk (16 for a last half chunk) in even/odd order.
+///
+/// # Safety
+/// `wp` readable for `rows * k / 2` bytes, `dst` writable for `rows * k`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn decode_rows(wp: *const u8, k: usize, rows: usize, tbl: __m256i, dst: *mut i8) {
+    let (kh, chunks) = (k / 2, k / 32);
+    for r in 0..rows {
+        // SAFETY: every read is inside row r's kh bytes and every write inside its k bytes.
+        unsafe {
+            for c in 0..chunks {
+                _mm256_storeu_si256(dst.add(r * k + 32 * c).cast(), decode32(wp.add(r * kh + 16 * c), tbl));
+            }
+            if !k.is_multiple_of(32) {
+                _mm_storeu_si128(dst.add(r * k + 32 * chunks).cast(), decode16(wp.add(r * kh + 16 * chunks), tbl));
+            }
+        }
+    }
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn widen(v: __m128i) -> __m256 {
@@ -204,10 +237,10 @@ fn table(values: &[i8; 16]) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn exact_tile<const BLOCK: usize, const MR: usize, const NR: usize, const F16: bool>(
     x: *const f32,
+    wv: *const i8,
     t: &Tile<'_, NR>,
 ) {
-    let Tile { k, wp, sc, tbl, vscale, out, m } = *t;
-    let kh = k / 2;
+    let Tile { k, sc, vscale, out, m, .. } = *t;
     let chunks = k / 32;
     let mut acc = [[_mm256_setzero_ps(); NR]; MR];
     for c in 0..chunks {
@@ -215,12 +248,11 @@ unsafe fn exact_tile<const BLOCK: usize, const MR: usize, const NR: usize, const
             // SAFETY (this block): 16 * c + 16 <= kh bytes of row j; 32 * c + 32 <= k f32 of
             // row i; (j, kb) inside the tile.
             unsafe {
-                let v = decode32(wp.add(j * kh + 16 * c), tbl);
-                let (lo, hi) = (_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-                let w0 = widen(lo);
-                let w1 = widen(_mm_unpackhi_epi64(lo, lo));
-                let w2 = widen(hi);
-                let w3 = widen(_mm_unpackhi_epi64(hi, hi));
+                let p = wv.add(j * k + 32 * c);
+                let w0 = widen_at(p);
+                let w1 = widen_at(p.add(8));
+                let w2 = widen_at(p.add(16));
+                let w3 = widen_at(p.add(24));
                 if BLOCK == 32 {
                     let s = _mm256_set1_ps(sc.get::<F16>(j, c));
                     for (i, a) in acc.iter_mut().enumerate() {
@@ -257,9 +289,9 @@ unsafe fn exact_tile<const BLOCK: usize, const MR: usize, const NR: usize, const
         for j in 0..NR {
             // SAFETY: 16 * chunks + 8 == kh bytes of row j; 32 * chunks + 16 == k f32.
             unsafe {
-                let v = decode16(wp.add(j * kh + 16 * chunks), tbl);
-                let w0 = widen(v);
-                let w2 = widen(_mm_unpackhi_epi64(v, v));
+                let p = wv.add(j * k + 32 * chunks);
+                let w0 = widen_at(p);
+                let w2 = widen_at(p.add(8));
                 let s = _mm256_set1_ps(sc.get::<F16>(j, 2 * chunks));
                 for (i, a) in acc.iter_mut().enumerate() {
                     let xp = x.add(i * k + 32 * chunks);
@@ -411,6 +443,7 @@ unsafe fn exact_task<const BLOCK: usize, const F16: bool>(
     let k = w.k;
     let tbl = table(&w.values);
     let mut task = Task { w, n0, f16_buf: Vec::new() };
+    let mut wv = vec![0i8; NR1 * k];
     let mut r = 0;
     while r < rows {
         let wp = w.data[(n0 + r) * (k / 2)..].as_ptr();
@@ -421,20 +454,23 @@ unsafe fn exact_task<const BLOCK: usize, const F16: bool>(
             if m == 1 && rows - r >= NR1 {
                 let sc = task.scales::<NR1>(r);
                 let t = Tile { k, wp, sc: &sc, tbl, vscale: w.vscale, out: o, m };
-                exact_tile::<BLOCK, 1, NR1, F16>(xp.as_ptr(), &t);
+                decode_rows(wp, k, NR1, tbl, wv.as_mut_ptr());
+                exact_tile::<BLOCK, 1, NR1, F16>(xp.as_ptr(), wv.as_ptr(), &t);
                 r += NR1;
                 continue;
             }
             let sc = task.scales::<1>(r);
+            decode_rows(wp, k, 1, tbl, wv.as_mut_ptr());
+            let wv = wv.as_ptr();
             let mut i = 0;
             while i < m {
                 let x = xp[i * k..].as_ptr();
                 let t = Tile { k, wp, sc: &sc, tbl, vscale: w.vscale, out: o.add(i), m };
                 match (m - i).min(MR) {
-                    1 => exact_tile::<BLOCK, 1, 1, F16>(x, &t),
-                    2 => exact_tile::<BLOCK, 2, 1, F16>(x, &t),
-                    3 => exact_tile::<BLOCK, 3, 1, F16>(x, &t),
-                    _ => exact_tile::<BLOCK, MR, 1, F16>(x, &t),
+                    1 => exact_tile::<BLOCK, 1, 1, F16>(x, wv, &t),
+                    2 => exact_tile::<BLOCK, 2, 1, F16>(x, wv, &t),
+                    3 => exact_tile::<BLOCK, 3, 1, F16>(x, wv, &t),
+                    _ => exact_tile::<BLOCK, MR, 1, F16>(x, wv, &t),
                 }
                 i += MR;
             }
