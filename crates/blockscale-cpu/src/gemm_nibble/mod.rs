@@ -50,12 +50,14 @@
 //! # Paths
 //!
 //! [`Path::Portable`] is plain safe Rust; [`Path::Avx2`] (which additionally needs FMA,
-//! else the portable code runs) decodes 32 nibbles with one shuffle, works on
-//! activations pre-permuted once per call into even/odd order per 32-block, and reuses
-//! every decoded weight block for up to four activation rows. The two paths compute the
-//! same quantity with different rounding orders; both meet the bounds above. Work is
-//! split over rayon by chunks of output rows `n`, never along `K`, so results do not
-//! depend on the thread count.
+//! else the portable code runs) splits 32 nibbles with one shift and mask and maps them
+//! with one `pshufb`, against activations permuted once per call into even/odd order
+//! per 32-block. Exact mode decodes each weight row once into an i8 buffer and reuses
+//! it for every activation row (up to four per pass, or four weight rows at a time when
+//! `M = 1`); Int8 mode uses `maddubs` with the abs/sign trick and one i32-to-f32
+//! conversion per 32 elements. The two paths compute the same quantity with different
+//! rounding orders; both meet the bounds above. Work is split over rayon by chunks of
+//! output rows `n`, never along `K`, so results do not depend on the thread count.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
