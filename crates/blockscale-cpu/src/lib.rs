@@ -61,8 +61,6 @@ mod dequantize;
 mod error;
 mod fake;
 mod gemm;
-#[allow(dead_code)]
-mod gemm_nibble;
 mod input;
 mod kernels;
 mod metrics;

@@ -2,13 +2,16 @@
 //! sums in int8 SIMD (small-integer elements) or f32 SIMD, f32 accumulation, rayon over
 //! output tiles.
 
-use blockscale_formats::{ElementFormat, QuantizedMatrix};
+use blockscale_formats::{
+    DataLayout, E2M1, ElementFormat, QuantizedMatrix, ScaleData, ScaleFormat, ScaleLayout, Scheme, UE4M3, UE8M0,
+};
 use ndarray::Array2;
 use rayon::prelude::*;
 
+use super::nibble;
 use super::operand::{Decoded, element_exp};
 use super::reference::format_of;
-use super::{Activation, GemmOptions, Resolved, exact::round_f64};
+use super::{Activation, ActivationPrecision, GemmOptions, Resolved, exact::round_f64};
 use crate::dequantize::RowDecoder;
 use crate::kernels::Path;
 use crate::{CpuError, Output, Simd};
@@ -285,6 +288,57 @@ fn f32_product(av: &[f32], asc: &[f32], db: &Decoded, m: usize, parallel: bool, 
     })
 }
 
+/// Rows of activations up to which the 4-bit kernels stream the weights directly
+/// (decoding a block once for every row) instead of packing them for the GEMM kernels.
+const GEMV_ROWS: usize = 16;
+
+/// Lookup tables of the one-byte scale formats.
+fn scale_lut(format: ScaleFormat) -> [f32; 256] {
+    core::array::from_fn(|b| match format {
+        ScaleFormat::UE4M3 => UE4M3::from_bits(b as u8).to_f32(),
+        _ => UE8M0::from_bits(b as u8).to_f32(),
+    })
+}
+
+/// The 4-bit GEMV kernels, for NVFP4, MXFP4 and INT4-G32 weights stored row-major.
+fn nibble_product(x: &[f32], m: usize, w: &QuantizedMatrix, path: Path, options: &GemmOptions) -> Option<Vec<f32>> {
+    let (values, vscale): ([i8; 16], f32) = match w.scheme() {
+        Scheme::NvFp4 | Scheme::MxFp4 => (core::array::from_fn(|c| (E2M1::TABLE[c] * 2.0) as i8), 0.5),
+        Scheme::Int4G32 => (core::array::from_fn(|c| c as i8 - 8), 1.0),
+        _ => return None,
+    };
+    if w.data_layout() != DataLayout::RowMajor {
+        return None;
+    }
+    let cols = w.shape().scale_cols;
+    let index = match w.scale_layout() {
+        ScaleLayout::Linear => nibble::ScaleIndex::Linear { cols },
+        ScaleLayout::Swizzled128x4 => nibble::ScaleIndex::Swizzled128x4 { cols },
+    };
+    let lut = scale_lut(w.scheme().scale_format());
+    let scales = match w.scales() {
+        ScaleData::Bytes(data) => nibble::Scales::Bytes { data, lut: &lut, index },
+        ScaleData::F16(data) => nibble::Scales::F16 { data, index },
+        ScaleData::F32(_) => return None,
+    };
+    let weights = nibble::NibbleWeights {
+        data: w.data(),
+        n: w.rows(),
+        k: w.k(),
+        block: w.scheme().block_size(),
+        values,
+        vscale,
+        scales,
+    };
+    let mode = match options.activations {
+        ActivationPrecision::Exact => nibble::ActMode::Exact,
+        ActivationPrecision::Int8Blocks => nibble::ActMode::Int8,
+    };
+    let mut out = vec![0f32; m * w.rows()];
+    nibble::gemm_nibble(path, x, m, &weights, mode, !options.single_threaded, &mut out);
+    Some(out)
+}
+
 /// Weight-only, before the epilogue.
 pub(super) fn gemm_wq(
     x: &[f32],
@@ -296,6 +350,11 @@ pub(super) fn gemm_wq(
 ) -> Vec<f32> {
     let parallel = !options.single_threaded;
     let k = w.k();
+    if m <= GEMV_ROWS
+        && let Some(out) = nibble_product(x, m, w, path, options)
+    {
+        return out;
+    }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 && x.iter().all(|v| v.is_finite() && v.to_bits() & 0xffff == 0) && prescale_exact(w, 8) {
         let kp = k.next_multiple_of(32);

@@ -21,6 +21,7 @@
 mod epilogue;
 pub(crate) mod exact;
 mod fast;
+mod nibble;
 mod operand;
 mod reference;
 

@@ -213,12 +213,6 @@ unsafe fn decode_rows(wp: *const u8, k: usize, rows: usize, tbl: __m256i, dst: *
     }
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn widen(v: __m128i) -> __m256 {
-    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
-}
-
 /// The 16-entry value table in both lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn table(values: &[i8; 16]) -> __m256i {

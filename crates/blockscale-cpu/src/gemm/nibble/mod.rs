@@ -108,15 +108,6 @@ impl Scales<'_> {
             Self::F16 { data, .. } => data.len(),
         }
     }
-
-    /// Scale (row, col) as f32.
-    #[cfg(test)]
-    fn get(&self, row: usize, col: usize) -> f32 {
-        match *self {
-            Self::Bytes { data, lut, index } => lut[usize::from(data[index.at(row, col)])],
-            Self::F16 { data, index } => data[index.at(row, col)].to_f32(),
-        }
-    }
 }
 
 /// Where scale (row, col) of an `n x cols` scale matrix is stored; `cols = k / block`.
