@@ -47,11 +47,13 @@ struct Case {
     run: Run,
     /// Multiply-adds per run (0 for the memcpy anchor).
     macs: f64,
+    /// Bytes of quantized operands read per run (packed data and scales).
+    bytes: f64,
     baseline: bool,
 }
 
 fn case(name: impl Into<String>, macs: f64, baseline: bool, run: impl Fn() + Sync + 'static) -> Case {
-    Case { name: name.into(), run: Box::new(run), macs, baseline }
+    Case { name: name.into(), run: Box::new(run), macs, bytes: 0.0, baseline }
 }
 
 fn gemv_cases(v: &mut Vec<Case>) {
@@ -67,14 +69,21 @@ fn gemv_cases(v: &mut Vec<Case>) {
                 let xf = x.mapv(|v| v.to_f32());
                 black_box(xf.dot(&wf.t()));
             }));
+            let wf: &'static Array2<f32> = Box::leak(Box::new(dequantize::<f32>(q)));
+            v.push(case(format!("gemv {scheme} {n}x{k}: ndarray sgemv alone (f32 weights ready)"), macs, false, || {
+                let xf = x.mapv(|v| v.to_f32());
+                black_box(xf.dot(&wf.t()));
+            }));
             for (label, prec) in [("exact", ActivationPrecision::Exact), ("int8 act", ActivationPrecision::Int8Blocks)]
             {
                 for single in [true, false] {
                     let opts = GemmOptions::default().with_single_thread(single).with_activations(prec);
                     let threads = if single { "1 thread" } else { "all threads" };
-                    v.push(case(format!("gemv {scheme} {n}x{k}: {label}, {threads}"), macs, false, move || {
+                    let mut c = case(format!("gemv {scheme} {n}x{k}: {label}, {threads}"), macs, false, move || {
                         black_box(gemm_weight_only::<bf16, f32>(x.view(), q, &Epilogue::default(), &opts).unwrap());
-                    }));
+                    });
+                    c.bytes = q.storage_bytes() as f64;
+                    v.push(c);
                 }
             }
         }
@@ -138,20 +147,21 @@ fn bench(c: &mut Criterion, cases: &[Case]) {
 }
 
 fn summary(cases: &[Case]) {
-    println!("\nsummary: best of several runs");
-    println!("{:<66} {:>9} {:>9} {:>10}", "case", "ms", "GFLOP/s", "vs base");
-    let mut base = f64::NAN;
+    println!("\nsummary: best of several runs (at least 7, or 0.5 s)");
+    println!("{:<66} {:>9} {:>9} {:>10} {:>16}", "case", "ms", "GFLOP/s", "vs base", "weights GB/s");
+    let (mut base, mut copy) = (f64::NAN, f64::NAN);
     for case in cases {
         let t0 = Instant::now();
         (case.run)();
-        let reps = if t0.elapsed().as_secs_f64() > 2.0 { 1 } else { 7 };
+        let first = t0.elapsed().as_secs_f64();
+        let reps = if first > 2.0 { 1 } else { ((0.5 / first) as usize).clamp(7, 500) };
         let best = (0..reps)
             .map(|_| {
                 let t = Instant::now();
                 (case.run)();
                 t.elapsed().as_secs_f64()
             })
-            .fold(t0.elapsed().as_secs_f64(), f64::min);
+            .fold(first, f64::min);
         if case.baseline {
             base = best;
         }
@@ -159,15 +169,22 @@ fn summary(cases: &[Case]) {
             base = f64::NAN;
         }
         if case.macs == 0.0 {
-            let gbs = (64u64 << 20) as f64 / best / 1e9;
-            println!("{:<66} {:>9.3} {:>9} {:>10}   ({gbs:.1} GB/s copy)", case.name, best * 1e3, "", "");
+            copy = (64u64 << 20) as f64 / best / 1e9;
+            println!("{:<66} {:>9.3} {:>9} {:>10}   ({copy:.1} GB/s copied)", case.name, best * 1e3, "", "");
             continue;
         }
         let gflops = 2.0 * case.macs / best / 1e9;
         let ratio = if base.is_nan() { String::new() } else { format!("{:.2}x", base / best) };
-        println!("{:<66} {:>9.3} {:>9.1} {:>10}", case.name, best * 1e3, gflops, ratio);
+        let stream = if case.bytes > 0.0 {
+            let gbs = case.bytes / best / 1e9;
+            format!("{gbs:.1} ({:.0}% copy)", 100.0 * gbs / copy)
+        } else {
+            String::new()
+        };
+        println!("{:<66} {:>9.3} {:>9.1} {:>10} {:>16}", case.name, best * 1e3, gflops, ratio, stream);
     }
-    println!("(vs base: the baseline's time over the case's; > 1 is faster than dequantize + ndarray)");
+    println!("(vs base: the baseline's time over the case's; > 1 is faster than dequantize + ndarray.");
+    println!(" weights GB/s: quantized weight bytes per second, against the memcpy rate above)");
 }
 
 fn main() {

@@ -1,6 +1,8 @@
-//! The fast path: operands decoded once per call into SIMD-friendly arrays, block
-//! sums in int8 SIMD (small-integer elements) or f32 SIMD, f32 accumulation, rayon over
-//! output tiles.
+//! The fast path: operands decoded once per call into SIMD-friendly arrays (pre-scaled
+//! bf16 for the AVX-512 BF16 kernels where that is exact, else bf16 elements with f32
+//! block scales; int8 or f32 values on other CPUs), f32 accumulation, rayon over 64 x 64
+//! output tiles. Weight-only products with at most [`GEMV_ROWS`] rows stream 4-bit
+//! weights through the `nibble` kernels instead.
 
 use blockscale_formats::{
     DataLayout, E2M1, ElementFormat, QuantizedMatrix, ScaleData, ScaleFormat, ScaleLayout, Scheme, UE4M3, UE8M0,
@@ -71,26 +73,19 @@ fn small_int(format: ElementFormat) -> bool {
     matches!(format, ElementFormat::E2M1 | ElementFormat::E2M3 | ElementFormat::Int4)
 }
 
-/// An operand as int8 values (times `2^exp`) with f32 scales, rows padded to a whole
-/// number of 32-byte vectors.
+/// An operand as int8 values (times `2^exp`) with f32 scales.
 pub(super) struct Int8Operand {
     pub vals: Vec<i8>,
     pub scales: Vec<f32>,
     pub exp: i32,
 }
 
+/// The [`small_int`] formats have no NaN or infinity codes, so every value converts; a
+/// NaN scale (a poisoned block) stays in `scales` and reaches the output.
 fn int8_operand(d: &Decoded) -> Int8Operand {
     let f = 2f32.powi(-d.elem_exp);
-    let vals = d.values.iter().map(|&v| if v.is_finite() { (v * f) as i8 } else { 0 }).collect();
-    // A block holding NaN or infinity poisons its scale so the NaN reaches the output.
-    let mut scales = d.scales.clone();
-    for (i, v) in d.values.iter().enumerate() {
-        if !v.is_finite() {
-            let s = &mut scales[(i / d.k) * d.nblocks() + (i % d.k) / d.block];
-            *s = if v.is_nan() || s.is_nan() { f32::NAN } else { *v * *s };
-        }
-    }
-    Int8Operand { vals, scales, exp: d.elem_exp }
+    let vals = d.values.iter().map(|&v| (v * f) as i8).collect();
+    Int8Operand { vals, scales: d.scales.clone(), exp: d.elem_exp }
 }
 
 /// The instruction set the GEMM kernels use.
