@@ -197,6 +197,8 @@ fn quantized_pairs_are_exact_on_friendly_inputs() {
                         let o = GemmOptions::default().with_simd(simd);
                         let fast = gemm::<f32>(&a.q, &b.q, &Epilogue::default(), &o).unwrap();
                         assert_eq!(bits_eq(fast.as_slice().unwrap(), &want), None, "fast {simd:?}, {ctx}");
+                        let fastb = gemm::<bf16>(&a.q, &b.q, &Epilogue::default(), &o).unwrap();
+                        assert!(fastb.iter().zip(gotb.iter()).all(|(f, r)| f.to_bits() == r.to_bits()), "{ctx}");
                     }
                 }
             }
