@@ -295,8 +295,16 @@ fn scale_lut(format: ScaleFormat) -> [f32; 256] {
     })
 }
 
-/// The 4-bit GEMV kernels, for NVFP4, MXFP4 and INT4-G32 weights stored row-major.
-fn nibble_product(x: &[f32], m: usize, w: &QuantizedMatrix, path: Path, options: &GemmOptions) -> Option<Vec<f32>> {
+/// The 4-bit GEMV kernels, for NVFP4, MXFP4 and INT4-G32 weights stored row-major;
+/// `Isa::Avx512` lets bf16 activations take their AVX-512 BF16 kernel.
+fn nibble_product(
+    x: &[f32],
+    m: usize,
+    w: &QuantizedMatrix,
+    isa: Isa,
+    path: Path,
+    options: &GemmOptions,
+) -> Option<Vec<f32>> {
     let (values, vscale): ([i8; 16], f32) = match w.scheme() {
         Scheme::NvFp4 | Scheme::MxFp4 => (core::array::from_fn(|c| (E2M1::TABLE[c] * 2.0) as i8), 0.5),
         Scheme::Int4G32 => (core::array::from_fn(|c| c as i8 - 8), 1.0),
@@ -330,7 +338,8 @@ fn nibble_product(x: &[f32], m: usize, w: &QuantizedMatrix, path: Path, options:
         ActivationPrecision::Int8Blocks => nibble::ActMode::Int8,
     };
     let mut out = vec![0f32; m * w.rows()];
-    nibble::gemm_nibble(path, x, m, &weights, mode, !options.single_threaded, &mut out);
+    let wide = isa == Isa::Avx512;
+    nibble::gemm_nibble(path, x, m, &weights, mode, wide, !options.single_threaded, &mut out);
     Some(out)
 }
 
@@ -346,7 +355,7 @@ pub(super) fn gemm_wq(
     let parallel = !options.single_threaded;
     let k = w.k();
     if m <= GEMV_ROWS
-        && let Some(out) = nibble_product(x, m, w, path, options)
+        && let Some(out) = nibble_product(x, m, w, isa, path, options)
     {
         return out;
     }
@@ -361,7 +370,6 @@ pub(super) fn gemm_wq(
             return bf16_product(&xp, &pw, m, w.rows(), kp, parallel);
         }
     }
-    let _ = isa;
     let dw = Decoded::new(w, path, parallel);
     // Activations as an operand whose block scales are all 1.
     let ones = vec![1f32; m * dw.nblocks()];

@@ -28,6 +28,21 @@
 //! A NaN scale, a NaN or infinite activation make the output NaN or infinite as IEEE
 //! arithmetic says.
 //!
+//! The AVX-512 BF16 kernel (see "Paths") takes only rows whose values are zero or
+//! normal bf16, so every `x_k * values_k` is exact in f32 (8 + 4 significant bits).
+//! `vdpbf16ps` adds two such products to a lane per instruction (RNE; counted as two
+//! roundings, fewer if the hardware fuses them). A lane holds four elements of one
+//! block per 64-element chunk and starts from zero, so a term sees at most 3
+//! roundings there, then 1 in the FMA that scales the chunk into the running total,
+//! at most `ceil(K / 64) - 1` in the later chunks' FMAs, 4 in the fixed 16-lane
+//! reduction and 1 for `vscale`: `n = ceil(K / 64) + 8`, which is at most
+//! `block + K / block + 2` for block 16 and 32, so the bound above holds unchanged.
+//! `vdpbf16ps` also flushes subnormal results to zero, so a chunk's partial sum below
+//! `2^-126` in magnitude is lost (an absolute error under `2^-126`); the bound, like
+//! the f32 paths', assumes no underflow. Rows with a bf16 subnormal (which the
+//! instruction would read as zero), an infinity, a NaN or any value that is not a
+//! bf16 take the f32 kernel instead, row by row.
+//!
 //! # Int8 mode
 //!
 //! Each activation row is cut into 32-element blocks (the last one 16 elements when
@@ -55,12 +70,20 @@
 //! per 32-block. Exact mode decodes each weight row once into an i8 buffer and reuses
 //! it for every activation row (up to four per pass, or four weight rows at a time when
 //! `M = 1`); Int8 mode uses `maddubs` with the abs/sign trick and one i32-to-f32
-//! conversion per 32 elements. The two paths compute the same quantity with different
-//! rounding orders; both meet the bounds above. Work is split over rayon by chunks of
-//! output rows `n`, never along `K`, so results do not depend on the thread count.
+//! conversion per 32 elements. With `wide` set (the caller's ISA is AVX-512), on a
+//! CPU with AVX-512 F/BW/BF16, Exact mode sends rows of zero or normal bf16 values to
+//! the AVX-512 BF16 kernel (`avx512.rs`): 32 bytes of a weight row are widened to
+//! 16-bit lanes, split into low and high nibbles, mapped to bf16 values with one
+//! `vpermw` each and multiplied with the activations (converted once per call to bf16
+//! in the matching even/odd order) by two `vdpbf16ps`, 64 elements per FMA into the
+//! total. The paths compute the same quantity with different rounding orders; all
+//! meet the bounds above. Work is split over rayon by chunks of output rows `n`,
+//! never along `K`, so results do not depend on the thread count.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod portable;
 
 use rayon::prelude::*;
@@ -177,17 +200,21 @@ const XBLOCK: usize = 32;
 
 /// `out[m * N + n] = vscale * Σ_kb s(n, kb) * Σ_k x[m, k] * values[code(n, k)]` for the
 /// row-major `m x k` activations `x` (see the module doc for both modes and their error
-/// bounds). `parallel` spreads chunks of `n` over rayon's pool.
+/// bounds). `parallel` spreads chunks of `n` over rayon's pool. `wide` allows the
+/// AVX-512 BF16 kernel of the Exact mode (see "Paths" in the module doc) when `path`
+/// is [`Path::Avx2`] and the CPU has it; without it the AVX-512 kernel never runs.
 ///
 /// # Panics
 /// If `block` is not 16 or 32, `k` not a multiple of `block`, or a slice is shorter
 /// than the shapes need (`out` must hold exactly `m * n`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_nibble(
     path: Path,
     x: &[f32],
     m: usize,
     w: &NibbleWeights,
     mode: ActMode,
+    wide: bool,
     parallel: bool,
     out: &mut [f32],
 ) {
@@ -210,30 +237,64 @@ pub(crate) fn gemm_nibble(
     let path = effective(path);
     let x = &x[..m * k];
     match mode {
-        ActMode::Exact => run_exact(path, x, m, w, parallel, out),
-        ActMode::Int8 => {
-            let finite: Vec<bool> = x.chunks_exact(k).map(|r| r.iter().all(|v| v.is_finite())).collect();
-            if finite.iter().all(|&f| f) {
-                run_int8(path, x, m, w, parallel, out);
-            } else {
-                // Rows with NaN or Inf take the Exact computation; the others stay Int8.
-                for (want, int8) in [(true, true), (false, false)] {
-                    let rows: Vec<usize> = (0..m).filter(|&r| finite[r] == want).collect();
-                    if rows.is_empty() {
-                        continue;
-                    }
-                    let sub: Vec<f32> = rows.iter().flat_map(|&r| &x[r * k..(r + 1) * k]).copied().collect();
-                    let mut o = vec![0.0; rows.len() * n];
-                    if int8 {
-                        run_int8(path, &sub, rows.len(), w, parallel, &mut o);
+        ActMode::Exact => {
+            #[cfg(target_arch = "x86_64")]
+            if wide && path == Path::Avx2 && crate::avx512_available() {
+                // Rows of zero or normal bf16 take the BF16 kernel, the others the f32 one.
+                let bf16: Vec<bool> = x.chunks_exact(k).map(|r| r.iter().all(|&v| bf16_normal(v))).collect();
+                split_rows(x, m, k, n, &bf16, out, |sub, rows, o, bf16| {
+                    if bf16 {
+                        run_bf16(sub, rows, w, parallel, o);
                     } else {
-                        run_exact(path, &sub, rows.len(), w, parallel, &mut o);
+                        run_exact(path, sub, rows, w, parallel, o);
                     }
-                    for (i, &r) in rows.iter().enumerate() {
-                        out[r * n..(r + 1) * n].copy_from_slice(&o[i * n..(i + 1) * n]);
-                    }
-                }
+                });
+                return;
             }
+            let _ = wide;
+            run_exact(path, x, m, w, parallel, out);
+        }
+        ActMode::Int8 => {
+            // Rows with NaN or Inf take the Exact computation; the others are quantized.
+            let finite: Vec<bool> = x.chunks_exact(k).map(|r| r.iter().all(|v| v.is_finite())).collect();
+            split_rows(x, m, k, n, &finite, out, |sub, rows, o, finite| {
+                if finite {
+                    run_int8(path, sub, rows, w, parallel, o);
+                } else {
+                    run_exact(path, sub, rows, w, parallel, o);
+                }
+            });
+        }
+    }
+}
+
+/// Whether `v` is zero or a normal bf16: the low 16 bits of its pattern zero, finite,
+/// and not a bf16 subnormal (which `vdpbf16ps` would read as zero).
+fn bf16_normal(v: f32) -> bool {
+    let b = v.to_bits();
+    let exp = b & 0x7f80_0000;
+    b & 0xffff == 0 && exp != 0x7f80_0000 && (exp != 0 || b & 0x7fff_ffff == 0)
+}
+
+/// Runs `f(rows_x, rows, out_rows, class)` on the rows of `x` (`m x k`) of each class,
+/// all at once when they share one, and scatters the `rows x n` results into `out`.
+fn split_rows<F>(x: &[f32], m: usize, k: usize, n: usize, class: &[bool], out: &mut [f32], mut f: F)
+where
+    F: FnMut(&[f32], usize, &mut [f32], bool),
+{
+    if let Some(&c) = class.first()
+        && class.iter().all(|&v| v == c)
+    {
+        f(x, m, out, c);
+        return;
+    }
+    for want in [true, false] {
+        let rows: Vec<usize> = (0..m).filter(|&r| class[r] == want).collect();
+        let sub: Vec<f32> = rows.iter().flat_map(|&r| &x[r * k..(r + 1) * k]).copied().collect();
+        let mut o = vec![0.0; rows.len() * n];
+        f(&sub, rows.len(), &mut o, want);
+        for (i, &r) in rows.iter().enumerate() {
+            out[r * n..(r + 1) * n].copy_from_slice(&o[i * n..(i + 1) * n]);
         }
     }
 }
@@ -327,6 +388,22 @@ fn run_exact(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool,
     }
 }
 
+/// Exact mode with the AVX-512 BF16 kernel, on rows of zero or normal bf16 values.
+#[cfg(target_arch = "x86_64")]
+fn run_bf16(x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, out: &mut [f32]) {
+    #[cfg(test)]
+    tests::BF16_RUNS.with(|c| c.set(c.get() + 1));
+    let k = w.k;
+    let kp = k.next_multiple_of(avx512::CHUNK);
+    let mut xb = vec![0u16; m * kp];
+    for (src, dst) in x.chunks_exact(k).zip(xb.chunks_exact_mut(kp)) {
+        avx512::bf16_row(src, dst);
+    }
+    // SAFETY: `gemm_nibble` only calls this after `crate::avx512_available()`, and
+    // checked every length the kernel reads (which checks them again).
+    run_tasks(m, w.n, k, parallel, out, |n0, o| unsafe { avx512::exact_rows(&xb, m, w, n0, o) });
+}
+
 /// Int8 mode on rows that are all finite.
 fn run_int8(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, out: &mut [f32]) {
     let k = w.k;
@@ -357,6 +434,15 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    thread_local! {
+        /// Calls of the AVX-512 BF16 kernel on this thread (`run_bf16` runs on the caller's).
+        pub(super) static BF16_RUNS: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    }
+
+    fn bf16_runs() -> usize {
+        BF16_RUNS.with(|c| c.get())
+    }
 
     /// splitmix64: seeded, reproducible inputs.
     struct Rng(u64);
@@ -491,7 +577,15 @@ mod tests {
         }
 
         /// Runs the kernel with the scales stored in `layout`.
-        fn run(&self, path: Path, layout: ScaleLayout, x: &[f32], m: usize, mode: ActMode, parallel: bool) -> Vec<f32> {
+        fn run(
+            &self,
+            kernel: Kernel,
+            layout: ScaleLayout,
+            x: &[f32],
+            m: usize,
+            mode: ActMode,
+            parallel: bool,
+        ) -> Vec<f32> {
             let cols = self.cols();
             let index = match layout {
                 ScaleLayout::Linear => ScaleIndex::Linear { cols },
@@ -518,7 +612,7 @@ mod tests {
             };
             // Poisoned, so an unwritten output shows.
             let mut out = vec![f32::NAN; m * self.n];
-            gemm_nibble(path, x, m, &w, mode, parallel, &mut out);
+            gemm_nibble(kernel.0, x, m, &w, mode, kernel.1, parallel, &mut out);
             out
         }
 
@@ -554,10 +648,18 @@ mod tests {
         }
     }
 
-    fn paths() -> Vec<Path> {
-        let mut p = vec![Path::Portable];
+    /// A path and the `wide` flag of `gemm_nibble`.
+    type Kernel = (Path, bool);
+
+    /// Every kernel this CPU runs: portable, AVX2, and AVX2 with the AVX-512 BF16
+    /// kernel allowed (it runs on bf16 activations).
+    fn paths() -> Vec<Kernel> {
+        let mut p = vec![(Path::Portable, false)];
         if crate::kernels::avx2_available() {
-            p.push(Path::select(crate::Simd::Avx2).unwrap());
+            p.push((Path::select(crate::Simd::Avx2).unwrap(), false));
+        }
+        if crate::avx512_available() {
+            p.push((Path::select(crate::Simd::Avx512).unwrap(), true));
         }
         p
     }
@@ -806,6 +908,170 @@ mod tests {
         }
     }
 
+    /// `v` truncated to bf16.
+    fn bf16(v: f32) -> f32 {
+        f32::from_bits(v.to_bits() & 0xffff_0000)
+    }
+
+    /// `γ_n` of the BF16 kernel: `n = ceil(K / 64) + 8`.
+    fn gamma_bf16(k: usize) -> f64 {
+        let n = (k.div_ceil(64) + 8) as f64;
+        let u = 2f64.powi(-24);
+        n * u / (1.0 - n * u)
+    }
+
+    /// Shapes for the BF16 kernel: K with every remainder mod 64 the block allows, N
+    /// not a multiple of 4, M = 1, 3, 16 and one over a tile.
+    fn bf16_shapes(kind: Kind) -> Vec<(usize, usize, usize)> {
+        let b = kind.block();
+        let mut s = vec![
+            (1, 1, b),
+            (1, 7, 3 * b),
+            (3, 5, 6 * b),
+            (16, 13, 8 * b),
+            (16, 37, 7 * b),
+            (17, 130, 5 * b),
+            (1, 262, 40 * b),
+            (3, 133, 11 * b),
+        ];
+        if kind == Kind::Nvfp4 {
+            s.extend([(1, 9, 48), (3, 6, 80), (16, 4, 16), (1, 11, 112), (16, 6, 176)]);
+        }
+        s
+    }
+
+    /// Whether this CPU runs the BF16 kernel (else the tests below check the f32 paths only).
+    fn wide_kernel() -> bool {
+        crate::avx512_available()
+    }
+
+    #[test]
+    fn bf16_random_within_bound() {
+        let mut rng = Rng(7);
+        for kind in KINDS {
+            for (m, n, k) in bf16_shapes(kind) {
+                let p = Problem::new(kind, n, k, Draw::Random, &mut rng);
+                let x: Vec<f32> = random_x(&mut rng, m * k).into_iter().map(bf16).collect();
+                let label = format!("bf16 {kind:?} {m}x{n}x{k}");
+                let before = bf16_runs();
+                check_exact(&p, &x, m, &label);
+                if wide_kernel() {
+                    assert!(bf16_runs() > before, "{label}: the BF16 kernel did not run");
+                    // The BF16 kernel's own, tighter bound.
+                    let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+                    let reference = p.reference(&xs, m);
+                    let kernel = (Path::select(crate::Simd::Avx512).unwrap(), true);
+                    for layout in ScaleLayout::ALL {
+                        let out = p.run(kernel, layout, &x, m, ActMode::Exact, true);
+                        for (idx, (&o, &(v, a))) in out.iter().zip(&reference).enumerate() {
+                            let bound = gamma_bf16(k) * a * (1.0 + 1e-9) + a * 2f64.powi(-45);
+                            let err = (f64::from(o) - v).abs();
+                            assert!(
+                                err <= bound,
+                                "{label} {layout} out[{idx}] = {o}, want {v} (err {err:e} > {bound:e})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_integer_inputs_bit_identical() {
+        let mut rng = Rng(8);
+        for kind in KINDS {
+            for (m, n, k) in bf16_shapes(kind) {
+                let p = Problem::new(kind, n, k, Draw::PowersOfTwo, &mut rng);
+                let x: Vec<f32> = (0..m * k).map(|_| rng.below(17) as f32 - 8.0).collect();
+                let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+                let reference = p.reference(&xs, m);
+                let before = bf16_runs();
+                for path in paths() {
+                    for layout in ScaleLayout::ALL {
+                        for parallel in [false, true] {
+                            let out = p.run(path, layout, &x, m, ActMode::Exact, parallel);
+                            for (i, (&o, &(v, _))) in out.iter().zip(&reference).enumerate() {
+                                assert_eq!(f64::from(o), v, "{kind:?} {m}x{n}x{k} {path:?} {layout} out[{i}]");
+                            }
+                        }
+                    }
+                }
+                assert!(!wide_kernel() || bf16_runs() > before, "{kind:?} {m}x{n}x{k}: the BF16 kernel did not run");
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_nan_scale_gives_nan_row() {
+        let mut rng = Rng(9);
+        for kind in [Kind::Mxfp4, Kind::Nvfp4] {
+            for (m, k) in [(1, 4 * kind.block()), (3, 5 * kind.block()), (16, 3 * kind.block())] {
+                let n = 9;
+                let mut p = Problem::new(kind, n, k, Draw::Random, &mut rng);
+                let nan_code = if kind == Kind::Mxfp4 { 0xff } else { 0x7f };
+                let cols = p.cols();
+                p.codes[5 * cols + cols - 1] = nan_code as u8;
+                let mut x: Vec<f32> = random_x(&mut rng, m * k).into_iter().map(bf16).collect();
+                x[..k].fill(0.0); // 0 * NaN is NaN too
+                let before = bf16_runs();
+                for path in paths() {
+                    for layout in ScaleLayout::ALL {
+                        let out = p.run(path, layout, &x, m, ActMode::Exact, false);
+                        for (i, o) in out.iter().enumerate() {
+                            assert_eq!(o.is_nan(), i % n == 5, "{kind:?} m={m} {path:?} {layout} out[{i}] = {o}");
+                        }
+                    }
+                }
+                assert!(!wide_kernel() || bf16_runs() > before);
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_other_rows_take_f32_kernel() {
+        // Rows holding a bf16 subnormal, an f32 that is no bf16, an infinity or a NaN take
+        // the AVX2 f32 kernel; the other rows give what they give alone in the BF16 kernel.
+        let mut rng = Rng(10);
+        let odd = [
+            f32::from_bits(0x0020_0000), // bf16 subnormal
+            -f32::from_bits(0x0001_0000),
+            1.0 + f32::EPSILON, // not a bf16
+            f32::INFINITY,
+            f32::NAN,
+        ];
+        for kind in KINDS {
+            let (m, n, k) = (7, 11, 6 * kind.block());
+            let p = Problem::new(kind, n, k, Draw::Random, &mut rng);
+            let mut x: Vec<f32> = random_x(&mut rng, m * k).into_iter().map(bf16).collect();
+            for (r, &v) in [1, 2, 3, 5, 6].iter().zip(&odd) {
+                x[r * k + 3] = v;
+            }
+            let good: Vec<f32> = [0, 4].iter().flat_map(|&r| x[r * k..(r + 1) * k].to_vec()).collect();
+            for (path, wide) in paths() {
+                for layout in ScaleLayout::ALL {
+                    let out = p.run((path, wide), layout, &x, m, ActMode::Exact, true);
+                    let f32_kernel = p.run((path, false), layout, &x, m, ActMode::Exact, true);
+                    let alone = p.run((path, wide), layout, &good, 2, ActMode::Exact, true);
+                    for r in 0..m {
+                        for j in 0..n {
+                            let want = match r {
+                                0 | 4 => alone[r / 4 * n + j],
+                                _ => f32_kernel[r * n + j],
+                            };
+                            let o = out[r * n + j];
+                            assert_eq!(
+                                o.to_bits(),
+                                want.to_bits(),
+                                "{kind:?} {path:?} {wide} {layout} row {r} col {j}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn zero_k_and_zero_rows() {
         let lut = ue8m0_lut();
@@ -820,7 +1086,7 @@ mod tests {
         };
         for path in paths() {
             let mut out = vec![f32::NAN; 6];
-            gemm_nibble(path, &[], 2, &w, ActMode::Exact, true, &mut out);
+            gemm_nibble(path.0, &[], 2, &w, ActMode::Exact, path.1, true, &mut out);
             assert_eq!(out, vec![0.0; 6]);
         }
     }
@@ -838,6 +1104,8 @@ mod tests {
             let x = random_x(&mut rng, m * k);
             check_exact(&p, &x, m, "proptest");
             check_int8(&p, &x, m, "proptest");
+            let x: Vec<f32> = x.into_iter().map(bf16).collect();
+            check_exact(&p, &x, m, "proptest bf16");
         }
     }
 }
