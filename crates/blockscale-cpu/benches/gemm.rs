@@ -70,10 +70,15 @@ fn gemv_cases(v: &mut Vec<Case>) {
                 black_box(xf.dot(&wf.t()));
             }));
             let wf: &'static Array2<f32> = Box::leak(Box::new(dequantize::<f32>(q)));
-            v.push(case(format!("gemv {scheme} {n}x{k}: ndarray sgemv alone (f32 weights ready)"), macs, false, || {
-                let xf = x.mapv(|v| v.to_f32());
-                black_box(xf.dot(&wf.t()));
-            }));
+            v.push(case(
+                format!("gemv {scheme} {n}x{k}: ndarray sgemv alone (f32 weights ready)"),
+                macs,
+                false,
+                || {
+                    let xf = x.mapv(|v| v.to_f32());
+                    black_box(xf.dot(&wf.t()));
+                },
+            ));
             for (label, prec) in [("exact", ActivationPrecision::Exact), ("int8 act", ActivationPrecision::Int8Blocks)]
             {
                 for single in [true, false] {
