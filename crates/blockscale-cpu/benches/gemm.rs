@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use blockscale_cpu::{
-    ActivationPrecision, Epilogue, GemmOptions, QuantizeOptions, QuantizedMatrix, dequantize, gemm, gemm_reference,
-    gemm_weight_only, quantize,
+    ActivationPrecision, Epilogue, GemmOptions, QuantizeOptions, QuantizedMatrix, Simd, dequantize, gemm,
+    gemm_reference, gemm_weight_only, quantize,
 };
 use blockscale_formats::{Fp8Tile, GlobalScale, GlobalScaleSource, ScaleLayout, Scheme};
 use criterion::Criterion;
@@ -91,6 +91,17 @@ fn gemv_cases(v: &mut Vec<Case>) {
                     v.push(c);
                 }
             }
+            // f32 activations are not exact in bf16: they take the AVX2 f32 kernel.
+            let xf: &'static Array2<f32> = Box::leak(Box::new(data(1, k, 7)));
+            let mut c =
+                case(format!("gemv {scheme} {n}x{k}: exact, f32 activations, all threads"), macs, false, || {
+                    black_box(
+                        gemm_weight_only::<f32, f32>(xf.view(), q, &Epilogue::default(), &GemmOptions::default())
+                            .unwrap(),
+                    );
+                });
+            c.bytes = q.storage_bytes() as f64;
+            v.push(c);
         }
     }
 }
@@ -115,6 +126,13 @@ fn gemm_cases(v: &mut Vec<Case>) {
                 let opts = GemmOptions::default().with_single_thread(single);
                 let threads = if single { "1 thread" } else { "all threads" };
                 v.push(case(format!("gemm {scheme} {size}^3: fast, {threads}"), macs, false, move || {
+                    black_box(gemm::<f32>(qa, qb, &Epilogue::default(), &opts).unwrap());
+                }));
+            }
+            if size == 1024 && blockscale_cpu::avx2_available() {
+                // The kernels of CPUs without AVX-512 BF16.
+                let opts = GemmOptions::default().with_single_thread(true).with_simd(Simd::Avx2);
+                v.push(case(format!("gemm {scheme} {size}^3: fast, Simd::Avx2, 1 thread"), macs, false, move || {
                     black_box(gemm::<f32>(qa, qb, &Epilogue::default(), &opts).unwrap());
                 }));
             }
