@@ -207,9 +207,13 @@ pub fn gemm<O: Output>(
 }
 
 /// The fast weight-only product: `x` (`M x K`, f32/f16/bf16, any strides) times the
-/// quantized weights `w` (`N x K`). For 4-bit row-major weights (NVFP4, MXFP4,
-/// INT4-G32) the weights are streamed once per call, decoded with table lookups, and
-/// (for `M <= 16`, the GEMV case) each decoded block serves every activation row.
+/// quantized weights `w` (`N x K`). For `M <= 16` (the GEMV case) and 4-bit row-major
+/// weights (NVFP4, MXFP4, INT4-G32), the weights are streamed once per call, decoded
+/// with table lookups, each decoded block serving every activation row (AVX-512 BF16
+/// dot products when the activations are exact in bf16, else AVX2 f32 or, with
+/// [`ActivationPrecision::Int8Blocks`], int8). Larger `M`, other schemes and
+/// block-interleaved weights go through the GEMM kernels, which first pack the weights:
+/// keep GEMV weights row-major.
 ///
 /// # Errors
 /// As [`gemm_weight_only_reference`], plus [`CpuError::SimdUnavailable`].
