@@ -3,6 +3,7 @@
 //! `main` parses and dispatches; each task lives in its own module.
 
 mod bench;
+mod golden;
 mod gpu_bundle;
 mod kernels;
 mod setup_cuda;
@@ -26,9 +27,14 @@ tasks:
                   and the sm_120a SASS check for the hardware conversions
   bench           benchmarks, each with its anchor measured in the same run
     --backend B     cpu (default: criterion) or cuda (needs a GPU here)
-  verify          check a backend against the reference
-    --backend B     cuda: every kernel against the CPU on this machine's GPU (fails
-                    without one); cpu and all arrive with the golden files
+  golden          write tests/golden/*.safetensors from the CPU reference (seeded)
+    --seed N        the generator's seed (default 0x5eedb10c)
+    --full          larger shapes, into target/golden-full/ (not committed)
+    --out DIR       write somewhere else
+  verify          recompute every golden case with a backend and compare
+    --backend B     cpu, cuda (needs a GPU; fails without one) or all
+    --filter TEXT   only the cases whose name contains TEXT
+    --dir DIR       another golden directory (e.g. target/golden-full)
   gpu-bundle      build the CUDA tests and benches into gpu-bundle/ with a run script
   help            this text
 ";
@@ -42,18 +48,23 @@ fn main() -> Result<()> {
     let flag = |name: &str| rest.iter().any(|a| a == name);
     // `--backend B` (or `--backend=B`); the rest are plain flags.
     let mut backend = None;
+    let mut values = std::collections::HashMap::new();
     let mut i = 0;
     while i < rest.len() {
         let a = rest[i].as_str();
-        if a == "--backend" {
-            let Some(b) = rest.get(i + 1) else { bail!("--backend needs a value (cpu or cuda)\n\n{HELP}") };
-            backend = Some(b.clone());
+        if ["--backend", "--seed", "--out", "--filter", "--dir"].contains(&a) {
+            let Some(v) = rest.get(i + 1) else { bail!("{a} needs a value\n\n{HELP}") };
+            if a == "--backend" {
+                backend = Some(v.clone());
+            } else {
+                values.insert(a, v.clone());
+            }
             i += 2;
             continue;
         }
         if let Some(b) = a.strip_prefix("--backend=") {
             backend = Some(b.to_string());
-        } else if !["--force", "--no-lint"].contains(&a) {
+        } else if !["--force", "--no-lint", "--full"].contains(&a) {
             bail!("unknown option {a:?}\n\n{HELP}");
         }
         i += 1;
@@ -69,9 +80,22 @@ fn main() -> Result<()> {
         "gpu-bundle" => gpu_bundle::run(),
         "kernels" => kernels::run(),
         "bench" => bench::run(backend.as_deref().unwrap_or("cpu")),
+        "golden" => {
+            let seed = match values.get("--seed") {
+                Some(s) => {
+                    let t = s.trim_start_matches("0x");
+                    u64::from_str_radix(t, if s.starts_with("0x") { 16 } else { 10 })
+                        .map_err(|_| anyhow::anyhow!("--seed {s:?}: not a number"))?
+                }
+                None => golden::SEED,
+            };
+            golden::run(flag("--full"), seed, values.get("--out").map(Into::into))
+        }
         "verify" => match backend {
-            Some(b) => verify::run(&b),
-            None => bail!("verify needs --backend (cuda)\n\n{HELP}"),
+            Some(b) => {
+                verify::run(&b, values.get("--filter").map(String::as_str), values.get("--dir").map(String::as_str))
+            }
+            None => bail!("verify needs --backend (cpu, cuda or all)\n\n{HELP}"),
         },
         "help" | "--help" | "-h" => {
             print!("{HELP}");

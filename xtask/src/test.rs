@@ -8,7 +8,8 @@ use crate::util::{self, cargo};
 /// Installs the oracles when missing, then runs fmt, clippy (also for the formats
 /// crate without `alloc`), every test including the ignored exhaustive sweeps with the
 /// oracle locations in the environment (blockscale-cuda's GPU tests skip without a
-/// GPU), the kernel checks of `cargo xtask kernels`, and the README's main command. Under
+/// GPU), `verify --backend cpu` over the golden files, the kernel checks of `cargo
+/// xtask kernels`, and the README's main command. Under
 /// `CI=true` the oracle tests treat a missing oracle as a failure; outside CI they
 /// skip with a message; this command installs them first and requires them.
 pub fn run(lint: bool) -> Result<()> {
@@ -37,6 +38,9 @@ pub fn run(lint: bool) -> Result<()> {
             .env("BLOCKSCALE_PYTHONPATH", &python_dir)
             .env("BLOCKSCALE_REQUIRE_ORACLES", "1"),
     )?;
+    // Every golden case recomputed by the CPU backend: a change to the CPU numerics
+    // fails here until the files are regenerated on purpose (`cargo xtask golden`).
+    crate::verify::run("cpu", None, None)?;
     // Registers, spills and the sm_120a SASS conversions of every kernel.
     crate::kernels::run()?;
     // The main job of the README, as a user runs it.

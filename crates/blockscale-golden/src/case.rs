@@ -1,0 +1,223 @@
+//! How a case is laid out in a golden file: tensor names, dtypes and metadata keys
+//! (docs/GOLDEN.md is the reference for people outside the project).
+
+use blockscale_formats::{
+    DataLayout, Fp8Tile, GlobalScale, NonFinite, NvFp4Recipe, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat,
+    ScaleLayout, ScaleRule, Scheme,
+};
+use half::{bf16, f16};
+use safetensors::Dtype;
+
+use crate::GoldenError;
+use crate::file::{GoldenFile, Writer};
+
+/// Input values of a quantization case or weight-only activations.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Values {
+    /// f32.
+    F32(Vec<f32>),
+    /// f16.
+    F16(Vec<f16>),
+    /// bf16.
+    Bf16(Vec<bf16>),
+}
+
+impl Values {
+    /// The safetensors dtype.
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            Self::F32(_) => Dtype::F32,
+            Self::F16(_) => Dtype::F16,
+            Self::Bf16(_) => Dtype::BF16,
+        }
+    }
+
+    /// Lower-case name (`f32`, `f16`, `bf16`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::F32(_) => "f32",
+            Self::F16(_) => "f16",
+            Self::Bf16(_) => "bf16",
+        }
+    }
+
+    /// Little-endian bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            Self::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Self::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Self::Bf16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// Reads tensor `name` of shape `shape`, whichever of the three dtypes it has.
+    ///
+    /// # Errors
+    /// As [`GoldenFile::bytes`]; [`GoldenError::Dtype`] for any other dtype.
+    pub fn read(file: &GoldenFile, name: &str, shape: &[usize]) -> Result<Self, GoldenError> {
+        match file.info(name)?.0 {
+            Dtype::F16 => Ok(Self::F16(file.f16s(name, shape)?)),
+            Dtype::BF16 => Ok(Self::Bf16(file.bf16s(name, shape)?)),
+            _ => Ok(Self::F32(file.f32s(name, shape)?)),
+        }
+    }
+
+    /// The values as f32 (exact).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            Self::F32(v) => v.clone(),
+            Self::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            Self::Bf16(v) => v.iter().map(|x| x.to_f32()).collect(),
+        }
+    }
+}
+
+/// The dtype and shape of a scheme's packed codes for a `rows x k` matrix: F4, F6_E2M3,
+/// F6_E3M2, F8_E4M3, F8_E5M2 with shape `[rows, k]` (elements), or U8 `[rows, k/2]` for
+/// INT4-G32 (offset-8 nibbles, no safetensors dtype exists).
+pub fn codes_dtype(scheme: Scheme, rows: usize, k: usize) -> (Dtype, Vec<usize>) {
+    use blockscale_formats::ElementFormat as E;
+    match scheme.element() {
+        E::E2M1 => (Dtype::F4, vec![rows, k]),
+        E::E2M3 => (Dtype::F6_E2M3, vec![rows, k]),
+        E::E3M2 => (Dtype::F6_E3M2, vec![rows, k]),
+        E::E4M3 => (Dtype::F8_E4M3, vec![rows, k]),
+        E::E5M2 => (Dtype::F8_E5M2, vec![rows, k]),
+        E::Int4 => (Dtype::U8, vec![rows, k / 2]),
+    }
+}
+
+/// The dtype of a scheme's scales: UE4M3 as F8_E4M3 (sign bit 0), UE8M0 as F8_E8M0,
+/// then F32 and F16.
+pub fn scale_dtype(scheme: Scheme) -> Dtype {
+    match scheme.scale_format() {
+        ScaleFormat::UE4M3 => Dtype::F8_E4M3,
+        ScaleFormat::UE8M0 => Dtype::F8_E8M0,
+        ScaleFormat::F32 => Dtype::F32,
+        ScaleFormat::F16 => Dtype::F16,
+    }
+}
+
+/// The stored shape of scales: `[scale_rows, scale_cols]` linear, or the padded
+/// `[rows', cols']` in swizzled order.
+pub fn scale_shape(q_shape: &blockscale_formats::QuantShape, layout: ScaleLayout) -> Vec<usize> {
+    let (r, c) = layout.padded_shape(q_shape.scale_rows, q_shape.scale_cols).unwrap_or((0, 0));
+    vec![r, c]
+}
+
+/// Scale values as little-endian bytes.
+pub fn scale_bytes(s: &ScaleData) -> Vec<u8> {
+    match s {
+        ScaleData::Bytes(b) => b.clone(),
+        ScaleData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ScaleData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+fn scales_from(format: ScaleFormat, bytes: &[u8]) -> ScaleData {
+    match format {
+        ScaleFormat::F32 => {
+            ScaleData::F32(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        }
+        ScaleFormat::F16 => ScaleData::F16(bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect()),
+        _ => ScaleData::Bytes(bytes.to_vec()),
+    }
+}
+
+/// Writes a quantized matrix as `{prefix}.codes` and `{prefix}.scales` (its own scale
+/// layout) with metadata `{prefix}.scheme`, `.rows`, `.k`, `.scale_layout` and, for
+/// NVFP4, `.global_encode` (f32 bits).
+pub fn put_matrix(w: &mut Writer, prefix: &str, q: &QuantizedMatrix) {
+    let (dtype, shape) = codes_dtype(q.scheme(), q.rows(), q.k());
+    w.tensor(&format!("{prefix}.codes"), dtype, &shape, q.data().to_vec());
+    let sshape = scale_shape(q.shape(), q.scale_layout());
+    w.tensor(&format!("{prefix}.scales"), scale_dtype(q.scheme()), &sshape, scale_bytes(q.scales()));
+    w.meta(&format!("{prefix}.scheme"), q.scheme().name())
+        .meta(&format!("{prefix}.rows"), q.rows().to_string())
+        .meta(&format!("{prefix}.k"), q.k().to_string())
+        .meta(&format!("{prefix}.scale_layout"), q.scale_layout().name());
+    if let Some(g) = q.global_scale() {
+        w.meta_f32(&format!("{prefix}.global_encode"), g.encode());
+    }
+}
+
+/// Parses a scale layout name.
+pub fn parse_layout(s: &str) -> Option<ScaleLayout> {
+    ScaleLayout::ALL.into_iter().find(|l| l.name() == s)
+}
+
+/// Parses a scale rule name.
+pub fn parse_rule(s: &str) -> Option<ScaleRule> {
+    ScaleRule::ALL.into_iter().find(|r| r.name() == s)
+}
+
+/// The names of NVFP4 recipes in golden files.
+pub fn recipe_name(r: NvFp4Recipe) -> &'static str {
+    match r {
+        NvFp4Recipe::LightX2V => "lightx2v",
+        NvFp4Recipe::TransformerEngine => "transformer-engine",
+    }
+}
+
+/// Parses a recipe name.
+pub fn parse_recipe(s: &str) -> Option<NvFp4Recipe> {
+    [NvFp4Recipe::LightX2V, NvFp4Recipe::TransformerEngine].into_iter().find(|&r| recipe_name(r) == s)
+}
+
+/// The names of the non-finite policies in golden files.
+pub fn non_finite_name(n: NonFinite) -> &'static str {
+    match n {
+        NonFinite::Error => "error",
+        NonFinite::Poison => "poison",
+    }
+}
+
+/// Reads back a matrix written by [`put_matrix`].
+///
+/// # Errors
+/// Any [`GoldenError`] about its tensors and metadata, including parts that do not
+/// make a valid matrix.
+pub fn get_matrix(f: &GoldenFile, prefix: &str) -> Result<QuantizedMatrix, GoldenError> {
+    let key = |k: &str| format!("{prefix}.{k}");
+    let scheme: Scheme = f.parse(&key("scheme"))?;
+    let rows: usize = f.parse(&key("rows"))?;
+    let k: usize = f.parse(&key("k"))?;
+    let layout_name = f.meta(&key("scale_layout"))?;
+    let scale_layout = parse_layout(layout_name)
+        .ok_or_else(|| f.bad_meta(&key("scale_layout"), format!("unknown layout {layout_name:?}")))?;
+    let shape = scheme.shape(rows, k).map_err(|e| f.bad_meta(&key("k"), e.to_string()))?;
+    let (dtype, cshape) = codes_dtype(scheme, rows, k);
+    let data = f.bytes(&key("codes"), dtype, &cshape)?.to_vec();
+    let sbytes = f.bytes(&key("scales"), scale_dtype(scheme), &scale_shape(&shape, scale_layout))?;
+    let global_scale = match f.meta_opt(&key("global_encode")) {
+        Some(_) => Some(
+            GlobalScale::from_encode(f.f32_bits(&key("global_encode"))?)
+                .map_err(|e| f.bad_meta(&key("global_encode"), e.to_string()))?,
+        ),
+        None => None,
+    };
+    QuantizedMatrix::from_parts(QuantizedParts {
+        scheme,
+        rows,
+        k,
+        data,
+        data_layout: DataLayout::RowMajor,
+        scales: scales_from(scheme.scale_format(), sbytes),
+        scale_layout,
+        global_scale,
+    })
+    .map_err(|e| f.bad_meta(prefix, format!("the parts do not make a valid matrix: {e}")))
+}
+
+/// Every scheme, with the FP8 tiles spelled out (for generators and docs).
+pub const SCHEMES: [Scheme; 9] = [
+    Scheme::NvFp4,
+    Scheme::MxFp4,
+    Scheme::MxFp6E2M3,
+    Scheme::MxFp6E3M2,
+    Scheme::MxFp8E4M3,
+    Scheme::MxFp8E5M2,
+    Scheme::Fp8Block(Fp8Tile::Row1x128),
+    Scheme::Fp8Block(Fp8Tile::Tile128x128),
+    Scheme::Int4G32,
+];
