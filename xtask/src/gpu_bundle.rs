@@ -31,6 +31,10 @@ fi
 if [ "$mode" = verify ] || [ "$mode" = all ]; then
     echo "== golden files, cuda backend"
     bin/blockscale-golden --backend cuda --dir golden || status=1
+    if python3 -c "import torch" 2>/dev/null; then
+        echo "== golden files read by PyTorch alone"
+        python3 check_golden.py golden || status=1
+    fi
 fi
 if [ "$mode" = sanitize ] || [ "$mode" = all ]; then
     sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
@@ -77,6 +81,7 @@ pub fn run() -> Result<()> {
             std::fs::copy(&p, out.join("golden").join(name))?;
         }
     }
+    std::fs::copy(root().join("tests/torch/check_golden.py"), out.join("check_golden.py"))?;
     let script = out.join("run.sh");
     std::fs::write(&script, RUN_SH)?;
     make_executable(&script)?;
