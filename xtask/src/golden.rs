@@ -142,7 +142,17 @@ struct QuantCase {
     poison: bool,
 }
 
-fn write_quant(dir: &Path, c: &QuantCase, rng: &mut Rng) -> Result<()> {
+/// The generator state of case `index`, and its metadata.
+fn case_rng(w: &mut Writer, seed: u64, index: u64) -> Rng {
+    w.meta("generator", "cargo xtask golden (xtask/src/golden.rs, splitmix64)")
+        .meta("seed", format!("{seed:#x}"))
+        .meta("case_index", index.to_string());
+    Rng(seed ^ index.wrapping_mul(0x9e37_79b9))
+}
+
+fn write_quant(dir: &Path, c: &QuantCase, seed: u64, index: u64) -> Result<()> {
+    let mut w = Writer::new();
+    let rng = &mut case_rng(&mut w, seed, index);
     let mut x = adversarial(rng, c.rows, c.k, c.scheme, c.dtype);
     if c.poison {
         let bs = c.scheme.block_size();
@@ -156,7 +166,6 @@ fn write_quant(dir: &Path, c: &QuantCase, rng: &mut Rng) -> Result<()> {
     } else {
         NonFinite::Error
     });
-    let mut w = Writer::new();
     if c.scheme == Scheme::NvFp4 {
         o = o.with_nvfp4_recipe(c.recipe);
         match c.global {
@@ -287,7 +296,9 @@ fn quant_operand(
     Ok(quantize_slice(x, rows, k, scheme, &o)?)
 }
 
-fn write_gemm(dir: &Path, c: &GemmCase, rng: &mut Rng) -> Result<()> {
+fn write_gemm(dir: &Path, c: &GemmCase, seed: u64, index: u64) -> Result<()> {
+    let mut w = Writer::new();
+    let rng = &mut case_rng(&mut w, seed, index);
     let data = |rng: &mut Rng, rows, scheme| {
         if c.exact {
             friendly(rng, rows, c.k, scheme)
@@ -303,7 +314,6 @@ fn write_gemm(dir: &Path, c: &GemmCase, rng: &mut Rng) -> Result<()> {
     if let Some(bias) = &bias {
         epi = epi.with_bias(bias);
     }
-    let mut w = Writer::new();
     w.meta("case", c.name.clone())
         .meta("kind", "gemm")
         .meta("m", c.m.to_string())
@@ -417,13 +427,13 @@ pub fn run(full: bool, seed: u64, out: Option<PathBuf>) -> Result<()> {
         }
     }
     let (quant, gemms) = (quant_cases(full), gemm_cases(full));
+    // Case i draws from splitmix64 seeded with `seed ^ (i * 0x9e3779b9)` (GEMM cases
+    // count from 1000); both numbers are in each file's metadata.
     for (i, c) in quant.iter().enumerate() {
-        write_quant(&dir, c, &mut Rng(seed ^ (i as u64).wrapping_mul(0x9e37_79b9)))
-            .with_context(|| format!("case {}", c.name))?;
+        write_quant(&dir, c, seed, i as u64).with_context(|| format!("case {}", c.name))?;
     }
     for (i, c) in gemms.iter().enumerate() {
-        write_gemm(&dir, c, &mut Rng(seed ^ ((1000 + i) as u64).wrapping_mul(0x9e37_79b9)))
-            .with_context(|| format!("case {}", c.name))?;
+        write_gemm(&dir, c, seed, 1000 + i as u64).with_context(|| format!("case {}", c.name))?;
     }
     let bytes: u64 = std::fs::read_dir(&dir)?.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum();
     println!(
