@@ -131,10 +131,18 @@ fn gemm_cases(v: &mut Vec<Case>) {
             }
             if size == 1024 && blockscale_cpu::avx2_available() {
                 // The kernels of CPUs without AVX-512 BF16.
-                let opts = GemmOptions::default().with_single_thread(true).with_simd(Simd::Avx2);
-                v.push(case(format!("gemm {scheme} {size}^3: fast, Simd::Avx2, 1 thread"), macs, false, move || {
-                    black_box(gemm::<f32>(qa, qb, &Epilogue::default(), &opts).unwrap());
-                }));
+                for single in [true, false] {
+                    let opts = GemmOptions::default().with_single_thread(single).with_simd(Simd::Avx2);
+                    let threads = if single { "1 thread" } else { "all threads" };
+                    v.push(case(
+                        format!("gemm {scheme} {size}^3: fast, Simd::Avx2, {threads}"),
+                        macs,
+                        false,
+                        move || {
+                            black_box(gemm::<f32>(qa, qb, &Epilogue::default(), &opts).unwrap());
+                        },
+                    ));
+                }
             }
         }
     }

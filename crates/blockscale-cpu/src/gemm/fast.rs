@@ -129,12 +129,13 @@ fn sig_bits(x: f32) -> (u32, i32) {
     (32 - m.leading_zeros() - tz, e + tz as i32)
 }
 
-/// Whether every element times its block scale is exact in a format with `budget`
-/// significand bits, at most 2^50, and a multiple of 2^-63 (so that every non-zero
-/// partial sum of two such operands' products is a normal f32: the BF16 dot product
-/// flushes subnormals). Then the block-scaled product is a plain product of the
-/// block-scaled values.
-fn prescale_exact(q: &QuantizedMatrix, budget: u32) -> bool {
+/// Whether every element times its block scale is at most 2^50 and, with `Some(budget)`,
+/// exact in a format with `budget` significand bits and a multiple of 2^-63 (so that
+/// every non-zero partial sum of two such operands' products is a normal f32: the BF16
+/// dot product flushes subnormals); then the block-scaled product is a plain product of
+/// the block-scaled values. With `None` the products may round (once each, in f32) but
+/// every non-zero one is at least 2^-63, far from f32's subnormals.
+fn prescale_ok(q: &QuantizedMatrix, budget: Option<u32>) -> bool {
     let element = q.scheme().element();
     let (elem_bits, elem_exp) = (element.mantissa_bits() + 1, element_exp(element));
     let elem_max = if element == ElementFormat::Int4 { 8.0 } else { element.max() as f64 };
@@ -150,7 +151,11 @@ fn prescale_exact(q: &QuantizedMatrix, budget: u32) -> bool {
                 return false;
             }
             let (bits, low) = sig_bits(s);
-            elem_bits + bits <= budget && elem_max * s.abs() as f64 <= (1u64 << 50) as f64 && low + elem_exp >= -63
+            let small_ok = match budget {
+                Some(b) => elem_bits + bits <= b && low + elem_exp >= -63,
+                None => s.abs() as f64 * 2f64.powi(elem_exp) >= 2f64.powi(-63),
+            };
+            small_ok && elem_max * s.abs() as f64 <= (1u64 << 50) as f64
         })
     })
 }
@@ -184,7 +189,7 @@ fn scaled_rows<T: Copy + Default + Send>(
     ok.then_some(out)
 }
 
-/// The high half of an f32 (exact for the values [`prescale_exact`] admits).
+/// The high half of an f32 (exact for the values [`prescale_ok`] admits with a budget of 8 bits).
 fn bf16_bits(v: f32) -> u16 {
     (v.to_bits() >> 16) as u16
 }
@@ -193,12 +198,21 @@ fn bf16_bits(v: f32) -> u16 {
 pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: Path, parallel: bool) -> Vec<f32> {
     let (m, n, k) = (a.rows(), b.rows(), a.k());
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && prescale_exact(a, 8) && prescale_exact(b, 8) {
+    if isa == Isa::Avx512 && prescale_ok(a, Some(8)) && prescale_ok(b, Some(8)) {
         let kp = k.next_multiple_of(32);
         if let (Some(pa), Some(pb)) =
             (scaled_rows(a, path, kp, parallel, bf16_bits), scaled_rows(b, path, kp, parallel, bf16_bits))
         {
             return bf16_product(&pa, &pb, m, n, kp, parallel);
+        }
+    }
+    if isa != Isa::Avx512 && prescale_ok(a, None) && prescale_ok(b, None) {
+        // Values times scales in f32 (exact for NVFP4, MX and power-of-two scales, one
+        // rounding each otherwise): a plain f32 product with the packed AVX2 kernel.
+        if let (Some(pa), Some(pb)) =
+            (scaled_rows(a, path, k, parallel, |v| v), scaled_rows(b, path, k, parallel, |v| v))
+        {
+            return f32_packed_product(path, &pa, &pb, m, n, k, parallel);
         }
     }
     let (da, db) = (Decoded::new(a, path, parallel), Decoded::new(b, path, parallel));
@@ -236,6 +250,13 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: 
 fn bf16_product(a: &[u16], b: &[u16], m: usize, n: usize, kp: usize, parallel: bool) -> Vec<f32> {
     let packed = dot::pack_bf16_panels(b, n, kp);
     tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::bf16_tile(&a[i0 * kp..i1 * kp], &packed, kp, j0, j1, out))
+}
+
+/// The f32 product of pre-scaled rows `a` (`m x k`) and `b` (`n x k`), B packed into
+/// 16-column panels (a 6 x 16 register tile on AVX2).
+fn f32_packed_product(path: Path, a: &[f32], b: &[f32], m: usize, n: usize, k: usize, parallel: bool) -> Vec<f32> {
+    let packed = dot::pack_f32_panels(b, n, k);
+    tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::f32_panel_tile(path, &a[i0 * k..i1 * k], &packed, k, j0, j1, out))
 }
 
 /// Whether every value and scale is finite.
@@ -360,7 +381,7 @@ pub(super) fn gemm_wq(
         return out;
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && x.iter().all(|v| v.is_finite() && v.to_bits() & 0xffff == 0) && prescale_exact(w, 8) {
+    if isa == Isa::Avx512 && x.iter().all(|v| v.is_finite() && v.to_bits() & 0xffff == 0) && prescale_ok(w, Some(8)) {
         let kp = k.next_multiple_of(32);
         if let Some(pw) = scaled_rows(w, path, kp, parallel, bf16_bits) {
             let mut xp = vec![0u16; m * kp];
@@ -368,6 +389,11 @@ pub(super) fn gemm_wq(
                 dst.iter_mut().zip(src).for_each(|(d, &v)| *d = bf16_bits(v));
             }
             return bf16_product(&xp, &pw, m, w.rows(), kp, parallel);
+        }
+    }
+    if isa != Isa::Portable && prescale_ok(w, None) && x.iter().all(|v| v.is_finite()) {
+        if let Some(pw) = scaled_rows(w, path, k, parallel, |v| v) {
+            return f32_packed_product(path, x, &pw, m, w.rows(), k, parallel);
         }
     }
     let dw = Decoded::new(w, path, parallel);

@@ -70,6 +70,48 @@ pub(super) fn bf16_tile(a: &[u16], packed: &[u32], kp: usize, j0: usize, j1: usi
     unsafe { avx512::bf16_tile(a, packed, kp, j0, j1, out) }
 }
 
+/// Output columns per packed f32 panel of B (two 8-lane vectors).
+pub(super) const F32_PANEL: usize = 16;
+
+/// Packs f32 rows of B (`n x k`) into panels of [`F32_PANEL`] columns: panel `p` holds,
+/// for each `t < k`, the 16 values `b[16p + l, t]` (missing columns zero).
+pub(super) fn pack_f32_panels(b: &[f32], n: usize, k: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n.div_ceil(F32_PANEL) * k * F32_PANEL];
+    for (j, row) in b.chunks_exact(k).enumerate() {
+        let base = (j / F32_PANEL) * k * F32_PANEL + j % F32_PANEL;
+        for (t, &v) in row.iter().enumerate() {
+            out[base + t * F32_PANEL] = v;
+        }
+    }
+    out
+}
+
+/// f32 tile of pre-scaled operands: rows `a` (`mt x k`) times the packed panels of B for
+/// columns `j0..j1` (`j0` a multiple of [`F32_PANEL`]), f32 FMA accumulation along K.
+pub(super) fn f32_panel_tile(path: Path, a: &[f32], packed: &[f32], k: usize, j0: usize, j1: usize, out: &mut [f32]) {
+    assert!(j0.is_multiple_of(F32_PANEL) && a.len().is_multiple_of(k.max(1)));
+    assert!(packed.len() >= j1.div_ceil(F32_PANEL) * k * F32_PANEL);
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Path::Avx2` exists only after `avx2_available()` confirmed AVX2 and FMA;
+        // the asserts give the kernel the extents it reads.
+        Path::Avx2 => unsafe { avx2::f32_panel_tile(a, packed, k, j0, j1, out) },
+        _ => {
+            let (mt, width) = (a.len() / k, j1 - j0);
+            for i in 0..mt {
+                for j in j0..j1 {
+                    let base = (j / F32_PANEL) * k * F32_PANEL + j % F32_PANEL;
+                    let mut acc = 0f32;
+                    for t in 0..k {
+                        acc = a[i * k + t].mul_add(packed[base + t * F32_PANEL], acc);
+                    }
+                    out[i * width + j - j0] = acc;
+                }
+            }
+        }
+    }
+}
+
 /// Packs per-row block scales of B (`n x nb`) like [`pack_bf16_panels`]: panel `p`
 /// holds, for each block, the 32 columns' scales (missing columns 0).
 #[cfg(target_arch = "x86_64")]
@@ -233,6 +275,74 @@ mod avx2 {
                 j += jh;
             }
             i += ih;
+        }
+    }
+
+    /// Rows of A per register tile of the packed f32 kernel (12 accumulators).
+    const MR_F32: usize = 6;
+
+    /// `MI` rows of A times one packed 16-column panel along all of K.
+    ///
+    /// # Safety
+    /// AVX2 and FMA present; each `a[i]` valid for `k` f32 reads, `panel` for `k * 16`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn micro_f32<const MI: usize>(a: [*const f32; MI], panel: *const f32, k: usize) -> [[__m256; 2]; MI] {
+        let mut acc = [[_mm256_setzero_ps(); 2]; MI];
+        for t in 0..k {
+            // SAFETY: t < k; the caller guarantees the extents.
+            let (b0, b1) = unsafe {
+                let p = panel.add(t * super::F32_PANEL);
+                (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+            };
+            for (row, acc) in a.iter().zip(acc.iter_mut()) {
+                // SAFETY: t < k, within the row.
+                let av = _mm256_set1_ps(unsafe { row.add(t).read() });
+                acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+                acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+            }
+        }
+        acc
+    }
+
+    /// # Safety
+    /// AVX2 and FMA present; the extents checked by `super::f32_panel_tile`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn f32_panel_tile(a: &[f32], packed: &[f32], k: usize, j0: usize, j1: usize, out: &mut [f32]) {
+        let (mt, width) = (a.len() / k, j1 - j0);
+        let mut jc = j0;
+        while jc < j1 {
+            let cols = (jc - j0)..((jc + super::F32_PANEL).min(j1) - j0);
+            let panel = packed[(jc / super::F32_PANEL) * k * super::F32_PANEL..].as_ptr();
+            let mut i = 0;
+            while i < mt {
+                let ih = (mt - i).min(MR_F32);
+                macro_rules! go {
+                    ($($mi:literal)*) => {
+                        match ih {
+                            $($mi => {
+                                let ap: [*const f32; $mi] = core::array::from_fn(|ii| a[(i + ii) * k..].as_ptr());
+                                // SAFETY: rows i..i + ih exist; the panel is covered.
+                                let acc = unsafe { micro_f32::<$mi>(ap, panel, k) };
+                                for (ii, v) in acc.iter().enumerate() {
+                                    let mut lanes = [0f32; 16];
+                                    // SAFETY: `lanes` holds 16 f32, two 8-lane vectors.
+                                    unsafe {
+                                        _mm256_storeu_ps(lanes.as_mut_ptr(), v[0]);
+                                        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), v[1]);
+                                    }
+                                    let dst = &mut out[(i + ii) * width..][cols.clone()];
+                                    dst.copy_from_slice(&lanes[..dst.len()]);
+                                }
+                            })*
+                            _ => unreachable!("1..=MR_F32 rows"),
+                        }
+                    };
+                }
+                go!(6 5 4 3 2 1);
+                i += ih;
+            }
+            jc += super::F32_PANEL;
         }
     }
 
