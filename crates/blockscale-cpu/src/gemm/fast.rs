@@ -391,10 +391,12 @@ pub(super) fn gemm_wq(
             return bf16_product(&xp, &pw, m, w.rows(), kp, parallel);
         }
     }
-    if isa != Isa::Portable && prescale_ok(w, None) && x.iter().all(|v| v.is_finite()) {
-        if let Some(pw) = scaled_rows(w, path, k, parallel, |v| v) {
-            return f32_packed_product(path, x, &pw, m, w.rows(), k, parallel);
-        }
+    if isa != Isa::Portable
+        && prescale_ok(w, None)
+        && x.iter().all(|v| v.is_finite())
+        && let Some(pw) = scaled_rows(w, path, k, parallel, |v| v)
+    {
+        return f32_packed_product(path, x, &pw, m, w.rows(), k, parallel);
     }
     let dw = Decoded::new(w, path, parallel);
     // Activations as an operand whose block scales are all 1.
