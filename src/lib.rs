@@ -10,7 +10,7 @@
 //! schemes, [`QuantizedMatrix`]) and, with `cpu`, the CPU backend ([`cpu`], its entry
 //! points re-exported at the root: [`quantize`], [`dequantize`], [`fake_quantize`],
 //! [`error_metrics`], and the block-scaled products [`gemm`], [`gemm_reference`],
-//! [`gemm_weight_only`], [`gemv`]). With `cuda`, the CUDA backend is [`cuda`]
+//! [`gemm_weight_only`], [`gemv`]). With `cuda`, the CUDA backend is `blockscale::cuda`
 //! (blockscale-cuda): the same quantize / dequantize on cudarc device buffers, plus
 //! host conveniences, writing the same bytes as the CPU.
 //!
