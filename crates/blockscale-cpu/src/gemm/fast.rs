@@ -89,6 +89,7 @@ fn int8_operand(d: &Decoded) -> Int8Operand {
 }
 
 /// The instruction set the GEMM kernels use.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Isa {
     Portable,
@@ -110,6 +111,8 @@ impl Isa {
             },
             _ => false,
         };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = wide;
         Ok(match path {
             Path::Portable => (Self::Portable, path),
             #[cfg(target_arch = "x86_64")]
@@ -190,6 +193,7 @@ fn scaled_rows<T: Copy + Default + Send>(
 }
 
 /// The high half of an f32 (exact for the values [`prescale_ok`] admits with a budget of 8 bits).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn bf16_bits(v: f32) -> u16 {
     (v.to_bits() >> 16) as u16
 }
@@ -260,6 +264,7 @@ fn f32_packed_product(path: Path, a: &[f32], b: &[f32], m: usize, n: usize, k: u
 }
 
 /// Whether every value and scale is finite.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn finite(d: &Decoded) -> bool {
     d.values.iter().chain(&d.scales).all(|v| v.is_finite())
 }

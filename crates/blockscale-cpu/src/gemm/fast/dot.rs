@@ -40,6 +40,7 @@ pub(super) fn f32_tile(path: Path, a: &[f32], sa: &[f32], b: &[f32], sb: &[f32],
 }
 
 /// Output columns per packed panel of B.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) const PANEL: usize = 32;
 
 /// Packs bf16 rows of B (`n x kp`) into panels of [`PANEL`] columns: panel `p` holds,

@@ -270,6 +270,7 @@ pub(crate) fn gemm_nibble(
 
 /// Whether `v` is zero or a normal bf16: the low 16 bits of its pattern zero, finite,
 /// and not a bf16 subnormal (which `vdpbf16ps` would read as zero).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn bf16_normal(v: f32) -> bool {
     let b = v.to_bits();
     let exp = b & 0x7f80_0000;
@@ -310,6 +311,7 @@ fn effective(path: Path) -> Path {
 
 /// Activations reordered per 32-element chunk (16 for a last half chunk): the even
 /// elements first, then the odd ones, matching low and high nibbles of the weights.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn permute_even_odd<T: Copy>(row: &[T], out: &mut [T]) {
     for (src, dst) in row.chunks(XBLOCK).zip(out.chunks_mut(XBLOCK)) {
         let h = src.len() / 2;
