@@ -1,6 +1,8 @@
 //! Tile kernels of the fast GEMM: `out[i, j] = sum_kb s_a[i, kb] s_b[j, kb] dot_kb(a_i, b_j)`
 //! for rows of A and B both K-major, in int8 (exact block sums) or f32.
 
+use rayon::prelude::*;
+
 use crate::kernels::Path;
 
 /// int8 tile: `a` is `mt x k`, `b` is `nt x k` (small integers), scales `mt x k/bs` and
@@ -50,13 +52,13 @@ pub(super) const PANEL: usize = 32;
 pub(super) fn pack_bf16_panels(b: &[u16], n: usize, kp: usize) -> Vec<u32> {
     let pairs = kp / 2;
     let mut out = vec![0u32; n.div_ceil(PANEL) * pairs * PANEL];
-    for (j, row) in b.chunks_exact(kp).enumerate() {
-        let (panel, lane) = (j / PANEL, j % PANEL);
-        let base = panel * pairs * PANEL + lane;
-        for (t, pair) in row.chunks_exact(2).enumerate() {
-            out[base + t * PANEL] = pair[0] as u32 | (pair[1] as u32) << 16;
+    out.par_chunks_mut(pairs * PANEL).enumerate().for_each(|(p, panel)| {
+        for (lane, row) in b.chunks_exact(kp).skip(p * PANEL).take(PANEL).enumerate() {
+            for (t, pair) in row.chunks_exact(2).enumerate() {
+                panel[t * PANEL + lane] = pair[0] as u32 | (pair[1] as u32) << 16;
+            }
         }
-    }
+    });
     out
 }
 
@@ -78,12 +80,13 @@ pub(super) const F32_PANEL: usize = 16;
 /// for each `t < k`, the 16 values `b[16p + l, t]` (missing columns zero).
 pub(super) fn pack_f32_panels(b: &[f32], n: usize, k: usize) -> Vec<f32> {
     let mut out = vec![0f32; n.div_ceil(F32_PANEL) * k * F32_PANEL];
-    for (j, row) in b.chunks_exact(k).enumerate() {
-        let base = (j / F32_PANEL) * k * F32_PANEL + j % F32_PANEL;
-        for (t, &v) in row.iter().enumerate() {
-            out[base + t * F32_PANEL] = v;
+    out.par_chunks_mut(k * F32_PANEL).enumerate().for_each(|(p, panel)| {
+        for (lane, row) in b.chunks_exact(k).skip(p * F32_PANEL).take(F32_PANEL).enumerate() {
+            for (t, &v) in row.iter().enumerate() {
+                panel[t * F32_PANEL + lane] = v;
+            }
         }
-    }
+    });
     out
 }
 
