@@ -216,7 +216,7 @@ fn quant_cases(full: bool) -> Vec<QuantCase> {
         global: None,
         poison: false,
     };
-    for scheme in case::SCHEMES {
+    for scheme in Scheme::ALL {
         let bs = scheme.block_size();
         let cols = if matches!(scheme, Scheme::Fp8Block(_)) { 3 } else { 7 };
         let s = short(scheme);

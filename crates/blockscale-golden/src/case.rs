@@ -2,7 +2,7 @@
 //! (docs/GOLDEN.md is the reference for people outside the project).
 
 use blockscale_formats::{
-    DataLayout, Fp8Tile, GlobalScale, NonFinite, NvFp4Recipe, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat,
+    DataLayout, GlobalScale, NonFinite, NvFp4Recipe, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat,
     ScaleLayout, ScaleRule, Scheme,
 };
 use half::{bf16, f16};
@@ -208,16 +208,3 @@ pub fn get_matrix(f: &GoldenFile, prefix: &str) -> Result<QuantizedMatrix, Golde
     })
     .map_err(|e| f.bad_meta(prefix, format!("the parts do not make a valid matrix: {e}")))
 }
-
-/// Every scheme, with the FP8 tiles spelled out (for generators and docs).
-pub const SCHEMES: [Scheme; 9] = [
-    Scheme::NvFp4,
-    Scheme::MxFp4,
-    Scheme::MxFp6E2M3,
-    Scheme::MxFp6E3M2,
-    Scheme::MxFp8E4M3,
-    Scheme::MxFp8E5M2,
-    Scheme::Fp8Block(Fp8Tile::Row1x128),
-    Scheme::Fp8Block(Fp8Tile::Tile128x128),
-    Scheme::Int4G32,
-];

@@ -18,6 +18,8 @@
 //! reference when every partial sum is exactly representable in f32.
 //! (The crate docs have an example.)
 
+#[cfg(target_arch = "x86_64")]
+mod bf16;
 mod epilogue;
 pub(crate) mod exact;
 mod fast;

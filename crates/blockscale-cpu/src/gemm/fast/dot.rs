@@ -402,19 +402,13 @@ mod avx2 {
 mod avx512 {
     use core::arch::x86_64::*;
 
+    use crate::gemm::bf16::bh;
+
     use super::PANEL;
 
     /// Rows of A per register tile (with the two 16-lane column vectors of a panel:
     /// 16 accumulators).
     const MR: usize = 8;
-
-    /// The same 64 bytes as 32 bf16.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    fn bh(v: __m512i) -> __m512bh {
-        // SAFETY: both are plain 64-byte vectors; every bit pattern is a valid bf16 vector.
-        unsafe { core::mem::transmute::<__m512i, __m512bh>(v) }
-    }
 
     /// `MI` rows of A (pointers to their bf16 pairs) times one packed panel.
     ///

@@ -25,6 +25,7 @@
 use core::arch::x86_64::*;
 
 use super::{NibbleWeights, Scales};
+use crate::gemm::bf16::bh;
 
 /// Elements per chunk (one 32-byte weight load, two 32-lane bf16 vectors).
 pub(super) const CHUNK: usize = 64;
@@ -46,14 +47,6 @@ pub(super) fn bf16_row(row: &[f32], dst: &mut [u16]) {
             d[e / 2 + (e % 2) * (CHUNK / 2)] = (v.to_bits() >> 16) as u16;
         }
     }
-}
-
-/// The same 64 bytes as 32 bf16.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-fn bh(v: __m512i) -> __m512bh {
-    // SAFETY: both are plain 64-byte vectors; every bit pattern is a valid bf16 vector.
-    unsafe { core::mem::transmute::<__m512i, __m512bh>(v) }
 }
 
 /// Sum of the 16 lanes, always in the same tree (4 roundings per term).
