@@ -1,0 +1,1 @@
+//! Built-in demo weights for `eval --demo`.

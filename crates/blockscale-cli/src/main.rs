@@ -1,0 +1,44 @@
+//! `blockscale`: quantize safetensors checkpoints to block-scaled formats, read the
+//! formats in the wild, and report accuracy and speed. docs/CLI.md is the manual.
+
+mod cli;
+mod commands;
+mod demo;
+mod error;
+mod plot;
+mod report;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::error::CliError;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = match &cli.command {
+        Command::Quantize(a) => a.json,
+        Command::Dequantize(a) => a.json,
+        Command::Inspect(a) => a.json,
+        Command::Eval(a) => a.json,
+        Command::Bench(a) => a.json,
+    };
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if json {
+                println!("{}", e.to_json());
+            }
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Bench(a) => commands::bench::run(&a),
+        _ => Err(CliError::Unsupported("not yet".into())),
+    }
+}

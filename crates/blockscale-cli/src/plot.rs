@@ -1,0 +1,1 @@
+//! The SVG plot of `eval --plot`.
