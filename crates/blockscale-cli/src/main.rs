@@ -7,6 +7,7 @@ mod demo;
 mod error;
 mod plot;
 mod report;
+mod values;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,99 @@
+//! Float tensors as typed slices: the weights commands read, borrowed from a memory map
+//! when aligned, copied otherwise.
+
+use std::borrow::Cow;
+
+use half::{bf16, f16};
+
+/// The values of a floating-point tensor in its own dtype.
+#[derive(Clone, Debug)]
+pub enum FloatValues<'a> {
+    /// bfloat16.
+    Bf16(Cow<'a, [bf16]>),
+    /// IEEE half.
+    F16(Cow<'a, [f16]>),
+    /// IEEE single.
+    F32(Cow<'a, [f32]>),
+}
+
+impl FloatValues<'_> {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Bf16(v) => v.len(),
+            Self::F16(v) => v.len(),
+            Self::F32(v) => v.len(),
+        }
+    }
+
+    /// Bytes per value.
+    pub fn elem_bytes(&self) -> usize {
+        match self {
+            Self::Bf16(_) | Self::F16(_) => 2,
+            Self::F32(_) => 4,
+        }
+    }
+
+    /// The safetensors dtype name (`BF16`, `F16`, `F32`).
+    pub fn dtype_name(&self) -> &'static str {
+        match self {
+            Self::Bf16(_) => "BF16",
+            Self::F16(_) => "F16",
+            Self::F32(_) => "F32",
+        }
+    }
+
+    /// Every value as f32 (exact).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            Self::Bf16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            Self::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            Self::F32(v) => v.to_vec(),
+        }
+    }
+
+    /// Reads little-endian `bytes` of safetensors dtype `dtype`; `None` for a dtype that
+    /// is not BF16, F16 or F32 or a length that is not a whole number of values.
+    /// Borrows when the bytes are suitably aligned (always, for a memory-mapped file
+    /// written by the safetensors libraries), copies otherwise.
+    pub fn from_le_bytes(dtype: safetensors::Dtype, bytes: &[u8]) -> Option<FloatValues<'_>> {
+        use safetensors::Dtype;
+        match dtype {
+            Dtype::BF16 => cast(bytes, bf16::from_le_bytes).map(FloatValues::Bf16),
+            Dtype::F16 => cast(bytes, f16::from_le_bytes).map(FloatValues::F16),
+            Dtype::F32 => cast(bytes, f32::from_le_bytes).map(FloatValues::F32),
+            _ => None,
+        }
+    }
+}
+
+fn cast<T: bytemuck::Pod, const N: usize>(bytes: &[u8], from_le: fn([u8; N]) -> T) -> Option<Cow<'_, [T]>> {
+    if bytes.len() % N != 0 {
+        return None;
+    }
+    if cfg!(target_endian = "little")
+        && let Ok(v) = bytemuck::try_cast_slice(bytes)
+    {
+        return Some(Cow::Borrowed(v));
+    }
+    Some(Cow::Owned(bytes.chunks_exact(N).map(|c| from_le(c.try_into().expect("chunk of N bytes"))).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn borrows_aligned_and_copies_unaligned_bytes() {
+        let words: Vec<u32> = vec![0x3f80_4000, 0xc000_0000];
+        let bytes: &[u8] = bytemuck::cast_slice(&words);
+        let v = FloatValues::from_le_bytes(safetensors::Dtype::BF16, bytes).unwrap();
+        assert!(matches!(&v, FloatValues::Bf16(Cow::Borrowed(_))));
+        assert_eq!(v.to_f32(), vec![2.0, 1.0, 0.0, -2.0]);
+        let odd = FloatValues::from_le_bytes(safetensors::Dtype::BF16, &bytes[1..7]).unwrap();
+        assert!(matches!(&odd, FloatValues::Bf16(Cow::Owned(_))));
+        assert_eq!(odd.len(), 3);
+        assert!(FloatValues::from_le_bytes(safetensors::Dtype::F32, &bytes[..6]).is_none());
+        assert!(FloatValues::from_le_bytes(safetensors::Dtype::U8, bytes).is_none());
+    }
+}
