@@ -1,12 +1,17 @@
 //! `blockscale`: quantize safetensors checkpoints to block-scaled formats, read the
 //! formats in the wild, and report accuracy and speed. docs/CLI.md is the manual.
 
+mod backend;
+mod checkpoint;
 mod cli;
 mod commands;
+mod convention;
 mod demo;
 mod error;
 mod plot;
+mod progress;
 mod report;
+mod select;
 mod values;
 
 use std::process::ExitCode;
@@ -39,6 +44,9 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<(), CliError> {
     match command {
+        Command::Quantize(a) => commands::quantize::run(&a),
+        Command::Dequantize(a) => commands::dequantize::run(&a),
+        Command::Inspect(a) => commands::inspect::run(&a),
         Command::Bench(a) => commands::bench::run(&a),
         _ => Err(CliError::Unsupported("not yet".into())),
     }

@@ -1,3 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod common;
+pub mod dequantize;
+pub mod inspect;
+pub mod quantize;

@@ -1,0 +1,20 @@
+//! Safetensors checkpoints on disk: finding the shards of a file or folder, reading
+//! them through memory maps tensor by tensor, and writing new ones that appear
+//! complete or not at all.
+
+mod output;
+mod shard;
+mod source;
+mod writer;
+
+pub use output::{Output, OutputKind};
+pub use shard::{Shard, TensorEntry};
+pub use source::Checkpoint;
+pub use writer::{PlannedTensor, ShardWriter};
+
+/// Bytes of a tensor of `dtype` and `shape` (sub-byte dtypes rounded up to whole bytes),
+/// `None` on overflow.
+pub fn tensor_bytes(dtype: safetensors::Dtype, shape: &[usize]) -> Option<usize> {
+    let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+    n.checked_mul(dtype.bitsize()).map(|bits| bits.div_ceil(8))
+}

@@ -1,0 +1,129 @@
+//! Writing a safetensors file whose tensors are produced one at a time: the header is
+//! planned up front (every output shape is known before any data is computed), then
+//! each tensor's bytes are written at their offset as soon as they exist, so nothing
+//! larger than one tensor is ever held in memory.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use safetensors::Dtype;
+
+use crate::checkpoint::tensor_bytes;
+use crate::error::CliError;
+
+/// A tensor of the file being written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedTensor {
+    /// Name.
+    pub name: String,
+    /// Dtype.
+    pub dtype: Dtype,
+    /// Shape.
+    pub shape: Vec<usize>,
+}
+
+impl PlannedTensor {
+    /// A planned tensor.
+    pub fn new(name: impl Into<String>, dtype: Dtype, shape: Vec<usize>) -> Self {
+        Self { name: name.into(), dtype, shape }
+    }
+}
+
+/// A safetensors file being written tensor by tensor.
+pub struct ShardWriter {
+    path: PathBuf,
+    file: File,
+    data_start: u64,
+    slots: HashMap<String, (u64, usize, bool)>,
+    total: u64,
+}
+
+impl ShardWriter {
+    /// Creates `path` (normally a temporary file inside the output) with the header for
+    /// `tensors` and `metadata`. The data are laid out in order of decreasing dtype
+    /// alignment (as the safetensors libraries do), so that every tensor starts on a
+    /// multiple of its element size.
+    ///
+    /// # Errors
+    /// [`CliError::Write`] if the file cannot be written, [`CliError::Tensor`] for a
+    /// duplicate name or a size that overflows.
+    pub fn create(
+        path: &Path,
+        tensors: &[PlannedTensor],
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Self, CliError> {
+        let mut order: Vec<&PlannedTensor> = tensors.iter().collect();
+        // Stable: equal alignments keep the plan's order.
+        order.sort_by_key(|t| std::cmp::Reverse(t.dtype.bitsize().max(8)));
+        let mut header = serde_json::Map::new();
+        if !metadata.is_empty() {
+            header.insert("__metadata__".into(), serde_json::to_value(metadata).expect("strings serialize"));
+        }
+        let mut slots = HashMap::new();
+        let mut offset = 0usize;
+        for t in order {
+            let n =
+                tensor_bytes(t.dtype, &t.shape).ok_or_else(|| CliError::tensor(path, &t.name, "its size overflows"))?;
+            if slots.insert(t.name.clone(), (offset as u64, n, false)).is_some() {
+                return Err(CliError::tensor(path, &t.name, "planned twice (two inputs map to this output name)"));
+            }
+            header.insert(
+                t.name.clone(),
+                serde_json::json!({ "dtype": t.dtype, "shape": t.shape, "data_offsets": [offset, offset + n] }),
+            );
+            offset += n;
+        }
+        let mut json = serde_json::to_vec(&header).expect("a JSON map serializes");
+        // The data start on a multiple of 8 bytes (padding with spaces, as the format allows).
+        while (json.len() + 8) % 8 != 0 {
+            json.push(b' ');
+        }
+        let write_err = |source| CliError::Write { path: path.to_owned(), source };
+        let mut file = File::create(path).map_err(write_err)?;
+        file.write_all(&(json.len() as u64).to_le_bytes()).map_err(write_err)?;
+        file.write_all(&json).map_err(write_err)?;
+        let data_start = 8 + json.len() as u64;
+        let total = data_start + offset as u64;
+        // The final length now (sparse): tensors are then written at their offsets in
+        // whatever order they are produced.
+        file.set_len(total).map_err(write_err)?;
+        Ok(Self { path: path.to_owned(), file, data_start, slots, total })
+    }
+
+    /// Writes the data of tensor `name` (exactly its planned size).
+    ///
+    /// # Errors
+    /// [`CliError::Tensor`] for a name not planned, written twice or with the wrong
+    /// size (a bug of the caller), [`CliError::Write`] for an I/O error.
+    pub fn write(&mut self, name: &str, bytes: &[u8]) -> Result<(), CliError> {
+        let path = &self.path;
+        let slot = self.slots.get_mut(name).ok_or_else(|| CliError::tensor(path, name, "not in the planned header"))?;
+        if slot.2 {
+            return Err(CliError::tensor(path, name, "written twice"));
+        }
+        if bytes.len() != slot.1 {
+            return Err(CliError::tensor(path, name, format!("{} bytes, the header says {}", bytes.len(), slot.1)));
+        }
+        self.file
+            .write_all_at(bytes, self.data_start + slot.0)
+            .map_err(|source| CliError::Write { path: path.clone(), source })?;
+        slot.2 = true;
+        Ok(())
+    }
+
+    /// Checks that every planned tensor was written and flushes the file to disk.
+    ///
+    /// # Errors
+    /// [`CliError::Tensor`] naming a tensor never written, [`CliError::Write`] if the
+    /// data cannot be synced.
+    pub fn finish(self) -> Result<u64, CliError> {
+        if let Some((name, _)) = self.slots.iter().find(|(_, s)| !s.2) {
+            return Err(CliError::tensor(&self.path, name, "planned but never written"));
+        }
+        self.file.sync_all().map_err(|source| CliError::Write { path: self.path.clone(), source })?;
+        Ok(self.total)
+    }
+}

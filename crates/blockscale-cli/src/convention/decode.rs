@@ -1,0 +1,107 @@
+//! Dequantizing a found weight to f32, f16 or bf16 with the CPU backend.
+
+use blockscale::cpu::Output;
+use blockscale::{
+    DataLayout, DequantizeOptions, E4M3, GlobalScale, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat,
+    dequantize_slice,
+};
+use half::f16;
+use rayon::prelude::*;
+
+use super::{Catalog, Decode, Found, GlobalSource};
+use crate::error::CliError;
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// The dequantized values of `f`, row-major in `f.out_shape`.
+///
+/// # Errors
+/// [`CliError::Tensor`] for an invalid per-tensor scale or parts that do not form a
+/// valid matrix (nonzero swizzle padding, say).
+pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, CliError> {
+    let bytes =
+        |name: &str| catalog.bytes(name).ok_or_else(|| CliError::tensor(catalog.path_of(name), name, "missing"));
+    let bad = |name: &str, why: String| CliError::tensor(catalog.path_of(name), name, why);
+    match &f.decode {
+        Decode::Matrix { scales, layout, global, transpose_experts } => {
+            let sbytes = bytes(scales)?;
+            let scale_data = match f.scheme.scale_format() {
+                ScaleFormat::F32 => ScaleData::F32(f32s(sbytes)),
+                ScaleFormat::F16 => {
+                    ScaleData::F16(sbytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect())
+                }
+                ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => ScaleData::Bytes(sbytes.to_vec()),
+            };
+            let scalar = |name: &str| -> Result<f32, CliError> { Ok(f32s(bytes(name)?)[0]) };
+            let global_scale = match global {
+                GlobalSource::None => None,
+                GlobalSource::DecodeTensor(n) => Some(
+                    GlobalScale::from_decode(scalar(n)?)
+                        .map_err(|e| bad(n, format!("invalid per-tensor scale: {e}")))?,
+                ),
+                GlobalSource::EncodeTensor(n) => Some(
+                    GlobalScale::from_encode(scalar(n)?)
+                        .map_err(|e| bad(n, format!("invalid per-tensor scale: {e}")))?,
+                ),
+            };
+            let q = QuantizedMatrix::from_parts(QuantizedParts {
+                scheme: f.scheme,
+                rows: f.rows,
+                k: f.k,
+                data: bytes(&f.main)?.to_vec(),
+                data_layout: DataLayout::RowMajor,
+                scales: scale_data,
+                scale_layout: *layout,
+                global_scale,
+            })
+            .map_err(|e| bad(&f.main, format!("its parts do not form a valid {} matrix: {e}", f.scheme)))?;
+            let mut out = vec![O::default(); f.rows * f.k];
+            dequantize_slice(&q, &mut out, &DequantizeOptions::default())
+                .map_err(|e| bad(&f.main, format!("dequantizing failed: {e}")))?;
+            Ok(match transpose_experts {
+                Some(e) => transpose_experts_of(&out, *e, f.rows / e, f.k),
+                None => out,
+            })
+        }
+        Decode::DeepseekFp8 { scales } => {
+            let s = f32s(bytes(scales)?);
+            let w = bytes(&f.main)?;
+            let (k, kb) = (f.k, f.k.div_ceil(128));
+            let mut out = vec![O::default(); f.rows * k];
+            out.par_chunks_mut(k.max(1)).zip(w.par_chunks(k.max(1))).enumerate().for_each(|(n, (o, w))| {
+                let srow = &s[(n / 128) * kb..(n / 128 + 1) * kb];
+                for (c, (o, &b)) in o.iter_mut().zip(w).enumerate() {
+                    *o = O::from_f32(E4M3::from_bits(b).to_f32() * srow[c / 128]);
+                }
+            });
+            Ok(out)
+        }
+    }
+}
+
+/// `[E, out, K]` to `[E, K, out]`.
+fn transpose_experts_of<O: Copy + Default + Send + Sync>(v: &[O], experts: usize, out: usize, k: usize) -> Vec<O> {
+    let mut t = vec![O::default(); v.len()];
+    t.par_chunks_mut((out * k).max(1)).zip(v.par_chunks((out * k).max(1))).take(experts).for_each(|(t, v)| {
+        for r in 0..out {
+            for c in 0..k {
+                t[c * out + r] = v[r * k + c];
+            }
+        }
+    });
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transposes_each_expert() {
+        // Two experts of 2 x 3: [[0 1 2] [3 4 5]] and [[6 7 8] [9 10 11]].
+        let v: Vec<u32> = (0..12).collect();
+        assert_eq!(transpose_experts_of(&v, 2, 2, 3), vec![0, 3, 1, 4, 2, 5, 6, 9, 7, 10, 8, 11]);
+    }
+}

@@ -1,0 +1,129 @@
+//! How a quantized weight is stored under each output convention: the tensors (names,
+//! dtypes, shapes) are known from the shape alone, before any data is computed, so
+//! that a file's header can be written first and its tensors streamed after.
+
+use blockscale::{QuantizedMatrix, ScaleData, ScaleLayout, Scheme};
+use blockscale_golden::case::{codes_dtype, scale_bytes, scale_dtype, scale_shape};
+use safetensors::Dtype;
+
+use crate::checkpoint::PlannedTensor;
+use crate::cli::ConventionArg;
+use crate::error::CliError;
+
+/// The tensors of one quantized weight, ready to write.
+pub struct Encoded {
+    /// `(name, bytes)` in plan order.
+    pub tensors: Vec<(String, Vec<u8>)>,
+}
+
+/// The layer prefix of a weight name (`a.b.weight` -> `a.b`).
+pub fn prefix(name: &str) -> &str {
+    name.strip_suffix(".weight").unwrap_or(name)
+}
+
+/// The output tensors of weight `name` (`rows x k`), and the metadata entries a native
+/// file carries for it. `input_scale`: whether calibration gives this layer an
+/// activation scale (NVFP4 conventions only).
+///
+/// # Errors
+/// [`CliError::Unsupported`] for a scheme the convention cannot store.
+pub fn plan_outputs(
+    convention: ConventionArg,
+    scheme: Scheme,
+    layout: ScaleLayout,
+    name: &str,
+    rows: usize,
+    k: usize,
+    input_scale: bool,
+) -> Result<(Vec<PlannedTensor>, Vec<(String, String)>), CliError> {
+    let shape = scheme.shape(rows, k).map_err(|e| CliError::Usage(format!("{name}: {e}")))?;
+    let p = prefix(name);
+    let nvfp4 = |data: &str, scale: &str, global: &str, input: &str, global_shape: Vec<usize>| {
+        let mut v = vec![
+            PlannedTensor::new(format!("{p}.{data}"), Dtype::U8, vec![rows, k / 2]),
+            PlannedTensor::new(format!("{p}.{scale}"), Dtype::F8_E4M3, vec![rows, k / 16]),
+            PlannedTensor::new(format!("{p}.{global}"), Dtype::F32, global_shape.clone()),
+        ];
+        if input_scale {
+            v.push(PlannedTensor::new(format!("{p}.{input}"), Dtype::F32, global_shape));
+        }
+        v
+    };
+    match convention {
+        ConventionArg::Modelopt | ConventionArg::CompressedTensors if scheme != Scheme::NvFp4 => {
+            Err(CliError::Unsupported(format!(
+                "the {} convention stores NVFP4 only, not {scheme}; use --convention native for other schemes",
+                if convention == ConventionArg::Modelopt { "modelopt" } else { "compressed-tensors" }
+            )))
+        }
+        ConventionArg::Modelopt => {
+            Ok((nvfp4("weight", "weight_scale", "weight_scale_2", "input_scale", vec![]), vec![]))
+        }
+        ConventionArg::CompressedTensors => {
+            Ok((nvfp4("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale", vec![1]), vec![]))
+        }
+        ConventionArg::Native => {
+            let (cd, cs) = codes_dtype(scheme, rows, k);
+            let mut v = vec![
+                PlannedTensor::new(format!("{name}.codes"), cd, cs),
+                PlannedTensor::new(format!("{name}.scales"), scale_dtype(scheme), scale_shape(&shape, layout)),
+            ];
+            if scheme.has_global_scale() {
+                v.push(PlannedTensor::new(format!("{name}.global_encode"), Dtype::F32, vec![1]));
+            }
+            let meta = vec![
+                (format!("{name}.scheme"), scheme.name().to_owned()),
+                (format!("{name}.rows"), rows.to_string()),
+                (format!("{name}.k"), k.to_string()),
+                (format!("{name}.scale_layout"), layout.name().to_owned()),
+            ];
+            Ok((v, meta))
+        }
+    }
+}
+
+/// The bytes of the tensors [`plan_outputs`] planned, from the quantized weight and,
+/// for a calibrated layer, the activation amax.
+pub fn encode(
+    convention: ConventionArg,
+    name: &str,
+    q: &QuantizedMatrix,
+    input: Option<blockscale::GlobalScale>,
+) -> Encoded {
+    let p = prefix(name);
+    let f32b = |x: f32| x.to_le_bytes().to_vec();
+    let scales = match q.scales() {
+        ScaleData::Bytes(b) => b.clone(),
+        other => scale_bytes(other),
+    };
+    let g = q.global_scale();
+    let mut tensors = Vec::new();
+    match convention {
+        ConventionArg::Modelopt => {
+            tensors.push((format!("{p}.weight"), q.data().to_vec()));
+            tensors.push((format!("{p}.weight_scale"), scales));
+            // Decode scales: the reciprocal of the encode scale quantization used.
+            tensors.push((format!("{p}.weight_scale_2"), f32b(g.map_or(1.0, |g| g.decode()))));
+            if let Some(i) = input {
+                tensors.push((format!("{p}.input_scale"), f32b(i.decode())));
+            }
+        }
+        ConventionArg::CompressedTensors => {
+            tensors.push((format!("{p}.weight_packed"), q.data().to_vec()));
+            tensors.push((format!("{p}.weight_scale"), scales));
+            // Encode scales ("divisor" semantics).
+            tensors.push((format!("{p}.weight_global_scale"), f32b(g.map_or(1.0, |g| g.encode()))));
+            if let Some(i) = input {
+                tensors.push((format!("{p}.input_global_scale"), f32b(i.encode())));
+            }
+        }
+        ConventionArg::Native => {
+            tensors.push((format!("{name}.codes"), q.data().to_vec()));
+            tensors.push((format!("{name}.scales"), scales));
+            if let Some(g) = g {
+                tensors.push((format!("{name}.global_encode"), f32b(g.encode())));
+            }
+        }
+    }
+    Encoded { tensors }
+}

@@ -1,0 +1,45 @@
+//! The on-disk conventions for quantized weights: what `quantize` writes (ModelOpt,
+//! compressed-tensors, native) and what `dequantize` and `inspect` recognise (those,
+//! plus OpenAI gpt-oss MXFP4 and DeepSeek-V3 FP8). docs/CLI.md describes each.
+
+mod catalog;
+mod decode;
+mod detect;
+mod encode;
+
+pub use catalog::Catalog;
+pub use decode::decode;
+pub use detect::{Decode, Found, GlobalSource, detect};
+pub use encode::{Encoded, encode, plan_outputs, prefix as layer_prefix};
+
+/// A convention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Convention {
+    /// An ordinary tensor (not quantized, or not a convention we know).
+    Plain,
+    /// blockscale's own: `{name}.codes`, `{name}.scales` and `{name}.*` metadata.
+    Native,
+    /// NVIDIA ModelOpt NVFP4.
+    Modelopt,
+    /// compressed-tensors `nvfp4-pack-quantized`.
+    CompressedTensors,
+    /// OpenAI gpt-oss MXFP4 (`*_blocks`, `*_scales`).
+    GptOss,
+    /// DeepSeek-V3 FP8 (`weight`, `weight_scale_inv` per 128x128).
+    Deepseek,
+}
+
+impl Convention {
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Native => "native",
+            Self::Modelopt => "modelopt",
+            Self::CompressedTensors => "compressed-tensors",
+            Self::GptOss => "gpt-oss",
+            Self::Deepseek => "deepseek",
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Helpers of the CLI's integration tests: small seeded checkpoints and running the
+//! binary.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use half::bf16;
+use safetensors::{Dtype, SafeTensors};
+
+/// A tensor to write: name, dtype, shape, little-endian bytes.
+pub type Tensor = (String, Dtype, Vec<usize>, Vec<u8>);
+
+/// Seeded values with heavy tails, a few exact zero blocks and one outlier column.
+pub fn weights(seed: u64, rows: usize, k: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..rows * k)
+        .map(|i| {
+            let (r, c) = (i / k, i % k);
+            if r % 7 == 3 && c < 32 {
+                return 0.0;
+            }
+            let u = next() - 0.5;
+            let heavy = u / (0.55 - u.abs()); // tails far heavier than a Gaussian
+            let v = heavy * 0.02 * if c == 5 { 30.0 } else { 1.0 };
+            v as f32
+        })
+        .collect()
+}
+
+/// bf16 bytes of `v` (round to nearest even).
+pub fn bf16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|&x| bf16::from_f32(x).to_le_bytes()).collect()
+}
+
+/// A bf16 tensor of seeded weights.
+pub fn bf16_weight(name: &str, seed: u64, rows: usize, k: usize) -> Tensor {
+    (name.into(), Dtype::BF16, vec![rows, k], bf16_bytes(&weights(seed, rows, k)))
+}
+
+/// Writes a safetensors file with `{"format": "pt"}` metadata.
+pub fn write(path: &Path, tensors: &[Tensor]) {
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::serialize_to_file(views, Some(meta), path).unwrap();
+}
+
+/// A small model: two linear weights (one with 130 rows), an embedding, a norm.
+pub fn model_tensors(seed: u64) -> Vec<Tensor> {
+    vec![
+        bf16_weight("model.embed_tokens.weight", seed, 32, 256),
+        bf16_weight("model.layers.0.self_attn.q_proj.weight", seed + 1, 64, 256),
+        bf16_weight("model.layers.0.mlp.down_proj.weight", seed + 2, 130, 512),
+        ("model.layers.0.input_layernorm.weight".into(), Dtype::BF16, vec![256], bf16_bytes(&[1.0; 256])),
+    ]
+}
+
+/// Runs `blockscale args...`.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_blockscale")).args(args).output().expect("the binary runs")
+}
+
+/// Runs and requires success.
+pub fn ok(args: &[&str]) -> Output {
+    let o = run(args);
+    assert!(o.status.success(), "blockscale {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+/// Reads every tensor of a file: name -> (dtype, shape, bytes).
+pub fn read(path: &Path) -> HashMap<String, (Dtype, Vec<usize>, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors().into_iter().map(|(n, t)| (n, (t.dtype(), t.shape().to_vec(), t.data().to_vec()))).collect()
+}
+
+/// f32 values of little-endian bytes.
+pub fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// Values of bf16 bytes as f32.
+pub fn bf16s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+}
+
+/// `path` as a string argument.
+pub fn s(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
