@@ -1,0 +1,197 @@
+//! Every bad input gets a clear error naming file and tensor, with its stable exit
+//! code, and a failed or refused run leaves no output behind.
+
+mod common;
+
+use common::*;
+use safetensors::Dtype;
+
+fn code(o: &std::process::Output) -> i32 {
+    o.status.code().expect("exited")
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Names in `dir` other than `keep`: temporaries left behind would show up here.
+fn leftovers(dir: &std::path::Path, keep: &[&str]) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect()
+}
+
+#[test]
+fn not_safetensors_and_truncated_files_are_input_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.safetensors");
+    std::fs::write(&junk, b"this is not a safetensors file at all").unwrap();
+    let o = run(&["inspect", s(&junk)]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("junk.safetensors") && stderr(&o).contains("not a readable safetensors file"));
+
+    let good = dir.path().join("good.safetensors");
+    write(&good, &model_tensors(1));
+    let bytes = std::fs::read(&good).unwrap();
+    for (name, cut) in [("header.safetensors", 20), ("data.safetensors", bytes.len() - 100), ("empty.safetensors", 0)] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, &bytes[..cut]).unwrap();
+        let out = dir.path().join(format!("out-{name}"));
+        let o = run(&["quantize", s(&p), "-o", s(&out), "--scheme", "nvfp4"]);
+        assert_eq!(code(&o), 3, "{name}: {}", stderr(&o));
+        assert!(stderr(&o).contains(name) && stderr(&o).contains("truncated"), "{name}: {}", stderr(&o));
+        assert!(!out.exists());
+    }
+    let o = run(&["inspect", s(&dir.path().join("missing.safetensors"))]);
+    assert_eq!(code(&o), 3);
+    let empty_dir = dir.path().join("empty");
+    std::fs::create_dir(&empty_dir).unwrap();
+    let o = run(&["inspect", s(&empty_dir)]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("no .safetensors files"));
+}
+
+#[test]
+fn misaligned_k_names_the_tensor_and_the_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    write(&input, &[bf16_weight("a.weight", 1, 8, 64), bf16_weight("odd.weight", 2, 8, 40)]);
+    let out = dir.path().join("out.safetensors");
+    let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp4"]);
+    assert_eq!(code(&o), 3);
+    let e = stderr(&o);
+    assert!(e.contains("\"odd.weight\"") && e.contains("--exclude"), "{e}");
+    assert!(!out.exists());
+    ok(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp4", "--exclude", "odd.*", "-q"]);
+    // 64 is a multiple of 16 and 32, not of 128.
+    let o = run(&["quantize", s(&input), "-o", s(&dir.path().join("fp8.safetensors")), "--scheme", "fp8-block"]);
+    assert_eq!(code(&o), 3);
+}
+
+#[test]
+fn non_finite_weights_are_fatal_unless_poisoned() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    let mut w = weights(3, 16, 64);
+    w[5 * 64 + 17] = f32::INFINITY;
+    w[9 * 64 + 40] = f32::NAN;
+    write(&input, &[bf16_weight("clean.weight", 1, 16, 64), ("bad.weight".into(), Dtype::BF16, vec![16, 64], bf16_bytes(&w))]);
+    let out = dir.path().join("out.safetensors");
+    let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "mxfp4", "--json"]);
+    assert_eq!(code(&o), 4);
+    let e = stderr(&o);
+    assert!(e.contains("\"bad.weight\"") && e.contains("row 5, column 17") && e.contains("--non-finite poison"), "{e}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "non-finite");
+    assert_eq!(v["error"]["tensor"], "bad.weight");
+    assert_eq!(v["error"]["exit_code"], 4);
+    assert!(!out.exists(), "nothing written");
+    assert!(leftovers(dir.path(), &["in.safetensors"]).is_empty(), "no temporary left behind");
+
+    let o = ok(&["quantize", s(&input), "-o", s(&out), "--scheme", "mxfp4", "--non-finite", "poison", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let bad = v["quantized"].as_array().unwrap().iter().find(|q| q["name"] == "bad.weight").unwrap();
+    assert_eq!(bad["poisoned_blocks"], 2);
+    assert!(stderr(&o).contains("2 blocks held NaN/Inf"));
+}
+
+#[test]
+fn existing_outputs_are_kept_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    write(&input, &model_tensors(2));
+    let out = dir.path().join("out.safetensors");
+    std::fs::write(&out, b"precious").unwrap();
+    let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp4"]);
+    assert_eq!(code(&o), 5);
+    assert!(stderr(&o).contains("--force"));
+    assert_eq!(std::fs::read(&out).unwrap(), b"precious");
+    ok(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp4", "--force", "-q"]);
+    assert!(read(&out).contains_key("model.layers.0.mlp.down_proj.weight.codes"));
+    assert_eq!(leftovers(dir.path(), &["in.safetensors", "out.safetensors"]), Vec::<String>::new());
+    let o = run(&["dequantize", s(&out), "-o", s(&out), "--force"]);
+    assert_eq!(code(&o), 2, "the output is the input");
+
+    // A folder output is replaced as a whole with --force, and kept without.
+    let model = dir.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    write(&model.join("model.safetensors"), &model_tensors(3));
+    let q = dir.path().join("q");
+    std::fs::create_dir(&q).unwrap();
+    std::fs::write(q.join("old.txt"), "old").unwrap();
+    assert_eq!(code(&run(&["quantize", s(&model), "-o", s(&q), "--scheme", "mxfp8-e4m3"])), 5);
+    assert!(q.join("old.txt").exists());
+    ok(&["quantize", s(&model), "-o", s(&q), "--scheme", "mxfp8-e4m3", "--force", "-q"]);
+    assert!(!q.join("old.txt").exists() && q.join("model.safetensors").exists());
+    assert_eq!(leftovers(dir.path(), &["in.safetensors", "out.safetensors", "model", "q"]), Vec::<String>::new());
+}
+
+#[test]
+fn a_failure_in_a_later_shard_leaves_no_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    write(&model.join("a.safetensors"), &model_tensors(4));
+    let mut w = weights(3, 16, 64);
+    w[0] = f32::NAN;
+    write(&model.join("b.safetensors"), &[("z.weight".into(), Dtype::BF16, vec![16, 64], bf16_bytes(&w))]);
+    let q = dir.path().join("q");
+    let o = run(&["quantize", s(&model), "-o", s(&q), "--scheme", "nvfp4"]);
+    assert_eq!(code(&o), 4);
+    assert!(stderr(&o).contains("b.safetensors"));
+    assert!(!q.exists());
+    assert_eq!(leftovers(dir.path(), &["model"]), Vec::<String>::new());
+}
+
+#[test]
+fn mismatched_scale_tensors_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    write(&input, &model_tensors(8));
+    let q = dir.path().join("q.safetensors");
+    ok(&["quantize", s(&input), "-o", s(&q), "--scheme", "nvfp4", "--convention", "modelopt", "-q"]);
+    let mut t: Vec<Tensor> = read(&q).into_iter().map(|(n, (d, sh, b))| (n, d, sh, b)).collect();
+    let p = "model.layers.0.mlp.down_proj.weight_scale";
+    let i = t.iter().position(|x| x.0 == p).unwrap();
+    t[i].2 = vec![65, 64]; // same bytes, wrong shape
+    let bad = dir.path().join("bad.safetensors");
+    write(&bad, &t);
+    let o = run(&["dequantize", s(&bad), "-o", s(&dir.path().join("d.safetensors"))]);
+    assert_eq!(code(&o), 3);
+    let e = stderr(&o);
+    assert!(e.contains(p) && e.contains("[65, 64]") && e.contains("[130, 32]"), "{e}");
+    // A scale of the wrong dtype.
+    t[i].2 = vec![130, 32];
+    t[i].1 = Dtype::U8;
+    write(&bad, &t);
+    let o = run(&["inspect", s(&bad)]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("is U8, expected F8_E4M3"), "{}", stderr(&o));
+}
+
+#[test]
+fn unsupported_requests_are_refused_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    write(&input, &model_tensors(2));
+    let out = dir.path().join("o.safetensors");
+    let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "mxfp4", "--convention", "modelopt"]);
+    assert_eq!(code(&o), 6);
+    assert!(stderr(&o).contains("--convention native"));
+    let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp5"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("nvfp5") && stderr(&o).contains("mxfp6-e2m3"));
+    let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "fp8-block", "--scale-layout", "swizzled"]);
+    assert_eq!(code(&o), 6);
+    let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp4", "--include", "a[b"]);
+    assert_eq!(code(&o), 2);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp4", "--backend", "cuda"]);
+        assert_eq!(code(&o), 6);
+        assert!(stderr(&o).contains("--features cuda"));
+    }
+    assert!(!out.exists());
+}
