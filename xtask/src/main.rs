@@ -3,6 +3,7 @@
 //! `main` parses and dispatches; each task lives in its own module.
 
 mod bench;
+mod bench_checkpoint;
 mod golden;
 mod gpu_bundle;
 mod kernels;
@@ -27,6 +28,9 @@ tasks:
                   and the sm_120a SASS check for the hardware conversions
   bench           benchmarks, each with its anchor measured in the same run
     --backend B     cpu (default: criterion) or cuda (needs a GPU here)
+  bench-checkpoint
+                  quantize a generated 2 GB bf16 checkpoint to NVFP4 with the release
+                  CLI: throughput vs in-memory quantize, peak RSS (/usr/bin/time -v)
   golden          write tests/golden/*.safetensors from the CPU reference (seeded)
     --seed N        the generator's seed (default 0x5eedb10c)
     --full          larger shapes, into target/golden-full/ (not committed)
@@ -80,6 +84,7 @@ fn main() -> Result<()> {
         "gpu-bundle" => gpu_bundle::run(),
         "kernels" => kernels::run(),
         "bench" => bench::run(backend.as_deref().unwrap_or("cpu")),
+        "bench-checkpoint" => bench_checkpoint::run(),
         "golden" => {
             let seed = match values.get("--seed") {
                 Some(s) => {
