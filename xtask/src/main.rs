@@ -23,7 +23,7 @@ tasks:
     --no-lint       skip fmt and clippy
   setup-cuda      install the pinned CUDA 13.0 toolchain from PyPI into target/
     --force         reinstall even if present
-  setup-python    install the Python test oracles (ml_dtypes, numpy) into target/
+  setup-python    install the Python test oracles (ml_dtypes, numpy, safetensors) into target/
   kernels         per-kernel registers and spills (must be zero) for sm_90a and sm_120a,
                   and the sm_120a SASS check for the hardware conversions
   bench           benchmarks, each with its anchor measured in the same run

@@ -24,8 +24,10 @@ pub const CUDA_PACKAGES: &[&str] = &[
 /// compiler; a newer disassembler reads the 13.0 cubins.
 pub const NVDISASM_PACKAGES: &[&str] = &["nvidia-cuda-nvdisasm==13.2.86"];
 
-/// The Python oracles: ml_dtypes (a second, independent element-format oracle).
-pub const PYTHON_PACKAGES: &[&str] = &["ml_dtypes==0.6.0", "numpy==2.4.6"];
+/// The Python oracles: ml_dtypes (a second, independent element-format oracle), and
+/// safetensors (the reference reader/writer the CLI's checkpoint oracle uses; its
+/// `safetensors.numpy` needs nothing beyond numpy, so `--no-deps` is enough).
+pub const PYTHON_PACKAGES: &[&str] = &["ml_dtypes==0.6.0", "numpy==2.4.6", "safetensors==0.8.0"];
 
 /// Where `setup-cuda` installs: `CUDA_HOME` is `<this>/nvidia/cu13`.
 pub fn cuda_prefix() -> PathBuf {
