@@ -1,0 +1,379 @@
+"""An independent checkpoint oracle for tests/oracle.rs: dequantizers for the NVFP4
+conventions `blockscale quantize` writes, and writers of the third-party layouts
+`blockscale dequantize` reads (OpenAI gpt-oss MXFP4, DeepSeek-V3 FP8) together with
+the values a correct dequantizer must produce.
+
+Written from the formats' published descriptions only, with numpy, ml_dtypes and
+safetensors (run with PYTHONPATH pointing at what `cargo xtask setup-python` installs).
+
+usage:
+  oracle.py dequantize-modelopt IN OUT
+  oracle.py dequantize-compressed IN OUT
+  oracle.py write-gptoss OUT EXPECTED --seed S
+  oracle.py write-deepseek OUT EXPECTED --seed S
+  oracle.py selftest
+
+Every file this script writes as a result has the metadata key `dequantized`: a JSON
+list of the tensors that came out of (or must come out of) dequantization, all F32.
+Every other tensor is a non-quantized one converted exactly to F32.
+
+On safetensors' Python side: `safetensors.numpy.load_file` knows only numpy's own
+dtypes (BF16, F8_E4M3, F8_E8M0 fail), and `safe_open(framework="np")` builds arrays
+of dtypes numpy alone cannot name. So files are read with `safetensors.deserialize`,
+which returns every tensor's dtype string, shape and raw bytes whatever the dtype, and
+the bytes are viewed here with numpy/ml_dtypes types. Writing with
+`safetensors.numpy.save_file` works for ml_dtypes arrays: it names dtypes by the
+numpy dtype name, and bfloat16, float8_e4m3fn and float8_e8m0fnu are names it knows.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import ml_dtypes
+import numpy as np
+import safetensors
+from safetensors.numpy import save_file
+
+# The raw bytes are little-endian; viewing them with native dtypes needs a
+# little-endian machine (every machine this runs on is one).
+assert sys.byteorder == "little"
+
+# safetensors dtype strings -> the numpy type that views their bytes.
+DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": ml_dtypes.bfloat16,
+    "F8_E4M3": ml_dtypes.float8_e4m3fn,
+    "F8_E8M0": ml_dtypes.float8_e8m0fnu,
+    "U8": np.uint8,
+    "I8": np.int8,
+    "I32": np.int32,
+    "I64": np.int64,
+}
+
+# Float dtypes whose every value converts exactly to float32.
+EXACT_TO_F32 = {"F32", "F16", "BF16"}
+
+# E2M1 (FP4) code -> value: bit 3 is the sign, bits 2..0 index 0, .5, 1, 1.5, 2, 3, 4, 6.
+# Code 8 is negative zero.
+E2M1 = np.array(
+    [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6],
+    dtype=np.float32,
+)
+
+
+def read(path):
+    """Every tensor of a safetensors file: {name: (dtype string, numpy array)}."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    tensors = {}
+    for name, info in safetensors.deserialize(raw):
+        dtype = info["dtype"]
+        if dtype not in DTYPES:
+            raise SystemExit(f"{path}: tensor {name} has dtype {dtype}, which this oracle does not read")
+        array = np.frombuffer(bytes(info["data"]), dtype=DTYPES[dtype]).reshape(info["shape"])
+        tensors[name] = (dtype, array)
+    return tensors
+
+
+def write(path, tensors, dequantized=None, metadata=None):
+    """Writes {name: array}; `dequantized` lists the tensors to name in the metadata."""
+    meta = dict(metadata or {})
+    if dequantized is not None:
+        meta["dequantized"] = json.dumps(sorted(dequantized))
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path, metadata=meta or None)
+
+
+def to_f32_exact(name, dtype, array):
+    """A non-quantized tensor as float32, refusing any dtype that would not be exact."""
+    if dtype not in EXACT_TO_F32:
+        raise SystemExit(f"tensor {name}: dtype {dtype} is neither quantized nor an exact float")
+    return array.astype(np.float32)
+
+
+def unpack_fp4(packed):
+    """[..., K/2] bytes -> [..., K] E2M1 codes: element 2j is the low nibble of byte j,
+    element 2j+1 the high nibble."""
+    codes = np.empty(packed.shape[:-1] + (packed.shape[-1] * 2,), dtype=np.uint8)
+    codes[..., 0::2] = packed & 0x0F
+    codes[..., 1::2] = packed >> 4
+    return codes
+
+
+def pack_fp4(codes):
+    """The inverse of unpack_fp4 (codes 0..15, even count on the last axis)."""
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+
+
+def nvfp4_products(packed, scale, name):
+    """e2m1(q[n, k]) * float(scale[n, k // 16]) as float32 [N, K]. Both factors have at
+    most 2 and 4 significant bits, so this float32 product is exact."""
+    codes = unpack_fp4(packed)
+    n, k = codes.shape
+    if k % 16 or scale.shape != (n, k // 16):
+        raise SystemExit(f"{name}: codes [{n}, {k}] need a scale of [{n}, {k // 16}], got {list(scale.shape)}")
+    block_scale = np.repeat(scale.astype(np.float32), 16, axis=1)
+    return E2M1[codes] * block_scale
+
+
+def scalar_f32(name, dtype, array):
+    if dtype != "F32" or array.size != 1 or array.ndim > 1:
+        raise SystemExit(f"{name}: expected an F32 scalar of shape [] or [1], got {dtype} {list(array.shape)}")
+    return np.float32(array.reshape(-1)[0])
+
+
+def dequantize_nvfp4(in_path, out_path, codes_suffix, scale2_suffix, extra_suffixes, combine):
+    """The two NVFP4 conventions differ only in the tensor names and how the per-tensor
+    scale enters; `combine(products, scale2)` applies it."""
+    tensors = read(in_path)
+    consumed, out, dequantized = set(), {}, []
+    for name, (dtype, packed) in tensors.items():
+        if not name.endswith(codes_suffix) or dtype != "U8":
+            continue
+        prefix = name[: -len(codes_suffix)]
+        scale_name, scale2_name = prefix + ".weight_scale", prefix + scale2_suffix
+        for needed in (scale_name, scale2_name):
+            if needed not in tensors:
+                raise SystemExit(f"{name} is packed FP4 but {needed} is missing")
+        scale_dtype, scale = tensors[scale_name]
+        if scale_dtype != "F8_E4M3":
+            raise SystemExit(f"{scale_name}: expected F8_E4M3, got {scale_dtype}")
+        products = nvfp4_products(packed, scale, name)
+        scale2 = scalar_f32(scale2_name, *tensors[scale2_name])
+        weight = combine(products, scale2)
+        assert weight.dtype == np.float32
+        out[prefix + ".weight"] = weight
+        dequantized.append(prefix + ".weight")
+        consumed.update({name, scale_name, scale2_name}, (prefix + s for s in extra_suffixes))
+    for name, (dtype, array) in tensors.items():
+        if name not in consumed:
+            if name in out:
+                raise SystemExit(f"{name} is both a quantized layer's output and a tensor of the input")
+            out[name] = to_f32_exact(name, dtype, array)
+    write(out_path, out, dequantized)
+
+
+def dequantize_modelopt(in_path, out_path):
+    """NVIDIA ModelOpt NVFP4: P.weight (U8 [N, K/2]), P.weight_scale (F8_E4M3 [N, K/16]),
+    P.weight_scale_2 (F32, a decode scale): W = (e2m1 * scale) * scale_2, rounded once
+    to float32 (the first product is exact)."""
+    dequantize_nvfp4(
+        in_path, out_path, ".weight", ".weight_scale_2", [".input_scale"], lambda p, s2: p * s2
+    )
+
+
+def dequantize_compressed(in_path, out_path):
+    """compressed-tensors nvfp4-pack-quantized: P.weight_packed (U8 [N, K/2]),
+    P.weight_scale (F8_E4M3 [N, K/16]), P.weight_global_scale (F32 [1], an encode
+    scale, 448 * 6 / amax): W = (e2m1 * scale) / global_scale, a true float32 division."""
+    dequantize_nvfp4(
+        in_path,
+        out_path,
+        ".weight_packed",
+        ".weight_global_scale",
+        [".input_global_scale"],
+        lambda p, gs: p / gs,
+    )
+
+
+def bf16(rng, shape, scale=1.0):
+    """Random normal bf16 values (bf16 of a float32 sample)."""
+    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(ml_dtypes.bfloat16)
+
+
+def mxfp4_expected(blocks, scales):
+    """gpt-oss MXFP4 -> float32, as transformers' convert_moe_packed_tensors arranges it:
+    blocks [E, R, G, 16] (32 FP4 values per block, low nibble = even element) and
+    scales [E, R, G] (E8M0 bytes: 2^(s - 127)) give LUT[code] * 2^(s - 127) as
+    [E, R, G * 32], returned transposed to [E, G * 32, R]. The power-of-two scaling is
+    exact in float32 for the scale bytes used here."""
+    e, r, g, _ = blocks.shape
+    codes = unpack_fp4(blocks)  # [E, R, G, 32]
+    values = np.ldexp(E2M1[codes], scales.astype(np.int32)[..., None] - 127)
+    return np.ascontiguousarray(values.reshape(e, r, g * 32).transpose(0, 2, 1))
+
+
+def write_gptoss(out_path, expected_path, seed):
+    """An OpenAI gpt-oss-layout MoE layer (E experts, hidden H, intermediate I)."""
+    rng = np.random.default_rng(seed)
+    e, h, i = 2, 64, 96
+    prefix = "model.layers.0.mlp.experts."
+    quantized, expected, dequantized = {}, {}, []
+    for proj, rows, k in (("gate_up_proj", 2 * i, h), ("down_proj", h, i)):
+        # Every one of the 16 codes, uniformly; scale bytes in a moderate range (no 0xFF NaN).
+        codes = rng.integers(0, 16, size=(e, rows, k // 32, 32), dtype=np.uint8)
+        scales = rng.integers(110, 141, size=(e, rows, k // 32), dtype=np.uint8)
+        bias = bf16(rng, (e, rows), 0.1)
+        quantized[prefix + proj + "_blocks"] = pack_fp4(codes)
+        quantized[prefix + proj + "_scales"] = scales
+        quantized[prefix + proj + "_bias"] = bias
+        expected[prefix + proj] = mxfp4_expected(quantized[prefix + proj + "_blocks"], scales)
+        expected[prefix + proj + "_bias"] = bias.astype(np.float32)
+        dequantized.append(prefix + proj)
+    others = {
+        "model.layers.0.input_layernorm.weight": bf16(rng, (h,)) + ml_dtypes.bfloat16(1),
+        "model.layers.0.self_attn.q_proj.weight": bf16(rng, (64, h), 0.05),
+    }
+    for name, array in others.items():
+        quantized[name] = array
+        expected[name] = array.astype(np.float32)
+    write(out_path, quantized, metadata={"format": "pt"})
+    write(expected_path, expected, dequantized)
+
+
+def random_e4m3(rng, shape):
+    """Uniformly random finite E4M3 codes: every byte but the NaNs 0x7F and 0xFF."""
+    finite = np.array([c for c in range(256) if c & 0x7F != 0x7F], dtype=np.uint8)
+    return finite[rng.integers(0, finite.size, size=shape)].view(ml_dtypes.float8_e4m3fn)
+
+
+def write_deepseek(out_path, expected_path, seed):
+    """DeepSeek-V3 FP8: W (F8_E4M3 [N, K]) and weight_scale_inv (F32 [ceil(N/128),
+    ceil(K/128)]); W[n, k] = float(w[n, k]) * weight_scale_inv[n // 128, k // 128], one
+    float32 multiply (the stored value multiplies, despite its name)."""
+    rng = np.random.default_rng(seed)
+    quantized, expected, dequantized = {}, {}, []
+    # The first weight's N and K are not multiples of 128: the last tile row and column
+    # are partial.
+    for name, (n, k) in (
+        ("model.layers.0.mlp.down_proj.weight", (200, 300)),
+        ("model.layers.0.self_attn.o_proj.weight", (256, 128)),
+    ):
+        w = random_e4m3(rng, (n, k))
+        tiles = (-(-n // 128), -(-k // 128))
+        # Positive scales of the size amax / 448 takes in real checkpoints, with full
+        # float32 mantissas so that the products round.
+        scale_inv = rng.uniform(1e-4, 3e-2, size=tiles).astype(np.float32)
+        quantized[name] = w
+        quantized[name + "_scale_inv"] = scale_inv
+        full_scale = np.repeat(np.repeat(scale_inv, 128, axis=0), 128, axis=1)[:n, :k]
+        expected[name] = w.astype(np.float32) * full_scale
+        dequantized.append(name)
+    others = {
+        "model.layers.0.post_attention_layernorm.weight": bf16(rng, (300,)) + ml_dtypes.bfloat16(1),
+        # A 2-D bf16 weight that is not quantized (the MoE router keeps full precision).
+        "model.layers.0.mlp.gate.weight": bf16(rng, (8, 300), 0.02),
+    }
+    for name, array in others.items():
+        quantized[name] = array
+        expected[name] = array.astype(np.float32)
+    write(out_path, quantized, metadata={"format": "pt"})
+    write(expected_path, expected, dequantized)
+
+
+def selftest():
+    """Checks the pieces above against ml_dtypes and element-by-element Python loops."""
+    # The code tables against ml_dtypes' own decoders.
+    codes = np.arange(16, dtype=np.uint8)
+    assert np.array_equal(E2M1.view(np.uint32), codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32).view(np.uint32))
+    e8m0 = np.arange(0, 255, dtype=np.uint8)
+    assert np.array_equal(
+        np.ldexp(np.float32(1), e8m0.astype(np.int32) - 127), e8m0.view(ml_dtypes.float8_e8m0fnu).astype(np.float32)
+    )
+    # Nibble order: byte 0x21 holds element 0 = 1 and element 1 = 2.
+    assert unpack_fp4(np.array([0x21], dtype=np.uint8)).tolist() == [1, 2]
+    assert np.array_equal(unpack_fp4(pack_fp4(np.arange(16, dtype=np.uint8))), np.arange(16))
+
+    rng = np.random.default_rng(7)
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def path(name):
+            return os.path.join(tmp, name)
+
+        # Both NVFP4 conventions on a hand-built layer, against a per-element loop.
+        n, k = 3, 32
+        codes = rng.integers(0, 16, size=(n, k), dtype=np.uint8)
+        scale = rng.integers(1, 0x7F, size=(n, k // 16), dtype=np.uint8).view(ml_dtypes.float8_e4m3fn)
+        s2 = np.float32(0.0123)
+        norm = bf16(rng, (5,))
+        layer = {"l.weight_scale": scale, "norm.weight": norm}
+        write(path("mo"), {**layer, "l.weight": pack_fp4(codes), "l.weight_scale_2": np.array([s2])})
+        write(
+            path("ct"),
+            {
+                **layer,
+                "l.weight_packed": pack_fp4(codes),
+                "l.weight_global_scale": np.array([s2]),
+                "l.input_global_scale": np.array([s2]),
+            },
+        )
+        dequantize_modelopt(path("mo"), path("mo.out"))
+        dequantize_compressed(path("ct"), path("ct.out"))
+        mo, ct = read(path("mo.out")), read(path("ct.out"))
+        assert sorted(mo) == sorted(ct) == ["l.weight", "norm.weight"]
+        assert np.array_equal(mo["norm.weight"][1], norm.astype(np.float32))
+        for r in range(n):
+            for c in range(k):
+                product = np.float32(float(E2M1[codes[r, c]]) * float(scale[r, c // 16]))
+                assert mo["l.weight"][1][r, c].tobytes() == np.float32(product * s2).tobytes()
+                assert ct["l.weight"][1][r, c].tobytes() == np.float32(product / s2).tobytes()
+
+        # gpt-oss: re-read the written file and decode sampled elements one by one.
+        write_gptoss(path("g"), path("g.exp"), seed=1)
+        g, gx = read(path("g")), read(path("g.exp"))
+        p = "model.layers.0.mlp.experts."
+        assert g[p + "gate_up_proj_blocks"][1].shape == (2, 192, 2, 16)
+        assert g[p + "down_proj_blocks"][1].shape == (2, 64, 3, 16)
+        assert g[p + "down_proj_scales"][0] == "U8" and g[p + "down_proj_bias"][0] == "BF16"
+        assert gx[p + "gate_up_proj"][1].shape == (2, 64, 192) and gx[p + "down_proj"][1].shape == (2, 96, 64)
+        assert not any(name.endswith(("_blocks", "_scales")) for name in gx)
+        assert all(dtype == "F32" for dtype, _ in gx.values())
+        for proj in ("gate_up_proj", "down_proj"):
+            blocks, scales, want = g[p + proj + "_blocks"][1], g[p + proj + "_scales"][1], gx[p + proj][1]
+            for _ in range(500):
+                ex, row, col = (int(rng.integers(0, d)) for d in (blocks.shape[0], blocks.shape[1], want.shape[1]))
+                byte = int(blocks[ex, row, col // 32, (col % 32) // 2])
+                code = byte >> 4 if col % 2 else byte & 0xF
+                value = float(E2M1[code]) * 2.0 ** (int(scales[ex, row, col // 32]) - 127)
+                assert want[ex, col, row].tobytes() == np.float32(value).tobytes()
+
+        # DeepSeek: the same, with the one float32 multiply.
+        write_deepseek(path("d"), path("d.exp"), seed=1)
+        d, dx = read(path("d")), read(path("d.exp"))
+        name = "model.layers.0.mlp.down_proj.weight"
+        assert d[name][0] == "F8_E4M3" and d[name][1].shape == (200, 300)
+        assert d[name + "_scale_inv"][0] == "F32" and d[name + "_scale_inv"][1].shape == (2, 3)
+        assert not np.isnan(d[name][1].astype(np.float32)).any()
+        assert sorted(dx) == sorted(n for n in d if not n.endswith("_scale_inv"))
+        w, s, want = d[name][1], d[name + "_scale_inv"][1], dx[name][1]
+        for _ in range(2000):
+            r, c = int(rng.integers(0, 200)), int(rng.integers(0, 300))
+            assert want[r, c].tobytes() == (np.float32(float(w[r, c])) * s[r // 128, c // 128]).tobytes()
+        assert json.loads(safetensors.safe_open(path("d.exp"), "np").metadata()["dequantized"]) == sorted(
+            ["model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.o_proj.weight"]
+        )
+    print("oracle selftest: ok")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in ("dequantize-modelopt", "dequantize-compressed"):
+        p = sub.add_parser(command)
+        p.add_argument("input")
+        p.add_argument("output")
+    for command in ("write-gptoss", "write-deepseek"):
+        p = sub.add_parser(command)
+        p.add_argument("output")
+        p.add_argument("expected")
+        p.add_argument("--seed", type=int, required=True)
+    sub.add_parser("selftest")
+    args = parser.parse_args()
+    if args.command == "dequantize-modelopt":
+        dequantize_modelopt(args.input, args.output)
+    elif args.command == "dequantize-compressed":
+        dequantize_compressed(args.input, args.output)
+    elif args.command == "write-gptoss":
+        write_gptoss(args.output, args.expected, args.seed)
+    elif args.command == "write-deepseek":
+        write_deepseek(args.output, args.expected, args.seed)
+    else:
+        selftest()
+
+
+if __name__ == "__main__":
+    main()
