@@ -77,7 +77,10 @@ fn non_finite_weights_are_fatal_unless_poisoned() {
     let mut w = weights(3, 16, 64);
     w[5 * 64 + 17] = f32::INFINITY;
     w[9 * 64 + 40] = f32::NAN;
-    write(&input, &[bf16_weight("clean.weight", 1, 16, 64), ("bad.weight".into(), Dtype::BF16, vec![16, 64], bf16_bytes(&w))]);
+    write(
+        &input,
+        &[bf16_weight("clean.weight", 1, 16, 64), ("bad.weight".into(), Dtype::BF16, vec![16, 64], bf16_bytes(&w))],
+    );
     let out = dir.path().join("out.safetensors");
     let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "mxfp4", "--json"]);
     assert_eq!(code(&o), 4);

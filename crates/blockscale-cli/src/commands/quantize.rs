@@ -230,7 +230,7 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
                             )
                         });
                     }
-                    let enc = encode(args.convention, &t.name, &q, input);
+                    let enc = encode(args.convention, &t.name, q, input);
                     let mut out_bytes = 0;
                     for (name, b) in &enc.tensors {
                         w.write(name, b)?;

@@ -87,20 +87,23 @@ pub fn plan_outputs(
 pub fn encode(
     convention: ConventionArg,
     name: &str,
-    q: &QuantizedMatrix,
+    q: QuantizedMatrix,
     input: Option<blockscale::GlobalScale>,
 ) -> Encoded {
     let p = prefix(name);
     let f32b = |x: f32| x.to_le_bytes().to_vec();
-    let scales = match q.scales() {
-        ScaleData::Bytes(b) => b.clone(),
-        other => scale_bytes(other),
+    // Moved, not copied: the data and byte scales are output tensors as they are.
+    let parts = q.into_parts();
+    let scales = match parts.scales {
+        ScaleData::Bytes(b) => b,
+        other => scale_bytes(&other),
     };
-    let g = q.global_scale();
+    let g = parts.global_scale;
+    let data = parts.data;
     let mut tensors = Vec::new();
     match convention {
         ConventionArg::Modelopt => {
-            tensors.push((format!("{p}.weight"), q.data().to_vec()));
+            tensors.push((format!("{p}.weight"), data));
             tensors.push((format!("{p}.weight_scale"), scales));
             // Decode scales: the reciprocal of the encode scale quantization used.
             tensors.push((format!("{p}.weight_scale_2"), f32b(g.map_or(1.0, |g| g.decode()))));
@@ -109,7 +112,7 @@ pub fn encode(
             }
         }
         ConventionArg::CompressedTensors => {
-            tensors.push((format!("{p}.weight_packed"), q.data().to_vec()));
+            tensors.push((format!("{p}.weight_packed"), data));
             tensors.push((format!("{p}.weight_scale"), scales));
             // Encode scales ("divisor" semantics).
             tensors.push((format!("{p}.weight_global_scale"), f32b(g.map_or(1.0, |g| g.encode()))));
@@ -118,7 +121,7 @@ pub fn encode(
             }
         }
         ConventionArg::Native => {
-            tensors.push((format!("{name}.codes"), q.data().to_vec()));
+            tensors.push((format!("{name}.codes"), data));
             tensors.push((format!("{name}.scales"), scales));
             if let Some(g) = g {
                 tensors.push((format!("{name}.global_encode"), f32b(g.encode())));
