@@ -22,6 +22,19 @@ pub enum QuantFailure {
     Other(String),
 }
 
+/// How to quantize one tensor.
+#[derive(Clone, Copy, Debug)]
+pub struct Request {
+    /// The scheme.
+    pub scheme: Scheme,
+    /// The scale layout.
+    pub layout: ScaleLayout,
+    /// What NaN/Inf do.
+    pub non_finite: NonFinite,
+    /// Where NVFP4's per-tensor scale comes from.
+    pub global: GlobalScaleSource,
+}
+
 /// A backend, ready to quantize.
 pub enum Backend {
     /// The CPU.
@@ -68,11 +81,9 @@ impl Backend {
         values: &FloatValues<'_>,
         rows: usize,
         k: usize,
-        scheme: Scheme,
-        layout: ScaleLayout,
-        non_finite: NonFinite,
-        global: GlobalScaleSource,
+        req: Request,
     ) -> Result<QuantizedMatrix, QuantFailure> {
+        let Request { scheme, layout, non_finite, global } = req;
         match self {
             Self::Cpu => {
                 let o = blockscale::QuantizeOptions::default()

@@ -95,6 +95,7 @@ pub enum CliError {
     #[error("{0}")]
     Usage(String),
     /// An error of the CUDA backend.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     #[error("CUDA: {0}")]
     Cuda(String),
 }

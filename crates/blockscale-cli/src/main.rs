@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => a.json,
     };
     match run(cli.command) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(error::exit::OK),
         Err(e) => {
             if json {
                 println!("{}", e.to_json());

@@ -13,7 +13,7 @@ pub const DEFAULT_EXCLUDES: [&str; 2] = ["*embed*", "*lm_head*"];
 
 /// The include/exclude decision.
 pub struct Selector {
-    include: Option<(GlobSet, Vec<String>)>,
+    include: Option<GlobSet>,
     exclude: GlobSet,
     exclude_src: Vec<String>,
 }
@@ -36,7 +36,7 @@ impl Selector {
             if default_excludes { DEFAULT_EXCLUDES.iter().map(|s| s.to_string()).collect() } else { Vec::new() };
         exclude_src.extend(exclude.iter().cloned());
         Ok(Self {
-            include: if include.is_empty() { None } else { Some((build(include)?, include.to_vec())) },
+            include: if include.is_empty() { None } else { Some(build(include)?) },
             exclude: build(&exclude_src)?,
             exclude_src,
         })
@@ -58,17 +58,12 @@ impl Selector {
         if let Some(&i) = hits.first() {
             return Some(format!("excluded by {:?}", self.exclude_src[i]));
         }
-        if let Some((set, _)) = &self.include
+        if let Some(set) = &self.include
             && !set.is_match(&t.name)
         {
             return Some("not matched by --include".into());
         }
         None
-    }
-
-    /// Whether `--include` was given.
-    pub fn has_include(&self) -> bool {
-        self.include.is_some()
     }
 }
 

@@ -68,7 +68,7 @@ impl FloatValues<'_> {
 }
 
 fn cast<T: bytemuck::Pod, const N: usize>(bytes: &[u8], from_le: fn([u8; N]) -> T) -> Option<Cow<'_, [T]>> {
-    if bytes.len() % N != 0 {
+    if !bytes.len().is_multiple_of(N) {
         return None;
     }
     if cfg!(target_endian = "little")

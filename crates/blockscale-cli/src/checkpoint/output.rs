@@ -65,11 +65,6 @@ impl Output {
         Ok(Self { dest: dest.to_owned(), force, temp })
     }
 
-    /// The destination.
-    pub fn dest(&self) -> &Path {
-        &self.dest
-    }
-
     /// Where to write: the temporary file, or a path inside the temporary folder.
     pub fn path(&self, name_in_dir: Option<&str>) -> PathBuf {
         match (&self.temp, name_in_dir) {

@@ -40,7 +40,6 @@ pub struct Shard {
     path: PathBuf,
     map: Option<Mmap>,
     tensors: Vec<TensorEntry>,
-    by_name: HashMap<String, usize>,
     metadata: HashMap<String, String>,
 }
 
@@ -84,8 +83,7 @@ impl Shard {
             })
             .collect();
         tensors.sort_by_key(|t| t.range.start);
-        let by_name = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        Ok(Self { path: path.to_owned(), map, tensors, by_name, metadata: meta.metadata().clone().unwrap_or_default() })
+        Ok(Self { path: path.to_owned(), map, tensors, metadata: meta.metadata().clone().unwrap_or_default() })
     }
 
     /// The file.
@@ -96,11 +94,6 @@ impl Shard {
     /// Every tensor, in file order.
     pub fn tensors(&self) -> &[TensorEntry] {
         &self.tensors
-    }
-
-    /// The tensor called `name`.
-    pub fn get(&self, name: &str) -> Option<&TensorEntry> {
-        self.by_name.get(name).map(|&i| &self.tensors[i])
     }
 
     /// The header's `__metadata__` (empty if absent).

@@ -10,16 +10,12 @@ use crate::error::CliError;
 /// A checkpoint: its shards in order and, for a folder, the index and other files.
 #[derive(Debug)]
 pub struct Checkpoint {
-    /// The path given.
-    pub path: PathBuf,
     /// Whether `path` is a folder.
     pub is_dir: bool,
     /// The safetensors files, in the order the index lists them (or by name).
     pub shards: Vec<PathBuf>,
     /// The index file, if any.
     pub index: Option<PathBuf>,
-    /// The parsed index, if any.
-    pub index_json: Option<serde_json::Value>,
     /// Other regular files of the folder (config.json, tokenizer files...), not
     /// safetensors files.
     pub others: Vec<PathBuf>,
@@ -35,14 +31,7 @@ impl Checkpoint {
     pub fn open(path: &Path) -> Result<Self, CliError> {
         let meta = std::fs::metadata(path).map_err(|source| CliError::Read { path: path.to_owned(), source })?;
         if !meta.is_dir() {
-            return Ok(Self {
-                path: path.to_owned(),
-                is_dir: false,
-                shards: vec![path.to_owned()],
-                index: None,
-                index_json: None,
-                others: Vec::new(),
-            });
+            return Ok(Self { is_dir: false, shards: vec![path.to_owned()], index: None, others: Vec::new() });
         }
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
             .map_err(|source| CliError::Read { path: path.to_owned(), source })?
@@ -52,7 +41,7 @@ impl Checkpoint {
         files.sort();
         let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let index = files.iter().find(|p| name(p).ends_with(".safetensors.index.json")).cloned();
-        let (shards, index_json) = match &index {
+        let shards = match &index {
             Some(ix) => {
                 let text = std::fs::read_to_string(ix).map_err(|source| CliError::Read { path: ix.clone(), source })?;
                 let json: serde_json::Value = serde_json::from_str(&text)
@@ -86,9 +75,9 @@ impl Checkpoint {
                     }
                     shards.push(p);
                 }
-                (shards, Some(json))
+                shards
             }
-            None => (files.iter().filter(|p| name(p).ends_with(".safetensors")).cloned().collect(), None),
+            None => files.iter().filter(|p| name(p).ends_with(".safetensors")).cloned().collect(),
         };
         if shards.is_empty() {
             return Err(CliError::Checkpoint {
@@ -100,7 +89,7 @@ impl Checkpoint {
         // nor copied.
         let others =
             files.into_iter().filter(|p| !name(p).ends_with(".safetensors") && Some(p) != index.as_ref()).collect();
-        Ok(Self { path: path.to_owned(), is_dir: true, shards, index, index_json, others })
+        Ok(Self { is_dir: true, shards, index, others })
     }
 
     /// File name of a shard (or other file) of this checkpoint.

@@ -78,7 +78,7 @@ impl ShardWriter {
         }
         let mut json = serde_json::to_vec(&header).expect("a JSON map serializes");
         // The data start on a multiple of 8 bytes (padding with spaces, as the format allows).
-        while (json.len() + 8) % 8 != 0 {
+        while !(json.len() + 8).is_multiple_of(8) {
             json.push(b' ');
         }
         let write_err = |source| CliError::Write { path: path.to_owned(), source };

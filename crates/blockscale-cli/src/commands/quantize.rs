@@ -8,7 +8,7 @@ use std::time::Instant;
 use blockscale::{GlobalScale, GlobalScaleSource, NonFinite, ScaleData, ScaleLayout, Scheme};
 use serde::Serialize;
 
-use crate::backend::{Backend, QuantFailure};
+use crate::backend::{Backend, QuantFailure, Request};
 use crate::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, ShardWriter, tensor_bytes};
 
 use crate::cli::{ConventionArg, LayoutArg, NonFiniteArg, QuantizeArgs};
@@ -123,6 +123,7 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
         NonFiniteArg::Error => NonFinite::Error,
         NonFiniteArg::Poison => NonFinite::Poison,
     };
+    let request = Request { scheme, layout, non_finite, global: GlobalScaleSource::TensorAmax };
 
     // Plan every shard first: shape errors surface before anything is written.
     let mut plans = Vec::new();
@@ -207,18 +208,16 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
                 None => w.write(&t.name, bytes)?,
                 Some((rows, k, input, names)) => {
                     let values = FloatValues::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
-                    let q = backend
-                        .quantize(&values, rows, k, scheme, layout, non_finite, GlobalScaleSource::TensorAmax)
-                        .map_err(|e| match e {
-                            QuantFailure::NonFinite { row, col, value } => CliError::NonFinite {
-                                path: shard.path().to_owned(),
-                                tensor: t.name.clone(),
-                                row,
-                                col,
-                                value,
-                            },
-                            QuantFailure::Other(m) => CliError::tensor(shard.path(), &t.name, m),
-                        })?;
+                    let q = backend.quantize(&values, rows, k, request).map_err(|e| match e {
+                        QuantFailure::NonFinite { row, col, value } => CliError::NonFinite {
+                            path: shard.path().to_owned(),
+                            tensor: t.name.clone(),
+                            row,
+                            col,
+                            value,
+                        },
+                        QuantFailure::Other(m) => CliError::tensor(shard.path(), &t.name, m),
+                    })?;
                     drop(values);
                     let poisoned_blocks = poisoned(q.scales(), scheme);
                     if poisoned_blocks > 0 {

@@ -16,6 +16,9 @@ pub struct Encoded {
     pub tensors: Vec<(String, Vec<u8>)>,
 }
 
+/// Planned output tensors and the metadata entries that go with them.
+pub type Plan = (Vec<PlannedTensor>, Vec<(String, String)>);
+
 /// The layer prefix of a weight name (`a.b.weight` -> `a.b`).
 pub fn prefix(name: &str) -> &str {
     name.strip_suffix(".weight").unwrap_or(name)
@@ -35,7 +38,7 @@ pub fn plan_outputs(
     rows: usize,
     k: usize,
     input_scale: bool,
-) -> Result<(Vec<PlannedTensor>, Vec<(String, String)>), CliError> {
+) -> Result<Plan, CliError> {
     let shape = scheme.shape(rows, k).map_err(|e| CliError::Usage(format!("{name}: {e}")))?;
     let p = prefix(name);
     let nvfp4 = |data: &str, scale: &str, global: &str, input: &str, global_shape: Vec<usize>| {

@@ -10,7 +10,7 @@ mod encode;
 pub use catalog::Catalog;
 pub use decode::decode;
 pub use detect::{Decode, Found, GlobalSource, detect};
-pub use encode::{Encoded, encode, plan_outputs, prefix as layer_prefix};
+pub use encode::{encode, plan_outputs, prefix as layer_prefix};
 
 /// A convention.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
