@@ -48,6 +48,7 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Dequantize(a) => commands::dequantize::run(&a),
         Command::Inspect(a) => commands::inspect::run(&a),
         Command::Bench(a) => commands::bench::run(&a),
+        Command::Eval(a) => commands::eval::run(&a),
         _ => Err(CliError::Unsupported("not yet".into())),
     }
 }

@@ -3,5 +3,6 @@
 pub mod bench;
 pub mod common;
 pub mod dequantize;
+pub mod eval;
 pub mod inspect;
 pub mod quantize;
