@@ -204,19 +204,15 @@ fn draw_per_scheme<'a>(area: &Area<'a>, data: &Data<'_>) -> DrawResult<'a> {
     let mut chart = ChartBuilder::on(&plot_area)
         .caption(TITLE, (FONT, TITLE_SIZE))
         .margin(12)
-        .x_label_area_size(45)
+        .x_label_area_size(64)
         .y_label_area_size(60)
         .build_cartesian_2d((0..last).into_segmented(), lo..hi)?;
-    let schemes = &data.schemes;
+    // Scheme names are drawn below, staggered on two lines when they would overlap.
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(schemes.len() + 1)
-        .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => schemes.get(*i as usize).map_or_else(String::new, |s| (*s).to_owned()),
-            _ => String::new(),
-        })
-        .x_label_style((FONT, LABEL_SIZE))
+        .x_labels(data.schemes.len() + 1)
+        .x_label_formatter(&|_| String::new())
         .y_label_style((FONT, LABEL_SIZE))
         .x_desc("scheme")
         .y_desc("SQNR (dB)")
@@ -224,6 +220,25 @@ fn draw_per_scheme<'a>(area: &Area<'a>, data: &Data<'_>) -> DrawResult<'a> {
         .draw()?;
 
     let centre = |s: usize| SegmentValue::CenterOf(s as i32);
+    let base = plot_area.get_base_pixel();
+    let at = |s: usize| {
+        let (x, y) = chart.backend_coord(&(centre(s), lo));
+        (x - base.0, y - base.1)
+    };
+    let spacing = if data.schemes.len() > 1 { at(1).0 - at(0).0 } else { i32::MAX };
+    let widest = data.schemes.iter().map(|s| s.len()).max().unwrap_or(0) as i32;
+    // About 7.5 pixels a character at this size in common sans-serif fonts.
+    let stagger = widest * 15 / 2 + 8 > spacing;
+    for (s, name) in data.schemes.iter().enumerate() {
+        let (x, y) = at(s);
+        let dy = if stagger && s % 2 == 1 { 26 } else { 8 };
+        if dy > 8 {
+            plot_area.draw(&PathElement::new(vec![(x, y + 5), (x, y + dy - 2)], GREY.stroke_width(1)))?;
+        }
+        let style = (FONT, LABEL_SIZE).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Top));
+        plot_area.draw(&Text::new((*name).to_owned(), (x, y + dy), style))?;
+    }
+
     for (t, row) in data.sqnr.iter().enumerate() {
         let colour = if data.coloured() { COLOURS[t % COLOURS.len()] } else { GREY };
         let points: Vec<_> = row.iter().enumerate().filter_map(|(s, v)| v.map(|v| (centre(s), v))).collect();

@@ -320,7 +320,12 @@ impl Evaluator {
         } else {
             write_table(out, &self.rows, &summary, &self.skipped)
         };
-        written.and_then(|()| out.flush()).map_err(|source| CliError::Write { path: "<stdout>".into(), source })?;
+        match written.and_then(|()| out.flush()) {
+            // The reader went away (`| head`): nothing left to tell it; not a failure.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            Err(source) => return Err(CliError::Write { path: "<stdout>".into(), source }),
+            Ok(()) => {}
+        }
         if let Some(p) = &self.plot {
             crate::plot::write_svg(p, &self.rows, self.force)?;
         }
@@ -381,7 +386,7 @@ fn write_table(
     writeln!(
         out,
         "{:<tw$}  {:<sw$}  {:>8}  {:>9}  {:>9}  {:>9}  {:>6}  {:>11}  {:>8}",
-        "tensor", "scheme", "SQNR dB", "cosine", "max abs", "max rel", "bits/w", "compression", "ms"
+        "tensor", "scheme", "SQNR dB", "cosine", "max abs", "max rel", "bits/w", "compression", "quant ms"
     )?;
     for r in rows {
         writeln!(
