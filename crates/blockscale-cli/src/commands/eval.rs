@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use blockscale::ndarray::ArrayView2;
 use blockscale::{CpuError, QuantizeOptions, Scheme, dequantize, error_metrics};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressFinish, ProgressStyle};
 use serde::Serialize;
 
 use crate::cli::EvalArgs;
@@ -260,7 +260,9 @@ impl Evaluator {
                 ),
                 None => (ProgressBar::no_length(), "{spinner} [{elapsed_precise}] {pos} (tensor, scheme) {wide_msg}"),
             };
+            // Cleared when dropped too: an error message then starts on a clean line.
             bar.with_style(ProgressStyle::with_template(template).expect("valid template"))
+                .with_finish(ProgressFinish::AndClear)
         };
         Ok(Self {
             schemes,
