@@ -60,7 +60,7 @@ const SEED: u64 = 0x626c_6f63_6b73_6361; // "blocksca"
 
 /// The demo layer's weights, always the same values: q/k/v/o projections of the
 /// attention and gate/up/down projections of the MLP of `model.layers.0`
-/// (about 6.8 million weights in all).
+/// (7,340,032 weights, 14.7 MB of bf16).
 pub fn tensors() -> Vec<DemoTensor> {
     RECIPES.iter().map(generate).collect()
 }
