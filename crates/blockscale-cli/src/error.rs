@@ -60,7 +60,7 @@ pub enum CliError {
     /// NaN or Inf in a weight.
     #[error(
         "{path}: tensor {tensor:?} holds {value} at row {row}, column {col} \
-         (pass --non-finite poison to quantize such blocks as NaN blocks instead)"
+         (`quantize --non-finite poison` stores such blocks as NaN blocks instead)"
     )]
     NonFinite {
         /// The file.

@@ -49,6 +49,5 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Inspect(a) => commands::inspect::run(&a),
         Command::Bench(a) => commands::bench::run(&a),
         Command::Eval(a) => commands::eval::run(&a),
-        _ => Err(CliError::Unsupported("not yet".into())),
     }
 }

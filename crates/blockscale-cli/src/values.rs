@@ -34,15 +34,6 @@ impl FloatValues<'_> {
         }
     }
 
-    /// The safetensors dtype name (`BF16`, `F16`, `F32`).
-    pub fn dtype_name(&self) -> &'static str {
-        match self {
-            Self::Bf16(_) => "BF16",
-            Self::F16(_) => "F16",
-            Self::F32(_) => "F32",
-        }
-    }
-
     /// Every value as f32 (exact).
     pub fn to_f32(&self) -> Vec<f32> {
         match self {

@@ -230,3 +230,26 @@ fn sharded_folders_round_trip_with_their_index_and_side_files() {
     assert_eq!(v["conventions"]["modelopt"], 3);
     assert_eq!(v["files"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+fn eval_reads_the_weights_quantize_would_quantize() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    write(&input, &model_tensors(3));
+    let o = ok(&["eval", s(&input), "--schemes", "nvfp4,mxfp8-e4m3", "--json", "-q"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let tensors: std::collections::BTreeSet<&str> = rows.iter().map(|r| r["tensor"].as_str().unwrap()).collect();
+    assert_eq!(
+        tensors.into_iter().collect::<Vec<_>>(),
+        ["model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.q_proj.weight"],
+        "2-D weights only, the embedding excluded as quantize does"
+    );
+    assert_eq!(rows.len(), 4);
+    let o = ok(&["eval", s(&input), "--schemes", "nvfp4", "--json", "--max-tensors", "1", "--include", "*down*"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["rows"].as_array().unwrap().len(), 1);
+    assert_eq!(v["rows"][0]["tensor"], "model.layers.0.mlp.down_proj.weight");
+    let o = run(&["eval", s(&input), "--include", "nothing*"]);
+    assert_eq!(o.status.code(), Some(3));
+}

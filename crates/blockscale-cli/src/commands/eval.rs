@@ -372,9 +372,36 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
         });
         return run_on(tensors, args, Some(count));
     }
-    // TODO(checkpoint): read args.input (file or sharded folder), filter by --include and
-    // --max-tensors, and hand the 2-D float tensors to run_on (or Evaluator).
-    Err(CliError::Unsupported("checkpoint input: wired in by the checkpoint module".into()))
+    let input = args.input.as_deref().ok_or_else(|| CliError::Usage("eval needs a checkpoint or --demo".into()))?;
+    let ckpt = crate::checkpoint::Checkpoint::open(input)?;
+    let shards = ckpt.shards.iter().map(|p| crate::checkpoint::Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
+    // The weights `quantize` would quantize (same defaults), in file order.
+    let selector = crate::select::Selector::new(&args.include, &[], true)?;
+    let selected: Vec<_> = shards
+        .iter()
+        .flat_map(|s| s.tensors().iter().map(move |t| (s, t)))
+        .filter(|(_, t)| selector.skip_reason(t).is_none())
+        .take(args.max_tensors.unwrap_or(usize::MAX))
+        .collect();
+    if selected.is_empty() {
+        return Err(CliError::Checkpoint {
+            path: input.to_owned(),
+            reason: "no 2-D bf16/f16/f32 `.weight` tensors to evaluate (see --include)".into(),
+        });
+    }
+    let mut ev = Evaluator::new(args, Some(selected.len()))?;
+    for (shard, t) in selected {
+        let values = FloatValues::from_le_bytes(t.dtype, shard.bytes(t)).expect("selected tensors are float");
+        ev.add(&EvalTensor {
+            source: shard.path().to_owned(),
+            name: t.name.clone(),
+            rows: t.shape[0],
+            k: t.shape[1],
+            values,
+        })?;
+        shard.release(t);
+    }
+    ev.finish()
 }
 
 fn write_table(
