@@ -43,7 +43,13 @@ pub fn run(lint: bool) -> Result<()> {
     crate::verify::run("cpu", None, None)?;
     // Registers, spills and the sm_120a SASS conversions of every kernel.
     crate::kernels::run()?;
-    // The main job of the README, as a user runs it.
+    // The main job of the README, as a user runs it, and the formats example.
+    let plot = util::root().join("target").join("eval-demo.svg");
+    util::run(
+        cargo()
+            .args(["run", "--release", "--quiet", "-p", "blockscale-cli", "--", "eval", "--demo", "--force", "--plot"])
+            .arg(&plot),
+    )?;
     util::run(cargo().args(["run", "--release", "--quiet", "--example", "formats"]))?;
     eprintln!("xtask test: all checks passed");
     Ok(())

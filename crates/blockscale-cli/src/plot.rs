@@ -64,8 +64,12 @@ pub fn write_svg(path: &Path, rows: &[EvalRow], force: bool) -> Result<(), CliEr
         render_svg(rows).map_err(|e| CliError::Write { path: path.to_owned(), source: std::io::Error::other(e) })?;
     let write_err = |source| CliError::Write { path: path.to_owned(), source };
     let dir = parent_dir(path);
-    let mut tmp =
-        tempfile::Builder::new().prefix(".blockscale-plot").suffix(".svg.tmp").tempfile_in(dir).map_err(write_err)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".blockscale-plot")
+        .suffix(".svg.tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .tempfile_in(dir)
+        .map_err(write_err)?;
     tmp.write_all(svg.as_bytes()).and_then(|()| tmp.flush()).map_err(write_err)?;
     let persisted = if force { tmp.persist(path) } else { tmp.persist_noclobber(path) };
     persisted.map_err(|e| {
