@@ -9,7 +9,8 @@ use crate::util::{self, cargo};
 /// crate without `alloc`), every test including the ignored exhaustive sweeps with the
 /// oracle locations in the environment (blockscale-cuda's GPU tests skip without a
 /// GPU), `verify --backend cpu` over the golden files, the kernel checks of `cargo
-/// xtask kernels`, and the README's main command. Under
+/// xtask kernels`, the README's main command (`blockscale eval --demo`) and the
+/// formats example. Under
 /// `CI=true` the oracle tests treat a missing oracle as a failure; outside CI they
 /// skip with a message; this command installs them first and requires them.
 pub fn run(lint: bool) -> Result<()> {
