@@ -9,7 +9,7 @@ use blockscale::{
     ScaleLayout, Scheme, dequantize, dequantize_slice, gemm, gemv, quantize, quantize_slice,
 };
 
-use super::{Anchor, Budget, Case, Progress, Report, VALUES_AMAX, Work, best_of, cpu_machine, values};
+use super::{Anchor, Budget, Case, Progress, Report, VALUES_AMAX, Work, best_of, best_of_pair, cpu_machine, values};
 use crate::error::CliError;
 
 /// The shapes of a full or `--quick` run.
@@ -46,8 +46,8 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
     let shapes = if quick { QUICK } else { FULL };
     let budget = Budget::new(quick);
     let threads = rayon::current_num_threads();
-    // memcpy, 10 quantize, 3 dequantize, 2 x 2 GEMM, 2 x 3 GEMV.
-    let mut progress = Progress::new(1 + 10 + 3 + 4 + 6);
+    // 10 quantize, 3 dequantize, 2 x 2 GEMM, 2 x 3 GEMV.
+    let mut progress = Progress::new(10 + 3 + 4 + 6);
     let mut cases = Vec::new();
 
     let (rows, k) = shapes.quant;
@@ -55,18 +55,17 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
     let x: Vec<bf16> = values(n, 0x5eed).map(bf16::from_f32).collect();
     let bytes = (n * 2) as f64;
 
-    // Anchor: copying the same bf16 matrix, one thread, into a preallocated buffer.
-    progress.step("memcpy");
+    // Anchor: copying the same bf16 matrix, one thread, into a preallocated buffer,
+    // timed alternately with each case.
+    let copy_name = format!("memcpy {} MiB, 1 thread", (n * 2) >> 20);
+    let src = &x;
     let mut dst = vec![bf16::ZERO; n];
-    let copy = Anchor {
-        name: format!("memcpy {} MiB, 1 thread", (n * 2) >> 20),
-        seconds: best_of(budget, || {
-            dst.copy_from_slice(black_box(&x));
-            black_box(&dst);
-            Ok(())
-        })?,
+    // Owns `dst`, so that dropping it frees the buffer before the GEMM cases.
+    let mut copy = move || {
+        dst.copy_from_slice(black_box(src));
+        black_box(&dst);
+        Ok(())
     };
-    drop(dst);
 
     let given = given_scale()?;
     let mut quantize_cases: Vec<(String, Scheme, GlobalScaleSource)> = Vec::new();
@@ -82,12 +81,13 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
         progress.step(&name);
         let opts = QuantizeOptions::default().with_scale_layout(layout(scheme));
         let opts = if scheme.has_global_scale() { opts.with_global_scale(global) } else { opts };
-        let t = best_of(budget, || {
+        let (anchor, t) = best_of_pair(budget, &mut copy, || {
             let q = quantize_slice(black_box(&x), rows, k, scheme, &opts).map_err(|e| lib_error(&name, e))?;
             black_box(q);
             Ok(())
         })?;
-        cases.push(Case::new(name, t, Work::Elements(n as f64), Some(bytes), &copy));
+        let anchor = Anchor { name: copy_name.clone(), seconds: anchor };
+        cases.push(Case::new(name, t, Work::Elements(n as f64), Some(bytes), &anchor));
     }
 
     for scheme in [Scheme::NvFp4, Scheme::MxFp4, Scheme::MxFp8E4M3] {
@@ -97,14 +97,16 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
         let opts = if scheme.has_global_scale() { opts.with_global_scale(given) } else { opts };
         let q = quantize_slice(&x, rows, k, scheme, &opts).map_err(|e| lib_error(&name, e))?;
         let mut out = vec![bf16::ZERO; n];
-        let t = best_of(budget, || {
+        let (anchor, t) = best_of_pair(budget, &mut copy, || {
             dequantize_slice(black_box(&q), &mut out, &DequantizeOptions::default())
                 .map_err(|e| lib_error(&name, e))?;
             black_box(&out);
             Ok(())
         })?;
-        cases.push(Case::new(name, t, Work::Elements(n as f64), Some(bytes), &copy));
+        let anchor = Anchor { name: copy_name.clone(), seconds: anchor };
+        cases.push(Case::new(name, t, Work::Elements(n as f64), Some(bytes), &anchor));
     }
+    drop(copy);
     drop(x);
 
     let size = shapes.gemm;
@@ -188,7 +190,8 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
         ),
         format!("threads: {threads} for blockscale and dequantize (rayon); memcpy and the ndarray products on one"),
         format!(
-            "timing: one warm-up call, then the best of at least {} calls or {} s per case",
+            "timing: one warm-up call, then the best of at least {} calls or {} s per case; \
+             the memcpy anchor alternates with each case it anchors",
             budget.min_runs, budget.seconds
         ),
     ];
