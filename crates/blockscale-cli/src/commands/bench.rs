@@ -4,8 +4,7 @@
 //! that the ratios stay meaningful on a busy or unfamiliar machine.
 //!
 //! Timing: one warm-up call, then the best of at least `min_runs` calls, more while the
-//! case's time budget lasts (see [`Budget`]); a memcpy anchor is timed alternately with
-//! its case ([`best_of_pair`]).
+//! case's time budget lasts (see [`Budget`]).
 
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -90,31 +89,6 @@ pub(crate) fn best_of(budget: Budget, mut f: impl FnMut() -> Result<(), CliError
     }
     // A clock that did not advance would make the throughput infinite.
     Ok(best.max(1e-9))
-}
-
-/// The best times of `anchor` and `case` (in that order), timed alternately so that both
-/// see the same machine state: on a shared VM the memory bandwidth drifts by 20-30%
-/// within seconds, and an anchor timed once for many cases moved all their ratios
-/// together. One warm-up call each; the budget covers both.
-pub(crate) fn best_of_pair(
-    budget: Budget,
-    mut anchor: impl FnMut() -> Result<(), CliError>,
-    mut case: impl FnMut() -> Result<(), CliError>,
-) -> Result<(f64, f64), CliError> {
-    anchor()?;
-    case()?;
-    let start = Instant::now();
-    let (mut best_anchor, mut best_case, mut runs) = (f64::INFINITY, f64::INFINITY, 0);
-    while budget.more(runs, start.elapsed().as_secs_f64()) {
-        let t = Instant::now();
-        anchor()?;
-        best_anchor = best_anchor.min(t.elapsed().as_secs_f64());
-        let t = Instant::now();
-        case()?;
-        best_case = best_case.min(t.elapsed().as_secs_f64());
-        runs += 1;
-    }
-    Ok((best_anchor.max(1e-9), best_case.max(1e-9)))
 }
 
 /// One measured case, beside its anchor.
@@ -462,26 +436,6 @@ mod tests {
         .unwrap();
         assert_eq!(calls, 5, "one warm-up and four timed calls");
         assert!(t > 0.0);
-    }
-
-    #[test]
-    fn pair_alternates_anchor_and_case() {
-        let order = std::cell::RefCell::new(String::new());
-        let budget = Budget { min_runs: 2, seconds: 0.0, max_runs: 2 };
-        let (a, c) = best_of_pair(
-            budget,
-            || {
-                order.borrow_mut().push('a');
-                Ok(())
-            },
-            || {
-                order.borrow_mut().push('c');
-                Ok(())
-            },
-        )
-        .unwrap();
-        assert_eq!(order.into_inner(), "acacac");
-        assert!(a > 0.0 && c > 0.0);
     }
 
     #[test]

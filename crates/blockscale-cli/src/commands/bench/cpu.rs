@@ -9,7 +9,7 @@ use blockscale::{
     ScaleLayout, Scheme, dequantize, dequantize_slice, gemm, gemv, quantize, quantize_slice,
 };
 
-use super::{Anchor, Budget, Case, Progress, Report, VALUES_AMAX, Work, best_of, best_of_pair, cpu_machine, values};
+use super::{Anchor, Budget, Case, Progress, Report, VALUES_AMAX, Work, best_of, cpu_machine, values};
 use crate::error::CliError;
 
 /// The shapes of a full or `--quick` run.
@@ -55,9 +55,13 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
     let x: Vec<bf16> = values(n, 0x5eed).map(bf16::from_f32).collect();
     let bytes = (n * 2) as f64;
 
-    // Anchor: copying the same bf16 matrix, one thread, into a preallocated buffer,
-    // timed alternately with each case.
-    let copy_name = format!("memcpy {} MiB, 1 thread", (n * 2) >> 20);
+    // Anchor: copying the same bf16 matrix, one thread, into a preallocated buffer.
+    // It is sampled before every case it anchors, and the best over the run is the one
+    // anchor of them all: one sample alone caught whatever moment of the VM's memory
+    // bandwidth it fell on (1.4-2.0 ms across runs), and timing it alternately with
+    // each case made it depend on the case's cache footprint (1.9-2.9 ms within a
+    // run), so that the ratios no longer ranked the cases as their times did.
+    let sample_budget = Budget { seconds: budget.seconds / 6.0, ..budget };
     let src = &x;
     let mut dst = vec![bf16::ZERO; n];
     // Owns `dst`, so that dropping it frees the buffer before the GEMM cases.
@@ -66,6 +70,9 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
         black_box(&dst);
         Ok(())
     };
+    let mut copy_best = f64::INFINITY;
+    // (name, seconds) of the memcpy-anchored cases, made into cases once the anchor is known.
+    let mut timed: Vec<(String, f64)> = Vec::new();
 
     let given = given_scale()?;
     let mut quantize_cases: Vec<(String, Scheme, GlobalScaleSource)> = Vec::new();
@@ -81,13 +88,13 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
         progress.step(&name);
         let opts = QuantizeOptions::default().with_scale_layout(layout(scheme));
         let opts = if scheme.has_global_scale() { opts.with_global_scale(global) } else { opts };
-        let (anchor, t) = best_of_pair(budget, &mut copy, || {
+        copy_best = copy_best.min(best_of(sample_budget, &mut copy)?);
+        let t = best_of(budget, || {
             let q = quantize_slice(black_box(&x), rows, k, scheme, &opts).map_err(|e| lib_error(&name, e))?;
             black_box(q);
             Ok(())
         })?;
-        let anchor = Anchor { name: copy_name.clone(), seconds: anchor };
-        cases.push(Case::new(name, t, Work::Elements(n as f64), Some(bytes), &anchor));
+        timed.push((name, t));
     }
 
     for scheme in [Scheme::NvFp4, Scheme::MxFp4, Scheme::MxFp8E4M3] {
@@ -97,17 +104,21 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
         let opts = if scheme.has_global_scale() { opts.with_global_scale(given) } else { opts };
         let q = quantize_slice(&x, rows, k, scheme, &opts).map_err(|e| lib_error(&name, e))?;
         let mut out = vec![bf16::ZERO; n];
-        let (anchor, t) = best_of_pair(budget, &mut copy, || {
+        copy_best = copy_best.min(best_of(sample_budget, &mut copy)?);
+        let t = best_of(budget, || {
             dequantize_slice(black_box(&q), &mut out, &DequantizeOptions::default())
                 .map_err(|e| lib_error(&name, e))?;
             black_box(&out);
             Ok(())
         })?;
-        let anchor = Anchor { name: copy_name.clone(), seconds: anchor };
-        cases.push(Case::new(name, t, Work::Elements(n as f64), Some(bytes), &anchor));
+        timed.push((name, t));
     }
     drop(copy);
     drop(x);
+    let copy = Anchor { name: format!("memcpy {} MiB, 1 thread", (n * 2) >> 20), seconds: copy_best };
+    for (name, t) in timed {
+        cases.push(Case::new(name, t, Work::Elements(n as f64), Some(bytes), &copy));
+    }
 
     let size = shapes.gemm;
     let a = matrix(size, size, 3);
@@ -191,7 +202,7 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
         format!("threads: {threads} for blockscale and dequantize (rayon); memcpy and the ndarray products on one"),
         format!(
             "timing: one warm-up call, then the best of at least {} calls or {} s per case; \
-             the memcpy anchor alternates with each case it anchors",
+             the memcpy anchor is sampled before each case it anchors, best over the run",
             budget.min_runs, budget.seconds
         ),
     ];
