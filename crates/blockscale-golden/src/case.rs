@@ -114,7 +114,8 @@ pub fn scale_bytes(s: &ScaleData) -> Vec<u8> {
     }
 }
 
-fn scales_from(format: ScaleFormat, bytes: &[u8]) -> ScaleData {
+/// Scales of `format` from their little-endian bytes (the inverse of [`scale_bytes`]).
+pub fn scales_from(format: ScaleFormat, bytes: &[u8]) -> ScaleData {
     match format {
         ScaleFormat::F32 => {
             ScaleData::F32(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())

@@ -66,9 +66,13 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
     for f in &found {
         *conventions.entry(f.convention.name().to_owned()).or_insert(0) += 1;
     }
+    // Each tensor's quantized weight, if any (one lookup per tensor: checkpoints hold
+    // tens of thousands of expert weights).
+    let owners: std::collections::HashMap<&str, &crate::convention::Found> =
+        found.iter().flat_map(|f| f.parts.iter().map(move |p| (p.as_str(), f))).collect();
     for s in &shards {
         for t in s.tensors() {
-            let owner = found.iter().find(|f| f.parts.contains(&t.name));
+            let owner = owners.get(t.name.as_str()).copied();
             let main = owner.filter(|f| f.main == t.name);
             tensors.push(InspectEntry {
                 name: t.name.clone(),

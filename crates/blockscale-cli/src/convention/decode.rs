@@ -1,11 +1,8 @@
 //! Dequantizing a found weight to f32, f16 or bf16 with the CPU backend.
 
 use blockscale::cpu::Output;
-use blockscale::{
-    DataLayout, DequantizeOptions, E4M3, GlobalScale, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat,
-    dequantize_slice,
-};
-use half::f16;
+use blockscale::{DataLayout, DequantizeOptions, E4M3, GlobalScale, QuantizedMatrix, QuantizedParts, dequantize_slice};
+use blockscale_golden::case::scales_from;
 use rayon::prelude::*;
 
 use super::{Catalog, Decode, Found, GlobalSource};
@@ -27,13 +24,7 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
     match &f.decode {
         Decode::Matrix { scales, layout, global, transpose_experts } => {
             let sbytes = bytes(scales)?;
-            let scale_data = match f.scheme.scale_format() {
-                ScaleFormat::F32 => ScaleData::F32(f32s(sbytes)),
-                ScaleFormat::F16 => {
-                    ScaleData::F16(sbytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect())
-                }
-                ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => ScaleData::Bytes(sbytes.to_vec()),
-            };
+            let scale_data = scales_from(f.scheme.scale_format(), sbytes);
             let scalar = |name: &str| -> Result<f32, CliError> { Ok(f32s(bytes(name)?)[0]) };
             let global_scale = match global {
                 GlobalSource::None => None,
