@@ -79,6 +79,20 @@ pub enum NonFiniteArg {
     Poison,
 }
 
+/// The flags of the commands that write a checkpoint.
+#[derive(Debug, Args)]
+pub struct WriteFlags {
+    /// Replace an existing output.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
 /// `blockscale quantize`.
 #[derive(Debug, Args)]
 pub struct QuantizeArgs {
@@ -120,15 +134,9 @@ pub struct QuantizeArgs {
     /// What NaN/Inf in a weight does.
     #[arg(long, value_enum, default_value_t = NonFiniteArg::Error)]
     pub non_finite: NonFiniteArg,
-    /// Replace an existing output.
-    #[arg(long)]
-    pub force: bool,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// No progress bar.
-    #[arg(short, long)]
-    pub quiet: bool,
+    /// Where the report and progress go, and whether to replace the output.
+    #[command(flatten)]
+    pub out: WriteFlags,
 }
 
 /// `blockscale dequantize`.
@@ -142,15 +150,9 @@ pub struct DequantizeArgs {
     /// The dtype of the dequantized weights.
     #[arg(long, value_enum, default_value_t = DtypeArg::Bf16)]
     pub dtype: DtypeArg,
-    /// Replace an existing output.
-    #[arg(long)]
-    pub force: bool,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// No progress bar.
-    #[arg(short, long)]
-    pub quiet: bool,
+    /// Where the report and progress go, and whether to replace the output.
+    #[command(flatten)]
+    pub out: WriteFlags,
 }
 
 /// `blockscale inspect`.

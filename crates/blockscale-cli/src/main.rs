@@ -24,8 +24,8 @@ use crate::error::CliError;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = match &cli.command {
-        Command::Quantize(a) => a.json,
-        Command::Dequantize(a) => a.json,
+        Command::Quantize(a) => a.out.json,
+        Command::Dequantize(a) => a.out.json,
         Command::Inspect(a) => a.json,
         Command::Eval(a) => a.json,
         Command::Bench(a) => a.json,

@@ -151,35 +151,55 @@ pub fn write_index(
     write_json(output, &name, &v)
 }
 
-/// Copies the folder's other files, adding the convention's config files and merging
-/// its `quantization_config` into config.json (replacing one that is there).
+/// Copies the folder's other files, except `drop`, then writes `add`. config.json gets
+/// `quantization_config` set to `quant_config` (quantize; a config.json that is not a
+/// JSON object is then an error) or, with `None`, removed (dequantize; a config.json
+/// that is not a JSON object is copied as it is).
 ///
 /// # Errors
 /// [`CliError::Read`] / [`CliError::Write`]; [`CliError::Checkpoint`] for a
-/// config.json that is not a JSON object.
-pub fn copy_others(output: &Output, ckpt: &Checkpoint, configs: &Configs) -> Result<(), CliError> {
+/// config.json that cannot take the config.
+pub fn copy_others(
+    output: &Output,
+    ckpt: &Checkpoint,
+    quant_config: Option<&serde_json::Value>,
+    add: &[(String, serde_json::Value)],
+    drop: &[&str],
+) -> Result<(), CliError> {
     for p in &ckpt.others {
         let name = Checkpoint::file_name(p);
-        if name == "config.json"
-            && let Some(qc) = &configs.config_json
-        {
-            let text = std::fs::read_to_string(p).map_err(|source| CliError::Read { path: p.clone(), source })?;
-            let mut v: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| CliError::Checkpoint { path: p.clone(), reason: format!("not valid JSON: {e}") })?;
-            let obj = v
-                .as_object_mut()
-                .ok_or_else(|| CliError::Checkpoint { path: p.clone(), reason: "not a JSON object".into() })?;
-            obj.insert("quantization_config".into(), qc.clone());
-            write_json(output, &name, &v)?;
+        if drop.contains(&name.as_str()) || add.iter().any(|(n, _)| *n == name) {
             continue;
         }
-        if configs.files.iter().any(|(n, _)| *n == name) {
-            continue;
+        if name == "config.json" {
+            let text = std::fs::read_to_string(p).map_err(|source| CliError::Read { path: p.clone(), source })?;
+            let parsed = serde_json::from_str::<serde_json::Value>(&text);
+            match (parsed, quant_config) {
+                (Ok(mut v), Some(qc)) => {
+                    let obj = v
+                        .as_object_mut()
+                        .ok_or_else(|| CliError::Checkpoint { path: p.clone(), reason: "not a JSON object".into() })?;
+                    obj.insert("quantization_config".into(), qc.clone());
+                    write_json(output, &name, &v)?;
+                    continue;
+                }
+                (Err(e), Some(_)) => {
+                    return Err(CliError::Checkpoint { path: p.clone(), reason: format!("not valid JSON: {e}") });
+                }
+                (Ok(mut v), None) => {
+                    if let Some(obj) = v.as_object_mut() {
+                        obj.remove("quantization_config");
+                        write_json(output, &name, &v)?;
+                        continue;
+                    }
+                }
+                (Err(_), None) => {}
+            }
         }
         let dest = output.path(Some(&name));
         std::fs::copy(p, &dest).map_err(|source| CliError::Write { path: dest, source })?;
     }
-    for (name, v) in &configs.files {
+    for (name, v) in add {
         write_json(output, name, v)?;
     }
     Ok(())

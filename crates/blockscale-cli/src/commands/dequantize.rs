@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, ShardWriter, tensor_bytes};
 use crate::cli::{DequantizeArgs, DtypeArg};
-use crate::commands::common::{same_path_check, write_index};
+use crate::commands::common::{copy_others, same_path_check, write_index};
 use crate::convention::{Catalog, Found, decode, detect};
 use crate::error::CliError;
 use crate::progress::bytes_bar;
@@ -62,7 +62,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let ckpt = Checkpoint::open(&args.input)?;
     same_path_check(&args.input, &args.output)?;
     let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
-    let output = Output::create(&args.output, kind, args.force)?;
+    let output = Output::create(&args.output, kind, args.out.force)?;
     let shards = ckpt.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
     let catalog = Catalog::new(&shards)?;
     let (found, consumed) = detect(&catalog)?;
@@ -74,7 +74,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     };
 
     let total: u64 = shards.iter().map(|s| s.file_len() as u64).sum();
-    let pb = bytes_bar(total, args.quiet || args.json);
+    let pb = bytes_bar(total, args.out.quiet || args.out.json);
     let mut weight_map = BTreeMap::new();
     let mut total_size = 0u64;
     let mut bytes_out = 0u64;
@@ -140,7 +140,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
         }
         // The configs of a quantized model no longer apply: drop hf_quant_config.json and
         // the quantization_config of config.json.
-        copy_others_without_quant(&output, &ckpt)?;
+        copy_others(&output, &ckpt, None, &[], &["hf_quant_config.json"])?;
     }
     output.commit()?;
     let report = DequantizeReport {
@@ -153,7 +153,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
         bytes_out,
         seconds: start.elapsed().as_secs_f64(),
     };
-    if args.json {
+    if args.out.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("the report serializes"));
     } else {
         println!(
@@ -176,27 +176,4 @@ fn is_quant_metadata(key: &str, found: &[Found]) -> bool {
         || key == "hf_quant_config"
         || key == "quantization_config"
         || found.iter().any(|f| key.strip_prefix(f.output.as_str()).is_some_and(|rest| rest.starts_with('.')))
-}
-
-fn copy_others_without_quant(output: &Output, ckpt: &Checkpoint) -> Result<(), CliError> {
-    for p in &ckpt.others {
-        let name = Checkpoint::file_name(p);
-        if name == "hf_quant_config.json" {
-            continue;
-        }
-        let dest = output.path(Some(&name));
-        if name == "config.json" {
-            let text = std::fs::read_to_string(p).map_err(|source| CliError::Read { path: p.clone(), source })?;
-            if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&text)
-                && let Some(obj) = v.as_object_mut()
-            {
-                obj.remove("quantization_config");
-                let text = serde_json::to_string_pretty(&v).expect("JSON serializes") + "\n";
-                std::fs::write(&dest, text).map_err(|source| CliError::Write { path: dest, source })?;
-                continue;
-            }
-        }
-        std::fs::copy(p, &dest).map_err(|source| CliError::Write { path: dest, source })?;
-    }
-    Ok(())
 }

@@ -113,7 +113,7 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
     let ckpt = Checkpoint::open(&args.input)?;
     same_path_check(&args.input, &args.output)?;
     let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
-    let output = Output::create(&args.output, kind, args.force)?;
+    let output = Output::create(&args.output, kind, args.out.force)?;
     let shards = ckpt.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
     let calibration = match &args.calibration {
         Some(p) => load_calibration(p)?,
@@ -185,7 +185,7 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
     }
 
     let total: u64 = shards.iter().map(|s| s.file_len() as u64).sum();
-    let pb = bytes_bar(total, args.quiet || args.json);
+    let pb = bytes_bar(total, args.out.quiet || args.out.json);
     let n_tensors: usize = shards.iter().map(|s| s.tensors().len()).sum();
     let mut done = 0usize;
     let mut quantized = Vec::new();
@@ -256,7 +256,7 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
         if ckpt.index.is_some() {
             write_index(&output, ckpt.index.as_deref(), &weight_map, total_size)?;
         }
-        copy_others(&output, &ckpt, &configs)?;
+        copy_others(&output, &ckpt, configs.config_json.as_ref(), &configs.files, &[])?;
     }
     output.commit()?;
 
@@ -277,7 +277,7 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
         seconds,
         throughput_gb_s: total as f64 / seconds / 1e9,
     };
-    if args.json {
+    if args.out.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("the report serializes"));
     } else {
         print_report(&report);
