@@ -11,8 +11,9 @@
 //! points re-exported at the root: [`quantize`], [`dequantize`], [`fake_quantize`],
 //! [`error_metrics`], and the block-scaled products [`gemm`], [`gemm_reference`],
 //! [`gemm_weight_only`], [`gemv`]). With `cuda`, the CUDA backend is `blockscale::cuda`
-//! (blockscale-cuda): the same quantize / dequantize on cudarc device buffers, plus
-//! host conveniences, writing the same bytes as the CPU.
+//! (blockscale-cuda): the same quantize / dequantize on cudarc device buffers, writing
+//! the same bytes as the CPU, the block-scaled GEMMs (`cuda::gemm`,
+//! `cuda::gemm_weight_only`) with the same [`Epilogue`], and host conveniences.
 //!
 //! ```
 //! use blockscale::{E2M1, QuantizeOptions, Scheme, dequantize, quantize};
@@ -35,10 +36,9 @@ pub use blockscale_formats::*;
 pub use blockscale_cpu as cpu;
 #[cfg(feature = "cpu")]
 pub use blockscale_cpu::{
-    Activation, ActivationPrecision, CpuError, DequantizeOptions, Epilogue, ErrorMetrics, GemmOptions,
-    GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions, Simd, dequantize, dequantize_into, dequantize_slice,
-    dequantize_with, error_metrics, error_metrics_slice, fake_quantize, gemm, gemm_reference, gemm_weight_only,
-    gemm_weight_only_reference, gemv, quantize, quantize_slice,
+    ActivationPrecision, CpuError, DequantizeOptions, ErrorMetrics, GemmOptions, dequantize, dequantize_into,
+    dequantize_slice, dequantize_with, error_metrics, error_metrics_slice, fake_quantize, gemm, gemm_reference,
+    gemm_weight_only, gemm_weight_only_reference, gemv, quantize, quantize_slice,
 };
 /// The CUDA backend (feature `cuda`; building it needs nvcc, see the README).
 #[cfg(feature = "cuda")]

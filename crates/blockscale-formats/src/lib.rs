@@ -3,8 +3,8 @@
 //! The lowest layer of [blockscale](https://github.com/blockscale/blockscale): the
 //! element formats of block-scaled low-precision numerics, bit-exact, with their
 //! packing orders, scale layouts and scale-selection rules. No GPU, no `std`
-//! (`alloc` only, behind the default `alloc` feature), no `unsafe`, and one
-//! dependency (`half`).
+//! (`alloc` only, behind the default `alloc` feature), no `unsafe`, and two
+//! dependencies (`half`, and `libm` for the reference activations).
 //!
 //! - Element types, each a `Copy` newtype over its bits: [`E2M1`], [`E2M3`], [`E3M2`],
 //!   [`E4M3`], [`E5M2`], [`UE4M3`], [`UE8M0`], [`Int4`]. Conversions from f32, f16 and
@@ -18,6 +18,8 @@
 //! - [`Scheme`]: the recipes (NVFP4, MXFP4/6/8, FP8 block, INT4-G32) as data, with shape
 //!   validation that returns a [`FormatError`] and never panics.
 //! - [`slice`]: fast slice encoders and decoders.
+//! - What every backend shares: [`QuantizeOptions`], the GEMM [`Epilogue`] and its
+//!   [`Activation`], and [`Scheme::pairs_with`] (which quantized pairs multiply).
 //!
 //! ```
 //! use blockscale_formats::{E2M1, E4M3, ElementFormat, ScaleRule, UE4M3};
@@ -41,8 +43,10 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+mod epilogue;
 mod error;
 mod minifloat;
+mod options;
 mod source;
 
 mod e2m1;
@@ -70,9 +74,11 @@ pub use e3m2::E3M2;
 pub use e4m3::E4M3;
 pub use e5m2::E5M2;
 pub use element::{Element, ElementFormat};
+pub use epilogue::{Activation, Epilogue};
 pub use error::FormatError;
 pub use int4::{Int4, Int4Storage};
 pub use layout::{DataLayout, ScaleLayout};
+pub use options::{QuantizeOptions, Simd};
 #[cfg(feature = "alloc")]
 pub use quantized::{QuantizedMatrix, QuantizedParts, ScaleData};
 pub use recipe::{

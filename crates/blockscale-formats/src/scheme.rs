@@ -151,6 +151,38 @@ impl Scheme {
         matches!(self, Self::NvFp4)
     }
 
+    /// Whether a quantized `self` (the M x K operand) multiplies a quantized `other`
+    /// (N x K): the block shapes along K and the scale kinds must agree, as in the
+    /// hardware's block-scaled MMAs. NVFP4 x NVFP4, any MX x any MX, FP8 block x FP8
+    /// block; INT4-G32 is weight-only. The error is a hint for the user.
+    ///
+    /// ```
+    /// use blockscale_formats::Scheme;
+    /// assert!(Scheme::MxFp6E2M3.pairs_with(Scheme::MxFp8E4M3).is_ok());
+    /// assert!(Scheme::NvFp4.pairs_with(Scheme::MxFp4).is_err());
+    /// ```
+    pub fn pairs_with(self, other: Self) -> Result<(), &'static str> {
+        const fn family(s: Scheme) -> Option<u8> {
+            match s {
+                Scheme::NvFp4 => Some(0),
+                Scheme::MxFp4 | Scheme::MxFp6E2M3 | Scheme::MxFp6E3M2 | Scheme::MxFp8E4M3 | Scheme::MxFp8E5M2 => {
+                    Some(1)
+                }
+                Scheme::Fp8Block(_) => Some(2),
+                Scheme::Int4G32 => None,
+            }
+        }
+        match (family(self), family(other)) {
+            (Some(x), Some(y)) if x == y => Ok(()),
+            _ if self == Self::Int4G32 || other == Self::Int4G32 => {
+                Err("INT4-G32 is weight-only: multiply f32/f16/bf16 activations with gemm_weight_only")
+            }
+            _ => Err(
+                "quantized pairs must share a block shape and scale kind: NVFP4 x NVFP4, MX x MX, FP8 block x FP8 block",
+            ),
+        }
+    }
+
     /// Whether scales can be stored in `layout`: every scheme has `Linear`;
     /// `Swizzled128x4` needs one-byte scales per single-row block (NVFP4 and MX).
     pub const fn supports_layout(self, layout: ScaleLayout) -> bool {

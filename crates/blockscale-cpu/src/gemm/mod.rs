@@ -27,7 +27,9 @@ mod nibble;
 mod operand;
 mod reference;
 
-use blockscale_formats::{QuantizedMatrix, Scheme};
+use blockscale_formats::QuantizedMatrix;
+#[cfg(doc)]
+use blockscale_formats::Scheme;
 use ndarray::{Array2, ArrayView2};
 
 pub use epilogue::{Activation, Epilogue};
@@ -90,25 +92,10 @@ pub(crate) struct Resolved<'a> {
     pub activation: Activation,
 }
 
-/// Which quantized pairs multiply: the block shapes along K and the scale kinds must
-/// agree, as in the hardware's block-scaled MMAs.
+/// Which quantized pairs multiply (see [`Scheme::pairs_with`]) with equal K.
 fn check_pair(a: &QuantizedMatrix, b: &QuantizedMatrix) -> Result<(), CpuError> {
-    let family = |s: Scheme| match s {
-        Scheme::NvFp4 => Some(0),
-        Scheme::MxFp4 | Scheme::MxFp6E2M3 | Scheme::MxFp6E3M2 | Scheme::MxFp8E4M3 | Scheme::MxFp8E5M2 => Some(1),
-        Scheme::Fp8Block(_) => Some(2),
-        Scheme::Int4G32 => None,
-    };
     let (sa, sb) = (a.scheme(), b.scheme());
-    let ok = matches!((family(sa), family(sb)), (Some(x), Some(y)) if x == y);
-    if !ok {
-        let hint = if sa == Scheme::Int4G32 || sb == Scheme::Int4G32 {
-            "INT4-G32 is weight-only: multiply f32/f16/bf16 activations with gemm_weight_only"
-        } else {
-            "quantized pairs must share a block shape and scale kind: NVFP4 x NVFP4, MX x MX, FP8 block x FP8 block"
-        };
-        return Err(CpuError::UnsupportedPair { a: sa, b: sb, hint });
-    }
+    sa.pairs_with(sb).map_err(|hint| CpuError::UnsupportedPair { a: sa, b: sb, hint })?;
     if a.k() != b.k() {
         return Err(CpuError::KMismatch { a: a.k(), b: b.k() });
     }
@@ -120,7 +107,7 @@ fn resolve<'e>(
     a: Option<&QuantizedMatrix>,
     b: &QuantizedMatrix,
 ) -> Result<Resolved<'e>, CpuError> {
-    let alpha = epilogue.resolve(a, b, b.rows())?;
+    let alpha = epilogue::resolve_alpha(epilogue, a, b, b.rows())?;
     Ok(Resolved { alpha, bias: epilogue.bias, activation: epilogue.activation })
 }
 

@@ -1,0 +1,98 @@
+//! Quantization options, shared by the CPU and cuda backends.
+
+use crate::{DataLayout, GlobalScaleSource, NonFinite, NvFp4Recipe, ScaleLayout, ScaleRule};
+
+/// Which CPU implementation runs the hot loops. Every path gives identical bytes; the
+/// cuda backend ignores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Simd {
+    /// The fastest this CPU supports (`BLOCKSCALE_SIMD=portable|avx2|avx512` overrides
+    /// it).
+    #[default]
+    Auto,
+    /// Plain Rust, no explicit SIMD.
+    Portable,
+    /// x86-64 AVX2 (with F16C and FMA); an error where unavailable.
+    Avx2,
+    /// x86-64 AVX-512 (F, BW, BF16) for the GEMM kernels; quantization and
+    /// dequantization run their AVX2 kernels under it. An error where unavailable.
+    Avx512,
+}
+
+/// Options for every backend's `quantize`. `QuantizeOptions::default()` gives linear
+/// scales, `Rceil` MX scales, the LightX2V NVFP4 recipe with the tensor's own amax,
+/// row-major data, an error on NaN/Inf, all cores and the fastest SIMD path. The same
+/// choices give the same bytes on every backend; `single_threaded` and `simd` steer the
+/// CPU backend only.
+///
+/// ```
+/// use blockscale_formats::{NonFinite, QuantizeOptions, ScaleLayout, ScaleRule};
+/// let opts = QuantizeOptions::default()
+///     .with_scale_layout(ScaleLayout::Swizzled128x4)
+///     .with_scale_rule(ScaleRule::Floor)
+///     .with_non_finite(NonFinite::Poison);
+/// assert_eq!(opts.scale_layout, ScaleLayout::Swizzled128x4);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct QuantizeOptions {
+    /// Layout of the output scales (NVFP4 and MX only may be swizzled).
+    pub scale_layout: ScaleLayout,
+    /// UE8M0 scale rule of the MX schemes.
+    pub scale_rule: ScaleRule,
+    /// NVFP4 block recipe.
+    pub nvfp4_recipe: NvFp4Recipe,
+    /// NVFP4 per-tensor scale.
+    pub global_scale: GlobalScaleSource,
+    /// Layout of the packed data (block-interleaved for 4-bit schemes with K % 32 == 0).
+    pub data_layout: DataLayout,
+    /// NaN / ±Inf handling. On the cuda backend `Error` reads a flag back after the
+    /// kernel (a stream synchronisation); `Poison` does not.
+    pub non_finite: NonFinite,
+    /// CPU backend: use one thread instead of rayon's pool.
+    pub single_threaded: bool,
+    /// CPU backend: implementation choice.
+    pub simd: Simd,
+}
+
+impl QuantizeOptions {
+    /// Sets [`Self::scale_layout`].
+    pub fn with_scale_layout(mut self, layout: ScaleLayout) -> Self {
+        self.scale_layout = layout;
+        self
+    }
+    /// Sets [`Self::scale_rule`].
+    pub fn with_scale_rule(mut self, rule: ScaleRule) -> Self {
+        self.scale_rule = rule;
+        self
+    }
+    /// Sets [`Self::nvfp4_recipe`].
+    pub fn with_nvfp4_recipe(mut self, recipe: NvFp4Recipe) -> Self {
+        self.nvfp4_recipe = recipe;
+        self
+    }
+    /// Sets [`Self::global_scale`].
+    pub fn with_global_scale(mut self, source: GlobalScaleSource) -> Self {
+        self.global_scale = source;
+        self
+    }
+    /// Sets [`Self::data_layout`].
+    pub fn with_data_layout(mut self, layout: DataLayout) -> Self {
+        self.data_layout = layout;
+        self
+    }
+    /// Sets [`Self::non_finite`].
+    pub fn with_non_finite(mut self, policy: NonFinite) -> Self {
+        self.non_finite = policy;
+        self
+    }
+    /// Sets [`Self::single_threaded`].
+    pub fn with_single_thread(mut self, single: bool) -> Self {
+        self.single_threaded = single;
+        self
+    }
+    /// Sets [`Self::simd`].
+    pub fn with_simd(mut self, simd: Simd) -> Self {
+        self.simd = simd;
+        self
+    }
+}
