@@ -1,19 +1,33 @@
-//! Compiles every `kernels/**/*.cu` (except `common/`) with nvcc into a fatbin holding
-//! SASS for sm_90a and sm_120a (flags in `kernels/nvcc_flags.txt`, which
-//! `cargo xtask kernels` reads too), and writes `kernels.rs` into `OUT_DIR`, which
-//! embeds them. nvcc is found through `NVCC`, `CUDA_HOME` / `CUDA_PATH`, `PATH`, or the
-//! toolchain `cargo xtask setup-cuda` installs under `target/cuda-13.0`.
+//! Builds the two kinds of CUDA code:
+//!
+//! - blockscale's own kernels: every `kernels/**/*.cu` except `common/` and `cutlass/`,
+//!   compiled with nvcc into a fatbin holding SASS for sm_90a and sm_120a (flags in
+//!   `kernels/nvcc_flags.txt`, which `cargo xtask kernels` reads too); `kernels.rs` in
+//!   `OUT_DIR` embeds them and cudarc loads them.
+//! - the CUTLASS shims, `kernels/cutlass/*.cu` (flags in `kernels/cutlass/nvcc_flags.txt`;
+//!   `sm90_*` for sm_90a, `sm120_*` for sm_120a): each compiled once with nvcc into an
+//!   object, archived with the `cc` crate into a static library and linked with
+//!   `libcudart_static`. CUTLASS templates take about a minute each, so the objects are
+//!   cached under `target/cutlass-cache/` by a hash of everything that goes into them
+//!   (source, the folder's headers, flags, nvcc's version, CUTLASS's version header), and
+//!   compiled in parallel. Each cache entry keeps ptxas's report and the cubin, which
+//!   `cargo xtask kernels` reads (it never compiles them a second time).
+//!
+//! nvcc is found through `NVCC`, `CUDA_HOME` / `CUDA_PATH`, `PATH`, or the toolchain
+//! `cargo xtask setup-cuda` installs under `target/cuda-13.0`; CUTLASS through
+//! `CUTLASS_DIR` (a CUTLASS checkout, or the wheel's `cutlass_library/source`) or the
+//! copy `cargo xtask setup-cuda` installs under `target/cutlass-4.2`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let root = manifest.join("../..");
+    let root = manifest.join("../..").canonicalize().expect("the workspace root exists");
     let kernels = root.join("kernels");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     println!("cargo:rerun-if-changed={}", kernels.display());
-    for var in ["NVCC", "CUDA_HOME", "CUDA_PATH", "PATH"] {
+    for var in ["NVCC", "CUDA_HOME", "CUDA_PATH", "PATH", "CUTLASS_DIR", "CARGO_TARGET_DIR"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
@@ -51,6 +65,203 @@ fn main() {
     }
     rs.push_str("];\n");
     std::fs::write(out.join("kernels.rs"), rs).expect("writing kernels.rs");
+
+    build_cutlass(&root, &nvcc, &kernels.join("cutlass"));
+}
+
+/// FNV-1a, 64 bits: the cache key of a CUTLASS object (no dependency for a hash).
+fn fnv(hash: &mut u64, bytes: &[u8]) {
+    for &b in bytes {
+        *hash ^= b as u64;
+        *hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+}
+
+/// The CUTLASS source tree: `CUTLASS_DIR`, else the wheel `cargo xtask setup-cuda`
+/// installs. Either holds `include/cutlass/cutlass.h` and `tools/util/include/`.
+fn find_cutlass(root: &Path) -> PathBuf {
+    let dir = std::env::var_os("CUTLASS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/cutlass-4.2/cutlass_library/source"));
+    if !dir.join("include/cutlass/cutlass.h").is_file() {
+        panic!(
+            "\n\nblockscale-cuda's GEMM shims need the CUTLASS 4.2 headers, and {} has none.\n\
+             Either works:\n\
+             - `cargo xtask setup-cuda` (installs nvidia-cutlass==4.2.0.0 from PyPI under target/cutlass-4.2);\n\
+             - set CUTLASS_DIR to a CUTLASS 4.2 checkout (the folder holding include/ and tools/).\n",
+            dir.join("include/cutlass/cutlass.h").display()
+        );
+    }
+    dir
+}
+
+/// `libcudart_static.a` next to nvcc (`lib/` in the PyPI layout, `lib64/` in a CUDA
+/// install).
+fn find_cudart(nvcc: &Path) -> PathBuf {
+    let home = nvcc.parent().and_then(Path::parent).expect("nvcc lives in <cuda>/bin");
+    for lib in ["lib64", "lib", "targets/x86_64-linux/lib"] {
+        if home.join(lib).join("libcudart_static.a").is_file() {
+            return home.join(lib);
+        }
+    }
+    panic!(
+        "\n\nno libcudart_static.a under {} (lib64/ or lib/): the GEMM shims link the static CUDA \
+         runtime. `cargo xtask setup-cuda` installs it (nvidia-cuda-runtime), or point NVCC / CUDA_HOME \
+         at a CUDA 13.0 installation that has it.\n",
+        home.display()
+    )
+}
+
+/// Compiles (or takes from the cache) every CUTLASS shim, archives the objects and emits
+/// the link lines. Writes `target/cutlass-cache/manifest.txt`: one `stem arch dir` line per
+/// shim, for `cargo xtask kernels`.
+fn build_cutlass(root: &Path, nvcc: &Path, dir: &Path) {
+    let mut shims: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+    shims.retain(|p| p.extension().is_some_and(|e| e == "cu"));
+    shims.sort();
+    if shims.is_empty() {
+        return;
+    }
+    let cutlass = find_cutlass(root);
+    let flags = read_flags(&dir.join("nvcc_flags.txt"));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let cache = target.join("cutlass-cache");
+    std::fs::create_dir_all(&cache).expect("creating target/cutlass-cache");
+
+    // What every shim depends on besides its own source.
+    let mut common = 0xcbf2_9ce4_8422_2325u64;
+    let mut headers: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("reading kernels/cutlass")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_none_or(|e| e != "cu"))
+        .collect();
+    headers.sort();
+    for h in &headers {
+        fnv(&mut common, h.file_name().unwrap_or_default().as_encoded_bytes());
+        fnv(&mut common, &std::fs::read(h).expect("reading a kernels/cutlass header"));
+    }
+    fnv(&mut common, flags.join(" ").as_bytes());
+    let version = Command::new(nvcc).arg("--version").output().expect("running nvcc --version");
+    fnv(&mut common, &version.stdout);
+    fnv(&mut common, &std::fs::read(cutlass.join("include/cutlass/version.h")).unwrap_or_default());
+
+    // A CUTLASS compile takes GBs of memory: run at most as many as cargo allows jobs
+    // (NUM_JOBS) or the machine has cores, each thread taking the next shim.
+    let jobs = std::env::var("NUM_JOBS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .clamp(1, shims.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut entries: Vec<(usize, String, &str, PathBuf)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|_| {
+                let (flags, cutlass, cache, shims, next) = (&flags, &cutlass, &cache, &shims, &next);
+                s.spawn(move || {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(src) = shims.get(i) else { break done };
+                        let stem = src.file_stem().expect("a .cu file has a stem").to_string_lossy().into_owned();
+                        let arch = if stem.starts_with("sm120") { "sm_120a" } else { "sm_90a" };
+                        let mut key = common;
+                        fnv(&mut key, &std::fs::read(src).expect("reading a CUTLASS shim"));
+                        fnv(&mut key, arch.as_bytes());
+                        let entry = cache.join(format!("{stem}-{key:016x}"));
+                        if !entry.join(format!("{stem}.o")).is_file() {
+                            compile_shim(nvcc, flags, cutlass, arch, src, &stem, &entry);
+                            remove_stale(cache, &stem, &entry);
+                        }
+                        done.push((i, stem, arch, entry));
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("an nvcc thread panicked")).collect()
+    });
+    entries.sort_by_key(|e| e.0);
+
+    let mut manifest = String::new();
+    let mut build = cc::Build::new();
+    build.cpp(true).cpp_link_stdlib("stdc++");
+    for (_, stem, arch, entry) in &entries {
+        manifest.push_str(&format!("{stem} {arch} {}\n", entry.display()));
+        build.object(entry.join(format!("{stem}.o")));
+    }
+    std::fs::write(cache.join("manifest.txt"), manifest).expect("writing the CUTLASS cache manifest");
+    build.compile("blockscale_cutlass");
+    println!("cargo:rustc-link-search=native={}", find_cudart(nvcc).display());
+    println!("cargo:rustc-link-lib=static=cudart_static");
+    for lib in ["dl", "rt", "pthread"] {
+        println!("cargo:rustc-link-lib=dylib={lib}");
+    }
+}
+
+/// Removes the cache entries of `stem` other than `keep` (older versions of the shim).
+fn remove_stale(cache: &Path, stem: &str, keep: &Path) {
+    let Ok(rd) = std::fs::read_dir(cache) else { return };
+    for e in rd.flatten() {
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours = name
+            .strip_prefix(stem)
+            .and_then(|r| r.strip_prefix('-'))
+            .is_some_and(|key| key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit()));
+        if ours && path != keep {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// One shim into `entry/` (object, cubin, ptxas report), built in a temporary folder and
+/// renamed into place, so an interrupted build never leaves a half entry.
+fn compile_shim(nvcc: &Path, flags: &[String], cutlass: &Path, arch: &str, src: &Path, stem: &str, entry: &Path) {
+    let tmp = entry.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).expect("creating a CUTLASS cache folder");
+    let compute = arch.replace("sm_", "compute_");
+    let mut cmd = Command::new(nvcc);
+    cmd.args(flags)
+        .arg(format!("-gencode=arch={compute},code={arch}"))
+        .arg("-I")
+        .arg(cutlass.join("include"))
+        .arg("-I")
+        .arg(cutlass.join("tools/util/include"))
+        .args(["-Xptxas", "-v", "--keep", "--keep-dir"])
+        .arg(&tmp)
+        .arg("-c")
+        .arg("-o")
+        .arg(tmp.join(format!("{stem}.o")))
+        .arg(src);
+    let started = std::time::Instant::now();
+    let output = cmd.output().unwrap_or_else(|e| panic!("could not run {}: {e}", nvcc.display()));
+    if !output.status.success() {
+        panic!(
+            "\n\nnvcc failed on {}:\n$ {:?}\n{}{}\n",
+            src.display(),
+            cmd,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // Keep the object, the cubin and ptxas's report; drop the other intermediates
+    // (hundreds of MB of preprocessed source).
+    for e in std::fs::read_dir(&tmp).expect("reading the nvcc keep folder").flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name != format!("{stem}.o") && name != format!("{stem}.cubin") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let report = format!(
+        "# {} for {arch}, {:.0} s\n{}",
+        src.display(),
+        started.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::write(tmp.join("ptxas.log"), report).expect("writing the ptxas report");
+    let _ = std::fs::remove_dir_all(entry);
+    std::fs::rename(&tmp, entry).expect("moving a CUTLASS cache entry into place");
 }
 
 fn find_nvcc(root: &Path) -> Option<PathBuf> {
@@ -84,7 +295,8 @@ fn collect_sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())) {
         let path = entry.expect("a directory entry").path();
         if path.is_dir() {
-            if path.file_name().is_some_and(|n| n != "common") {
+            // common/ holds headers; cutlass/ is built separately (build_cutlass).
+            if path.file_name().is_some_and(|n| n != "common" && n != "cutlass") {
                 collect_sources(&path, out);
             }
         } else if path.extension().is_some_and(|e| e == "cu") {

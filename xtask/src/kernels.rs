@@ -1,7 +1,10 @@
-//! `cargo xtask kernels`: compiles every kernel source for each target architecture
+//! `cargo xtask kernels`: compiles every own kernel source for each target architecture
 //! with the flags build.rs uses, prints per-kernel registers, spills and stack, fails on
 //! any spill or stack frame, and checks in the sm_120a SASS that each quantize kernel
-//! converts with the hardware instruction for its element format.
+//! converts with the hardware instruction for its element format. The CUTLASS GEMM shims
+//! are not compiled again: build.rs's cache entries (ptxas report and cubin, listed in
+//! `target/cutlass-cache/manifest.txt`) are read, and each kernel must have no spills, no
+//! stack, no serialized wgmma (ptxas warning C7510) and its tensor-core instruction.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +37,9 @@ const SASS_EXPECTED: &[(&str, &str)] = &[
     ("quantize_mxfp8_e5m2_", "F2FP.SATFINITE.E5M2"),
     ("quantize_fp8_block_", "F2FP.SATFINITE.E4M3"),
 ];
+
+/// The tensor-core instruction each CUTLASS shim's kernels must contain, by shim prefix.
+const GEMM_SASS: &[(&str, &str)] = &[("sm90_bf16_", "HGMMA."), ("sm90_fp8_block_", "QGMMA.")];
 
 pub fn run() -> Result<()> {
     let home = setup_cuda::cuda(false)?;
@@ -77,12 +83,87 @@ pub fn run() -> Result<()> {
             }
         }
     }
+    let gemm_kernels = check_cutlass(&nvdisasm, &mut problems)?;
     if problems.is_empty() {
-        println!("\nkernels: {} kernels, no spills, sm_120a SASS conversions present", usage.len());
+        println!(
+            "\nkernels: {} kernels and {gemm_kernels} CUTLASS GEMM kernels, no spills, sm_120a SASS conversions \
+             and GEMM tensor-core instructions present",
+            usage.len()
+        );
         Ok(())
     } else {
         bail!("kernel checks failed:\n  {}", problems.join("\n  "))
     }
+}
+
+/// The CUTLASS shims from build.rs's cache (building the crate first if the manifest is
+/// missing): per kernel registers, spills, stack; C7510; the tensor-core instruction.
+/// Returns the number of kernels checked.
+fn check_cutlass(nvdisasm: &Path, problems: &mut Vec<String>) -> Result<usize> {
+    let cache = root().join("target").join("cutlass-cache");
+    let manifest = cache.join("manifest.txt");
+    // The manifest lists what the last build linked; build to make it current (a no-op
+    // when nothing changed, and it never recompiles a cached shim).
+    crate::util::run(crate::util::cargo().args(["build", "-q", "-p", "blockscale-cuda"]))?;
+    let text = std::fs::read_to_string(&manifest).with_context(|| format!("reading {}", manifest.display()))?;
+    let mut shims: Vec<(String, String, PathBuf)> = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut parts = line.splitn(3, ' ');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(stem), Some(arch), Some(dir)) => shims.push((stem.into(), arch.into(), PathBuf::from(dir))),
+            _ => bail!("{}: malformed line {line:?}", manifest.display()),
+        }
+    }
+    println!(
+        "\n{:<28} {:<8} {:>8} {:>14} {:>10}  tensor-core MMA",
+        "CUTLASS shim", "arch", "kernels", "regs", "spill/stack"
+    );
+    let mut count = 0;
+    for (stem, arch, dir) in &shims {
+        let log =
+            std::fs::read_to_string(dir.join("ptxas.log")).with_context(|| format!("reading {stem}'s ptxas report"))?;
+        let kernels = parse_ptxas(&log);
+        if kernels.is_empty() {
+            problems.push(format!("{stem}: its ptxas report lists no kernel"));
+        }
+        if log.contains("C7510") {
+            problems.push(format!("{stem}: ptxas serialized wgmma instructions (C7510): a function call in a kernel"));
+        }
+        let regs: Vec<String> = kernels.iter().map(|(_, u)| u.registers.to_string()).collect();
+        let (spill, stack) = kernels.iter().fold((0, 0), |(a, b), (_, u)| (a + u.spill_bytes, b + u.stack_bytes));
+        if spill > 0 || stack > 0 {
+            problems.push(format!("{stem}: {spill} bytes spilled, {stack} bytes of stack (must be zero)"));
+        }
+        let cubin = dir.join(format!("{stem}.cubin"));
+        let output =
+            Command::new(nvdisasm).arg(&cubin).output().with_context(|| format!("running {}", nvdisasm.display()))?;
+        if !output.status.success() {
+            bail!("nvdisasm failed on {}: {}", cubin.display(), String::from_utf8_lossy(&output.stderr));
+        }
+        let sass = String::from_utf8_lossy(&output.stdout);
+        let want = GEMM_SASS.iter().find(|(p, _)| stem.starts_with(p)).map(|(_, i)| *i);
+        let found = match want {
+            Some(instr) => {
+                let n = sass.matches(instr).count();
+                if n == 0 {
+                    problems.push(format!("{stem} ({arch}): no {instr} in its SASS"));
+                }
+                format!("{n} x {}", instr.trim_end_matches('.'))
+            }
+            None => {
+                problems.push(format!("{stem}: no expected tensor-core instruction is listed for it in xtask"));
+                "-".into()
+            }
+        };
+        println!(
+            "{stem:<28} {arch:<8} {:>8} {:>14} {:>10}  {found}",
+            kernels.len(),
+            regs.join(","),
+            format!("{spill}/{stack}")
+        );
+        count += kernels.len();
+    }
+    Ok(count)
 }
 
 /// Every `.cu` under kernels/ except the shared headers in common/, sorted.
@@ -92,7 +173,8 @@ fn sources(kernels: &Path) -> Result<Vec<PathBuf>> {
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
             let path = entry?.path();
-            if path.is_dir() && path.file_name().is_some_and(|n| n != "common") {
+            // common/ holds headers; cutlass/ is built (and cached) by build.rs.
+            if path.is_dir() && path.file_name().is_some_and(|n| n != "common" && n != "cutlass") {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "cu") {
                 found.push(path);

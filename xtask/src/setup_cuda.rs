@@ -19,6 +19,11 @@ pub const CUDA_PACKAGES: &[&str] = &[
     "nvidia-cuda-runtime==13.0.88",
 ];
 
+/// CUTLASS 4.2, headers only (BSD-3; its wheel carries the C++ sources under
+/// `cutlass_library/source/include`): the SM90 and SM120 GEMM shims in kernels/cutlass/
+/// instantiate its templates. Nothing is vendored: build.rs reads it from here.
+pub const CUTLASS_PACKAGES: &[&str] = &["nvidia-cutlass==4.2.0.0"];
+
 /// nvdisasm for the SASS checks of `cargo xtask kernels`. PyPI has no 13.0.x build of
 /// it (the first is 13.2), so it lives in its own prefix, apart from the pinned
 /// compiler; a newer disassembler reads the 13.0 cubins.
@@ -52,7 +57,35 @@ pub fn cuda(force: bool) -> Result<PathBuf> {
     if !home.join("include").join("cuda_fp4.h").is_file() {
         bail!("pip finished but {} has no include/cuda_fp4.h", home.display());
     }
+    // The GEMM shims need CUTLASS, and libcudart_static (from nvidia-cuda-runtime above)
+    // to link them.
+    if !home.join("lib").join("libcudart_static.a").is_file() {
+        bail!("pip finished but {} has no lib/libcudart_static.a", home.display());
+    }
+    cutlass(force)?;
     Ok(home)
+}
+
+/// Where `setup-cuda` installs CUTLASS (the wheel's files under a `--target` directory).
+pub fn cutlass_prefix() -> PathBuf {
+    root().join("target").join("cutlass-4.2")
+}
+
+/// The CUTLASS include directory inside the install prefix (holds `cutlass/` and `cute/`).
+pub fn cutlass_include() -> PathBuf {
+    cutlass_prefix().join("cutlass_library").join("source").join("include")
+}
+
+/// Installs CUTLASS's headers unless present with the same pin; returns the include
+/// directory.
+pub fn cutlass(force: bool) -> Result<PathBuf> {
+    let include = cutlass_include();
+    let ready = include.join("cutlass").join("cutlass.h").is_file();
+    pip_install(&cutlass_prefix(), CUTLASS_PACKAGES, force || !ready)?;
+    if !include.join("cutlass").join("cutlass.h").is_file() {
+        bail!("pip finished but {} has no cutlass/cutlass.h", include.display());
+    }
+    Ok(include)
 }
 
 /// Installs nvdisasm unless present with the same pin; returns the binary.
