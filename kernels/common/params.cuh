@@ -61,6 +61,42 @@ struct AmaxParams {
     uint32_t k;
 };
 
+// GEMM operand preparation (kernels/gemm/prepare.cu).
+
+// Activations x (rows x k, any element stride) written as `pieces` bf16 matrices side by
+// side: out[r * out_stride + p * k + c] = piece p of x[r, c] (their sum is x exactly).
+struct SplitParams {
+    const void* x;
+    void* out;
+    unsigned long long x_stride;    // elements
+    unsigned long long out_stride;  // bf16 elements
+    uint32_t rows;
+    uint32_t k;
+    uint32_t pieces;                // 1 (bf16), 2 (f16) or 3 (f32)
+    uint32_t pad;
+};
+
+// A rows x cols matrix copied between row strides (the GEMM's staged output).
+struct CopyParams {
+    const void* src;
+    void* dst;
+    unsigned long long src_stride;  // elements
+    unsigned long long dst_stride;  // elements
+    uint32_t rows;
+    uint32_t cols;
+};
+
+// FP8 1x128 / 128x128 activation scales rewritten as one f32 per row and 128 of K,
+// K-major ([rows][kb]) or M-major ([kb][rows]).
+struct Fp8ScaleParams {
+    const float* src;
+    float* dst;
+    uint32_t rows;
+    uint32_t kb;                    // K / 128
+    uint32_t tiles;                 // source holds one scale per 128 rows (128x128 tiles)
+    uint32_t mn_major;              // destination [kb][rows]
+};
+
 // Index of scale (row, col) in the Swizzled128x4 layout with `cols` logical columns.
 __device__ __forceinline__ uint64_t swizzled_offset(uint32_t row, uint32_t col, uint32_t cols) {
     const uint64_t k_tiles = (cols + 3u) / 4u;
@@ -85,3 +121,6 @@ __device__ __forceinline__ uint64_t scale_offset(uint32_t swizzled, uint32_t row
 static_assert(sizeof(bs::QuantParams) == 88, "QuantParams layout changed: update params.rs");
 static_assert(sizeof(bs::DequantParams) == 56, "DequantParams layout changed: update params.rs");
 static_assert(sizeof(bs::AmaxParams) == 40, "AmaxParams layout changed: update params.rs");
+static_assert(sizeof(bs::SplitParams) == 48, "SplitParams layout changed: update params.rs");
+static_assert(sizeof(bs::CopyParams) == 40, "CopyParams layout changed: update params.rs");
+static_assert(sizeof(bs::Fp8ScaleParams) == 32, "Fp8ScaleParams layout changed: update params.rs");

@@ -39,10 +39,32 @@ pub fn dequantize_into<O: DeviceElement>(
     let shape = q.shape();
     let stream = dev.stream();
     let len = out.len();
-    // cudarc's guards (`g_*`) live until the launch is queued, so that with event
-    // tracking on, the recorded reads and writes cover the kernel.
+    // cudarc's guard lives until the launch is queued, so that with event tracking on,
+    // the recorded write covers the kernel.
     let (out_ptr, g_out) = out.device_ptr_mut(stream);
     crate::quantize::check_matrix::<O>(shape.rows, shape.k, row_stride, len, out_ptr, "output")?;
+    let post = q.global_scale().map_or(1.0, |g| g.decode());
+    launch_dequantize(dev, q, out_ptr, row_stride, O::SUFFIX, post)?;
+    drop(g_out);
+    Ok(())
+}
+
+/// Queues the dequantize kernel writing `(value * block_scale) * post` as `suffix`
+/// (`f32`, `f16`, `bf16`) to `out_ptr`, row `r` at element `r * row_stride`.
+///
+/// The caller guarantees that `out_ptr` addresses `rows x k` elements at that row stride,
+/// 16-byte aligned with `row_stride` a multiple of 8 elements, valid until the kernel
+/// has run (stream order).
+pub(crate) fn launch_dequantize(
+    dev: &Device,
+    q: &DeviceQuantized,
+    out_ptr: u64,
+    row_stride: usize,
+    suffix: &str,
+    post: f32,
+) -> Result<(), CudaError> {
+    let shape = q.shape();
+    let stream = dev.stream();
     let (data_ptr, g_data) = q.data().device_ptr(stream);
     let (scales_ptr, g_scales) = q.scales().ptr(stream);
     let params = DequantParams {
@@ -55,18 +77,18 @@ pub fn dequantize_into<O: DeviceElement>(
         scale_cols: shape.scale_cols as u32,
         swizzled: (q.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
         interleaved: (q.data_layout() == DataLayout::BlockInterleaved) as u32,
-        post: q.global_scale().map_or(1.0, |g| g.decode()),
+        post,
     };
-    let kernel = dev.function(&format!("dequantize_{}_{}", scheme_name(q.scheme()), O::SUFFIX))?;
+    let kernel = dev.function(&format!("dequantize_{}_{suffix}", scheme_name(q.scheme())))?;
     // One thread per 8 values (dequantize.cu).
     let config = dev.grid_stride((shape.rows * shape.k / 8) as u64, &kernel);
     let mut launch = stream.launch_builder(&kernel.func);
     launch.arg(&params);
     // SAFETY: `params` matches `DequantParams`; `q` was built by `quantize` or
     // `from_host` (a validated QuantizedMatrix), so its codes and scales have the sizes
-    // its shape implies; check_matrix confirmed the output's size, stride and alignment.
+    // its shape implies; the caller guarantees the output's size, stride and alignment.
     unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the dequantize kernel"))?;
-    drop((g_out, g_data, g_scales));
+    drop((g_data, g_scales));
     Ok(())
 }
 

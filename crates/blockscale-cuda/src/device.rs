@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 
 use crate::CudaError;
@@ -39,6 +39,10 @@ pub struct Device {
     sm_count: u32,
     modules: Vec<(&'static str, Arc<CudaModule>)>,
     functions: Mutex<HashMap<String, Kernel>>,
+    /// Scratch memory of the GEMMs (dequantized operands, staged outputs, CUTLASS's
+    /// own), grown by the allocating calls and [`Device::reserve_workspace`]; every use
+    /// is ordered on `stream`.
+    workspace: Mutex<Option<CudaSlice<u8>>>,
 }
 
 /// A loaded kernel and how many 256-thread blocks of it fit on one SM.
@@ -119,7 +123,16 @@ impl Device {
                     .map_err(CudaError::driver("loading the kernel fatbin"))
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self { ctx, stream, arch, name, sm_count, modules, functions: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            ctx,
+            stream,
+            arch,
+            name,
+            sm_count,
+            modules,
+            functions: Mutex::new(HashMap::new()),
+            workspace: Mutex::new(None),
+        })
     }
 
     /// The device's kernel tier.
@@ -155,6 +168,38 @@ impl Device {
         self.stream.synchronize().map_err(CudaError::driver("synchronizing the stream"))
     }
 
+    /// Makes sure the GEMM workspace holds at least `bytes`, allocating (in stream order)
+    /// if it must grow. Call it once before capturing `gemm_into` /
+    /// `gemm_weight_only_into` in a CUDA graph or running them in a loop that must not
+    /// allocate; the allocating `gemm` functions grow it themselves. A
+    /// [`CudaError::WorkspaceTooSmall`] error names the size to reserve.
+    ///
+    /// # Errors
+    /// [`CudaError::OutOfMemory`] or [`CudaError::Driver`].
+    pub fn reserve_workspace(&self, bytes: usize) -> Result<(), CudaError> {
+        let mut ws = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        if ws.as_ref().is_some_and(|w| w.len() >= bytes) {
+            return Ok(());
+        }
+        // Free the old buffer first (in stream order), then allocate the larger one.
+        *ws = None;
+        // SAFETY: u8 has no invalid bit patterns; the workspace is scratch that every
+        // GEMM writes before reading.
+        let buf = unsafe { self.stream.alloc::<u8>(bytes) }.map_err(CudaError::alloc("the GEMM workspace", bytes))?;
+        *ws = Some(buf);
+        Ok(())
+    }
+
+    /// Bytes the GEMM workspace holds now.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |w| w.len())
+    }
+
+    /// The workspace, locked for one GEMM's queuing.
+    pub(crate) fn workspace(&self) -> std::sync::MutexGuard<'_, Option<CudaSlice<u8>>> {
+        self.workspace.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A kernel by name, loaded once and cached with its occupancy.
     pub(crate) fn function(&self, name: &str) -> Result<Kernel, CudaError> {
         let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
@@ -162,8 +207,15 @@ impl Device {
             return Ok(f.clone());
         }
         // Kernels live in the module named after their operation: quantize_* and amax_*
-        // in quantize.fatbin, dequantize_* in dequantize.fatbin.
-        let module_name = if name.starts_with("dequantize_") { "dequantize" } else { "quantize" };
+        // in quantize.fatbin, dequantize_* in dequantize.fatbin, gemm_* (operand
+        // preparation) in prepare.fatbin.
+        let module_name = if name.starts_with("dequantize_") {
+            "dequantize"
+        } else if name.starts_with("gemm_") {
+            "prepare"
+        } else {
+            "quantize"
+        };
         let module = self.modules.iter().find(|(n, _)| *n == module_name).map(|(_, m)| m).ok_or(CudaError::Driver {
             context: "finding the kernel module",
             source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND),

@@ -1,7 +1,9 @@
 //! The CUDA backend's error type.
 
-use blockscale_formats::FormatError;
+use blockscale_formats::{FormatError, Scheme};
 use cudarc::driver::DriverError;
+
+use crate::Arch;
 
 /// Everything the CUDA backend can refuse or meet, with the values involved.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +98,78 @@ pub enum CudaError {
         k: usize,
         /// The limit crossed.
         limit: &'static str,
+    },
+    /// Two quantized matrices that do not multiply (their K blocks or scale kinds differ,
+    /// or one is weight-only).
+    #[error("{a:?} x {b:?} does not multiply: {hint}")]
+    UnsupportedPair {
+        /// A's scheme.
+        a: Scheme,
+        /// B's scheme.
+        b: Scheme,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// The operands' K differ.
+    #[error("K mismatch: A has K = {a}, B has K = {b}")]
+    KMismatch {
+        /// A's (or the activations') K.
+        a: usize,
+        /// B's (the weights') K.
+        b: usize,
+    },
+    /// A bias whose length is not N.
+    #[error("the bias has {actual} values but the output has {expected} columns")]
+    BiasLength {
+        /// N.
+        expected: usize,
+        /// The bias's length.
+        actual: usize,
+    },
+    /// An `alpha` that is NaN or infinite.
+    #[error("alpha is {0}; it must be finite")]
+    InvalidAlpha(f32),
+    /// An output buffer whose shape is not M x N.
+    #[error("the output is {rows} x {cols} but the product is {m} x {n}")]
+    OutputShape {
+        /// The output's rows.
+        rows: usize,
+        /// The output's columns.
+        cols: usize,
+        /// M.
+        m: usize,
+        /// N.
+        n: usize,
+    },
+    /// The device's GEMM workspace is smaller than a `*_into` call needs.
+    #[error(
+        "this GEMM needs {needed} bytes of workspace and the device holds {available}; call \
+         Device::reserve_workspace({needed}) once beforehand (outside any CUDA graph capture), or use \
+         the allocating gemm functions, which grow it"
+    )]
+    WorkspaceTooSmall {
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes the device's workspace holds.
+        available: usize,
+    },
+    /// No GEMM kernel for this device tier.
+    #[error("{what} has no GEMM kernel for {arch:?} in this build; use the CPU backend for it")]
+    NoGemmKernel {
+        /// The device's tier.
+        arch: Arch,
+        /// What was asked.
+        what: &'static str,
+    },
+    /// A CUTLASS shim refused the arguments or failed to launch.
+    #[error("CUTLASS GEMM {kernel} failed: {status} (CUDA error code {cuda})")]
+    Cutlass {
+        /// The shim.
+        kernel: &'static str,
+        /// What went wrong.
+        status: &'static str,
+        /// The CUDA runtime's error code (0 if none).
+        cuda: i32,
     },
     /// A device pointer not aligned for the kernels' 16-byte vector accesses.
     #[error("{what} starts at device address {address:#x}, which is not 16-byte aligned; pass an aligned view")]

@@ -31,13 +31,18 @@ mod buffer;
 mod dequantize;
 mod device;
 mod error;
+mod gemm;
 mod params;
 mod quantize;
 
-pub use blockscale_formats::{GlobalScaleSource, NonFinite, NvFp4Recipe};
+pub use blockscale_formats::{Activation, Epilogue, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions};
 pub use buffer::{DeviceElement, DeviceQuantized, DeviceScales};
 pub use cudarc;
 pub use dequantize::{dequantize, dequantize_host, dequantize_into};
 pub use device::{Arch, Device};
 pub use error::CudaError;
-pub use quantize::{DeviceMatrix, QuantizeOptions, quantize, quantize_host, quantize_into};
+pub use gemm::{
+    DeviceEpilogue, DeviceMatrixMut, gemm, gemm_host, gemm_into, gemm_weight_only, gemm_weight_only_host,
+    gemm_weight_only_into, gemm_weight_only_workspace_size, gemm_workspace_size,
+};
+pub use quantize::{DeviceMatrix, quantize, quantize_host, quantize_into};

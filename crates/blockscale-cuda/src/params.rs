@@ -54,11 +54,52 @@ pub(crate) struct AmaxParams {
     pub k: u32,
 }
 
+/// `bs::SplitParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SplitParams {
+    pub x: u64,
+    pub out: u64,
+    pub x_stride: u64,
+    pub out_stride: u64,
+    pub rows: u32,
+    pub k: u32,
+    pub pieces: u32,
+    pub pad: u32,
+}
+
+/// `bs::CopyParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CopyParams {
+    pub src: u64,
+    pub dst: u64,
+    pub src_stride: u64,
+    pub dst_stride: u64,
+    pub rows: u32,
+    pub cols: u32,
+}
+
+/// `bs::Fp8ScaleParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fp8ScaleParams {
+    pub src: u64,
+    pub dst: u64,
+    pub rows: u32,
+    pub kb: u32,
+    pub tiles: u32,
+    pub mn_major: u32,
+}
+
 // The C++ structs have the same fields in the same order with natural alignment; these
 // sizes are what nvcc gives them (8-byte pointers, 4-byte scalars, tail padding to 8).
 const _: () = assert!(size_of::<QuantParams>() == 88 && align_of::<QuantParams>() == 8);
 const _: () = assert!(size_of::<DequantParams>() == 56 && align_of::<DequantParams>() == 8);
 const _: () = assert!(size_of::<AmaxParams>() == 40 && align_of::<AmaxParams>() == 8);
+const _: () = assert!(size_of::<SplitParams>() == 48 && align_of::<SplitParams>() == 8);
+const _: () = assert!(size_of::<CopyParams>() == 40 && align_of::<CopyParams>() == 8);
+const _: () = assert!(size_of::<Fp8ScaleParams>() == 32 && align_of::<Fp8ScaleParams>() == 8);
 
 // SAFETY: plain #[repr(C)] structs of integers and floats, passed by value to kernels
 // whose parameter types have the identical layout (kernels/common/params.cuh).
@@ -67,3 +108,9 @@ unsafe impl DeviceRepr for QuantParams {}
 unsafe impl DeviceRepr for DequantParams {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for AmaxParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for SplitParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for CopyParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for Fp8ScaleParams {}

@@ -1,8 +1,8 @@
 //! Quantization on the device: validation, the NVFP4 amax pass, the kernel launch.
 
 use blockscale_formats::{
-    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantShape, QuantizedMatrix, ScaleLayout,
-    ScaleRule, Scheme, check_recipe,
+    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantShape, QuantizeOptions, QuantizedMatrix,
+    ScaleLayout, ScaleRule, Scheme, check_recipe,
 };
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ndarray::ArrayView2;
@@ -10,59 +10,6 @@ use ndarray::ArrayView2;
 use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::params::{AmaxParams, QuantParams};
 use crate::{CudaError, Device};
-
-/// Options for [`quantize`]: the same recipe choices as the CPU backend's
-/// (`blockscale_cpu::QuantizeOptions`, minus its threading and SIMD knobs), with the
-/// same defaults, and the same bytes for the same choices.
-#[derive(Clone, Copy, Debug, PartialEq, Default)]
-pub struct QuantizeOptions {
-    /// Layout of the output scales (NVFP4 and MX only may be swizzled).
-    pub scale_layout: ScaleLayout,
-    /// UE8M0 scale rule of the MX schemes.
-    pub scale_rule: ScaleRule,
-    /// NVFP4 block recipe.
-    pub nvfp4_recipe: NvFp4Recipe,
-    /// NVFP4 per-tensor scale.
-    pub global_scale: GlobalScaleSource,
-    /// Layout of the packed data (block-interleaved for 4-bit schemes with K % 32 == 0).
-    pub data_layout: DataLayout,
-    /// NaN / ±Inf handling. `Error` reads a flag back after the kernel (a stream
-    /// synchronisation); `Poison` does not.
-    pub non_finite: NonFinite,
-}
-
-impl QuantizeOptions {
-    /// Sets [`Self::scale_layout`].
-    pub fn with_scale_layout(mut self, layout: ScaleLayout) -> Self {
-        self.scale_layout = layout;
-        self
-    }
-    /// Sets [`Self::scale_rule`].
-    pub fn with_scale_rule(mut self, rule: ScaleRule) -> Self {
-        self.scale_rule = rule;
-        self
-    }
-    /// Sets [`Self::nvfp4_recipe`].
-    pub fn with_nvfp4_recipe(mut self, recipe: NvFp4Recipe) -> Self {
-        self.nvfp4_recipe = recipe;
-        self
-    }
-    /// Sets [`Self::global_scale`].
-    pub fn with_global_scale(mut self, source: GlobalScaleSource) -> Self {
-        self.global_scale = source;
-        self
-    }
-    /// Sets [`Self::data_layout`].
-    pub fn with_data_layout(mut self, layout: DataLayout) -> Self {
-        self.data_layout = layout;
-        self
-    }
-    /// Sets [`Self::non_finite`].
-    pub fn with_non_finite(mut self, policy: NonFinite) -> Self {
-        self.non_finite = policy;
-        self
-    }
-}
 
 /// A row-major matrix in device memory: `rows x k` elements, row `r` starting at element
 /// `r * row_stride` of `data`.
