@@ -13,7 +13,8 @@ pub fn run(backend: &str) -> Result<()> {
         "cpu" => util::run(cargo().args(["bench", "-p", "blockscale-formats", "-p", "blockscale-cpu"])),
         "cuda" => {
             setup_cuda::cuda(false)?;
-            util::run(cargo().args(["bench", "-p", "blockscale-cuda", "--bench", "quantize_cuda"]))
+            util::run(cargo().args(["bench", "-p", "blockscale-cuda", "--bench", "quantize_cuda"]))?;
+            util::run(cargo().args(["bench", "-p", "blockscale-cuda", "--bench", "gemm_cuda"]))
         }
         other => bail!("unknown backend {other:?}: expected cpu or cuda"),
     }
