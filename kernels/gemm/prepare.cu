@@ -103,8 +103,10 @@ extern "C" __global__ void __launch_bounds__(256) gemm_fp8_scales(const bs::Fp8S
     const uint64_t total = (uint64_t)p.rows * p.kb;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (uint64_t)gridDim.x * blockDim.x) {
-        const uint32_t r = (uint32_t)(i / p.kb), c = (uint32_t)(i % p.kb);
-        const float s = p.src[(uint64_t)(p.tiles ? r / 128u : r) * p.kb + c];
-        p.dst[p.mn_major ? (uint64_t)c * p.rows + r : i] = s;
+        // Walk in destination order, so that a warp's stores are coalesced (its loads,
+        // strided by K/128 floats, are served from L1/L2: the whole grid is small).
+        const uint32_t r = p.mn_major ? (uint32_t)(i % p.rows) : (uint32_t)(i / p.kb);
+        const uint32_t c = p.mn_major ? (uint32_t)(i / p.rows) : (uint32_t)(i % p.kb);
+        p.dst[i] = p.src[(uint64_t)(p.tiles ? r / 128u : r) * p.kb + c];
     }
 }
