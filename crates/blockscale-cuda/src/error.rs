@@ -89,6 +89,17 @@ pub enum CudaError {
         /// Bytes per element.
         elem_bytes: usize,
     },
+    /// A GEMM operand or output whose row stride is smaller than its row (any larger
+    /// stride works: what the kernels cannot address directly is staged).
+    #[error("the row stride {row_stride} of the {what} is smaller than its rows of {width} elements")]
+    StrideTooSmall {
+        /// Which matrix.
+        what: &'static str,
+        /// The stride given (elements).
+        row_stride: usize,
+        /// Elements per row.
+        width: usize,
+    },
     /// A matrix beyond the kernels' index range.
     #[error("a {rows} x {k} matrix is too large for the CUDA kernels: {limit}; split it into row ranges")]
     TooLarge {

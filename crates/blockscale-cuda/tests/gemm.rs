@@ -593,7 +593,7 @@ fn bad_input_is_a_typed_error() {
     ));
     assert!(matches!(
         gemm_into(&dev, &a, &b, &epi, DeviceMatrixMut { data: &mut out, rows: 16, cols: 32, row_stride: 31 }),
-        Err(CudaError::BadStride { .. })
+        Err(CudaError::StrideTooSmall { .. })
     ));
     assert!(matches!(
         gemm_into(&dev, &a, &b, &epi, DeviceMatrixMut { data: &mut out, rows: 16, cols: 32, row_stride: 40 }),
@@ -616,7 +616,7 @@ fn bad_input_is_a_typed_error() {
     let short = DeviceMatrix { data: &x, rows: 17, k: 64, row_stride: 64 };
     assert!(matches!(gemm_weight_only::<bf16, f32>(&dev, short, &b, &epi), Err(CudaError::BufferLength { .. })));
     let narrow = DeviceMatrix { data: &x, rows: 16, k: 64, row_stride: 60 };
-    assert!(matches!(gemm_weight_only::<bf16, f32>(&dev, narrow, &b, &epi), Err(CudaError::BadStride { .. })));
+    assert!(matches!(gemm_weight_only::<bf16, f32>(&dev, narrow, &b, &epi), Err(CudaError::StrideTooSmall { .. })));
     let empty = DeviceMatrix { data: &x, rows: 0, k: 64, row_stride: 64 };
     assert!(matches!(gemm_weight_only::<bf16, f32>(&dev, empty, &b, &epi), Err(CudaError::Format(_))));
 }

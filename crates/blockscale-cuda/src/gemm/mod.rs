@@ -155,7 +155,7 @@ fn check_output<O>(out: &DeviceMatrixMut<'_, O>, m: usize, n: usize) -> Result<(
         return Err(CudaError::OutputShape { rows: out.rows, cols: out.cols, m, n });
     }
     if out.row_stride < n {
-        return Err(CudaError::BadStride { row_stride: out.row_stride, k: n, elem_bytes: size_of::<O>() });
+        return Err(CudaError::StrideTooSmall { what: "output", row_stride: out.row_stride, width: n });
     }
     let needed = (m - 1) * out.row_stride + n;
     if out.data.len() < needed {
@@ -538,7 +538,7 @@ pub fn gemm<O: DeviceElement>(
 /// ```
 ///
 /// # Errors
-/// As [`gemm`], plus [`CudaError::OutputShape`], [`CudaError::BadStride`] and
+/// As [`gemm`], plus [`CudaError::OutputShape`], [`CudaError::StrideTooSmall`] and
 /// [`CudaError::BufferLength`] for the output, and [`CudaError::WorkspaceTooSmall`].
 pub fn gemm_into<O: DeviceElement>(
     dev: &Device,
@@ -592,7 +592,7 @@ fn check_activations<I>(x: &DeviceMatrix<'_, I>) -> Result<(), CudaError> {
         return Err(blockscale_formats::FormatError::EmptyShape { rows: 0, cols: x.k }.into());
     }
     if x.row_stride < x.k {
-        return Err(CudaError::BadStride { row_stride: x.row_stride, k: x.k, elem_bytes: size_of::<I>() });
+        return Err(CudaError::StrideTooSmall { what: "activations", row_stride: x.row_stride, width: x.k });
     }
     let needed = (x.rows - 1) * x.row_stride + x.k;
     if x.data.len() < needed {
@@ -606,7 +606,7 @@ fn check_activations<I>(x: &DeviceMatrix<'_, I>) -> Result<(), CudaError> {
 /// M x N buffer of `O`. For prefill sizes (M > 16); decode sizes work too, at GEMM speed.
 ///
 /// # Errors
-/// As [`gemm`], plus [`CudaError::BufferLength`] / [`CudaError::BadStride`] for `x`.
+/// As [`gemm`], plus [`CudaError::BufferLength`] / [`CudaError::StrideTooSmall`] for `x`.
 pub fn gemm_weight_only<I: DeviceElement, O: DeviceElement>(
     dev: &Device,
     x: DeviceMatrix<'_, I>,
