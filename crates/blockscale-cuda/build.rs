@@ -235,16 +235,7 @@ fn compile_shim(nvcc: &Path, flags: &[String], cutlass: &Path, arch: &str, src: 
         .arg(tmp.join(format!("{stem}.o")))
         .arg(src);
     let started = std::time::Instant::now();
-    let output = cmd.output().unwrap_or_else(|e| panic!("could not run {}: {e}", nvcc.display()));
-    if !output.status.success() {
-        panic!(
-            "\n\nnvcc failed on {}:\n$ {:?}\n{}{}\n",
-            src.display(),
-            cmd,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+    let output = run_nvcc(&mut cmd, src);
     // Keep the object, the cubin and ptxas's report; drop the other intermediates
     // (hundreds of MB of preprocessed source).
     for e in std::fs::read_dir(&tmp).expect("reading the nvcc keep folder").flatten() {
@@ -310,7 +301,14 @@ fn compile(nvcc: &Path, flags: &[String], src: &Path, out: &Path) -> (String, Pa
     let dst = out.join(format!("{name}.fatbin"));
     let mut cmd = Command::new(nvcc);
     cmd.args(flags).arg("-fatbin").arg("-o").arg(&dst).arg(src);
-    let output = cmd.output().unwrap_or_else(|e| panic!("could not run {}: {e}", nvcc.display()));
+    run_nvcc(&mut cmd, src);
+    (name, dst)
+}
+
+/// Runs an nvcc command on `src`, failing the build with the command and its output;
+/// returns the output (ptxas's `-v` report is on stderr).
+fn run_nvcc(cmd: &mut Command, src: &Path) -> std::process::Output {
+    let output = cmd.output().unwrap_or_else(|e| panic!("could not run {:?}: {e}", cmd.get_program()));
     if !output.status.success() {
         panic!(
             "\n\nnvcc failed on {}:\n$ {:?}\n{}{}\n",
@@ -320,5 +318,5 @@ fn compile(nvcc: &Path, flags: &[String], src: &Path, out: &Path) -> (String, Pa
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    (name, dst)
+    output
 }

@@ -73,6 +73,23 @@ using FusedEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::epilogue::fusion::LinCombPerColBiasEltAct<RuntimeActivation, ElementD, float, float, ElementD, float>>::
     CollectiveOp;
 
+// The strides of row-major A (M x K), K-major B (N x K) and row-major D (M x N) with the
+// caller's leading dimensions.
+template <class Kernel>
+struct Strides {
+    typename Kernel::StrideA a;
+    typename Kernel::StrideB b;
+    typename Kernel::StrideD d;
+    explicit Strides(const BsGemmArgs& p)
+        : a(cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, make_shape(p.m, p.k, 1))),
+          b(cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, make_shape(p.n, p.k, 1))),
+          d(cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, make_shape(p.m, p.n, 1))) {
+        get<0>(a) = p.lda;
+        get<0>(b) = p.ldb;
+        get<0>(d) = p.ldd;
+    }
+};
+
 template <class ElementD, class Config>
 struct Bf16Gemm {
     using Epi = FusedEpilogue<ElementD, Config>;
@@ -89,20 +106,12 @@ struct Bf16Gemm {
     static bool accepts(const BsGemmArgs&) { return true; }
 
     static typename Gemm::Arguments arguments(const BsGemmArgs& p) {
-        using SA = typename Kernel::StrideA;
-        using SB = typename Kernel::StrideB;
-        using SD = typename Kernel::StrideD;
-        SA sa = cutlass::make_cute_packed_stride(SA{}, make_shape(p.m, p.k, 1));
-        SB sb = cutlass::make_cute_packed_stride(SB{}, make_shape(p.n, p.k, 1));
-        SD sd = cutlass::make_cute_packed_stride(SD{}, make_shape(p.m, p.n, 1));
-        get<0>(sa) = p.lda;
-        get<0>(sb) = p.ldb;
-        get<0>(sd) = p.ldd;
+        const Strides<Kernel> st(p);
         typename Gemm::Arguments args{
             cutlass::gemm::GemmUniversalMode::kGemm,
             {p.m, p.n, p.k, 1},
-            {static_cast<const cutlass::bfloat16_t*>(p.a), sa, static_cast<const cutlass::bfloat16_t*>(p.b), sb},
-            {{}, nullptr, sd, static_cast<ElementD*>(p.d), sd}};
+            {static_cast<const cutlass::bfloat16_t*>(p.a), st.a, static_cast<const cutlass::bfloat16_t*>(p.b), st.b},
+            {{}, nullptr, st.d, static_cast<ElementD*>(p.d), st.d}};
         return args;
     }
 };
@@ -128,23 +137,15 @@ struct Fp8BlockwiseGemm {
     static bool accepts(const BsGemmArgs& p) { return (p.sfa_mn_major != 0) == Config::sfa_mn_major; }
 
     static typename Gemm::Arguments arguments(const BsGemmArgs& p) {
-        using SA = typename Kernel::StrideA;
-        using SB = typename Kernel::StrideB;
-        using SD = typename Kernel::StrideD;
-        SA sa = cutlass::make_cute_packed_stride(SA{}, make_shape(p.m, p.k, 1));
-        SB sb = cutlass::make_cute_packed_stride(SB{}, make_shape(p.n, p.k, 1));
-        SD sd = cutlass::make_cute_packed_stride(SD{}, make_shape(p.m, p.n, 1));
-        get<0>(sa) = p.lda;
-        get<0>(sb) = p.ldb;
-        get<0>(sd) = p.ldd;
+        const Strides<Kernel> st(p);
         auto lsfa = ScaleConfig::tile_atom_to_shape_SFA(make_shape(p.m, p.n, p.k, 1));
         auto lsfb = ScaleConfig::tile_atom_to_shape_SFB(make_shape(p.m, p.n, p.k, 1));
         typename Gemm::Arguments args{
             cutlass::gemm::GemmUniversalMode::kGemm,
             {p.m, p.n, p.k, 1},
-            {static_cast<const cutlass::float_e4m3_t*>(p.a), sa, static_cast<const cutlass::float_e4m3_t*>(p.b), sb,
+            {static_cast<const cutlass::float_e4m3_t*>(p.a), st.a, static_cast<const cutlass::float_e4m3_t*>(p.b), st.b,
              p.sfa, lsfa, p.sfb, lsfb},
-            {{}, nullptr, sd, static_cast<ElementD*>(p.d), sd}};
+            {{}, nullptr, st.d, static_cast<ElementD*>(p.d), st.d}};
         return args;
     }
 };

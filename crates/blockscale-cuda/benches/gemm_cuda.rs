@@ -11,39 +11,21 @@
 //! 3 warm-up launches). `BLOCKSCALE_BENCH_FILTER=text` keeps the cases whose label
 //! contains `text`.
 
+mod common;
+
 use std::ffi::c_void;
 use std::sync::Arc;
 
 use blockscale_cuda::cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as blas};
 use blockscale_cuda::cudarc::cublaslt::{result as lt, sys as ltsys};
-use blockscale_cuda::cudarc::driver::sys::CUevent_flags;
 use blockscale_cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use blockscale_cuda::{
     Device, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized, QuantizeOptions, gemm_into,
     gemm_weight_only_into, gemm_weight_only_workspace_size, gemm_workspace_size, quantize,
 };
 use blockscale_formats::{Fp8Tile, ScaleLayout, Scheme};
+use common::time;
 use half::bf16;
-
-/// Median seconds per call of `f` (10 calls per timed repetition, 7 repetitions).
-fn time(stream: &Arc<CudaStream>, mut f: impl FnMut()) -> f64 {
-    for _ in 0..3 {
-        f();
-    }
-    let mut reps: Vec<f64> = (0..7)
-        .map(|_| {
-            let start = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-            for _ in 0..10 {
-                f();
-            }
-            let end = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-            end.synchronize().unwrap();
-            start.elapsed_ms(&end).unwrap() as f64 / 1e3 / 10.0
-        })
-        .collect();
-    reps.sort_by(f64::total_cmp);
-    reps[3]
-}
 
 fn random_bf16(dev: &Device, len: usize, seed: u64) -> CudaSlice<bf16> {
     let mut s = seed;
@@ -175,7 +157,7 @@ impl LtFp8 {
 
     /// The best median over the heuristic's algorithms.
     fn best(&mut self, stream: &Arc<CudaStream>, a: u64, b: u64, d: u64) -> f64 {
-        (0..self.algos.len()).map(|i| time(stream, || self.run(stream, i, a, b, d))).fold(f64::INFINITY, f64::min)
+        (0..self.algos.len()).map(|i| time(stream, 10, || self.run(stream, i, a, b, d))).fold(f64::INFINITY, f64::min)
     }
 }
 
@@ -218,7 +200,7 @@ fn anchors(dev: &Device, blas: &CudaBlas, (m, n, k): (usize, usize, usize)) -> A
         ldc: n as i32,
     };
     // SAFETY: the buffers hold the elements the configuration addresses.
-    let bf16_t = time(stream, || unsafe { blas.gemm(cfg, &b, &a, &mut d) }.unwrap());
+    let bf16_t = time(stream, 10, || unsafe { blas.gemm(cfg, &b, &a, &mut d) }.unwrap());
     drop((a, b));
 
     let (a8, b8) = (random_u8(dev, m * k, 7), random_u8(dev, n * k, 8));
@@ -320,7 +302,7 @@ fn main() {
             let (a, b) = (quantized(&dev, m, k, sa, 3), quantized(&dev, n, k, sb, 4));
             dev.reserve_workspace(gemm_workspace_size::<bf16>(&dev, &a, &b, n).unwrap()).unwrap();
             let call = || gemm_into(&dev, &a, &b, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
-            let t = time(dev.stream(), call);
+            let t = time(dev.stream(), 10, call);
             row(name, flop, t, &an);
         }
         if n == 4096 && k == 4096 {
@@ -336,7 +318,7 @@ fn main() {
                 let xm = DeviceMatrix::new(&x, m, k);
                 dev.reserve_workspace(gemm_weight_only_workspace_size::<bf16, bf16>(&dev, xm, &w, n).unwrap()).unwrap();
                 let call = || gemm_weight_only_into(&dev, xm, &w, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
-                let t = time(dev.stream(), call);
+                let t = time(dev.stream(), 10, call);
                 row(name, flop, t, &an);
             }
         }

@@ -9,35 +9,16 @@
 //! times of back-to-back launches into preallocated buffers, median of 7 repetitions of
 //! 20 launches.
 
+mod common;
+
 use blockscale_cuda::cudarc::driver::CudaSlice;
-use blockscale_cuda::cudarc::driver::sys::CUevent_flags;
 use blockscale_cuda::{
     Device, DeviceMatrix, DeviceQuantized, GlobalScaleSource, NonFinite, QuantizeOptions, dequantize_into, quantize,
     quantize_into,
 };
 use blockscale_formats::{DataLayout, Fp8Tile, GlobalScale, ScaleLayout, Scheme};
+use common::time;
 use half::bf16;
-
-/// Median seconds per call of `f` (20 calls per timed repetition, 7 repetitions).
-fn time(dev: &Device, mut f: impl FnMut()) -> f64 {
-    for _ in 0..3 {
-        f();
-    }
-    let mut reps: Vec<f64> = (0..7)
-        .map(|_| {
-            let s = dev.stream();
-            let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-            for _ in 0..20 {
-                f();
-            }
-            let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-            end.synchronize().unwrap();
-            start.elapsed_ms(&end).unwrap() as f64 / 1e3 / 20.0
-        })
-        .collect();
-    reps.sort_by(f64::total_cmp);
-    reps[3]
-}
 
 fn input(dev: &Device, rows: usize, k: usize) -> CudaSlice<bf16> {
     let mut s = 0x5eed_u64;
@@ -65,7 +46,7 @@ fn main() {
     let bytes = 128usize << 20;
     let src = dev.stream().alloc_zeros::<u8>(bytes).unwrap();
     let mut dst = dev.stream().alloc_zeros::<u8>(bytes).unwrap();
-    let t = time(&dev, || dev.stream().memcpy_dtod(&src, &mut dst).unwrap());
+    let t = time(dev.stream(), 20, || dev.stream().memcpy_dtod(&src, &mut dst).unwrap());
     let copy_gbs = 2.0 * bytes as f64 / t / 1e9;
     println!("\ndevice-to-device copy (anchor): {:.1} us, {copy_gbs:.0} GB/s (read + written)", t * 1e6);
     drop((src, dst));
@@ -98,7 +79,7 @@ fn main() {
             .with_global_scale(if scheme == Scheme::NvFp4 { given } else { GlobalScaleSource::TensorAmax })
             .with_non_finite(NonFinite::Poison);
         let mut out = DeviceQuantized::alloc(&dev, scheme, rows, k, layout, DataLayout::RowMajor).unwrap();
-        let t = time(&dev, || quantize_into(&dev, m, &opts, &mut out).unwrap());
+        let t = time(dev.stream(), 20, || quantize_into(&dev, m, &opts, &mut out).unwrap());
         let moved = rows * k * 2
             + out.shape().data_bytes
             + out.shape().scale_len(layout).unwrap() * scheme.scale_format().bytes();
@@ -109,7 +90,7 @@ fn main() {
         QuantizeOptions::default().with_scale_layout(ScaleLayout::Swizzled128x4).with_non_finite(NonFinite::Poison);
     let mut out =
         DeviceQuantized::alloc(&dev, Scheme::NvFp4, rows, k, ScaleLayout::Swizzled128x4, DataLayout::RowMajor).unwrap();
-    let with_amax = time(&dev, || quantize_into(&dev, m, &nv, &mut out).unwrap());
+    let with_amax = time(dev.stream(), 20, || quantize_into(&dev, m, &nv, &mut out).unwrap());
     report(
         "quantize nvfp4 + amax pass",
         with_amax,
@@ -128,7 +109,7 @@ fn main() {
         )
         .unwrap();
         let mut y = dev.stream().alloc_zeros::<bf16>(rows * k).unwrap();
-        let t = time(&dev, || dequantize_into(&dev, &q, &mut y, k).unwrap());
+        let t = time(dev.stream(), 20, || dequantize_into(&dev, &q, &mut y, k).unwrap());
         let moved = rows * k * 2 + q.shape().data_bytes + q.shape().scale_len(layout).unwrap();
         report(&format!("dequantize {name} -> bf16"), t, moved);
     }
@@ -157,7 +138,7 @@ fn small_shapes(dev: &Device, what: &str, given: GlobalScaleSource) {
                 .with_global_scale(if scheme == Scheme::NvFp4 { given } else { GlobalScaleSource::TensorAmax })
                 .with_non_finite(NonFinite::Poison);
             let mut out = DeviceQuantized::alloc(dev, scheme, r, 4096, layout, DataLayout::RowMajor).unwrap();
-            let t = time(dev, || quantize_into(dev, ms, &opts, &mut out).unwrap());
+            let t = time(dev.stream(), 20, || quantize_into(dev, ms, &opts, &mut out).unwrap());
             println!("{:<30} {:>10.2}", format!("quantize {name} {r} x 4096"), t * 1e6);
         }
     }

@@ -4,11 +4,13 @@
 //! and off, every output type, outputs with row strides TMA can and cannot write,
 //! NaN-poisoned outputs (an unwritten element fails), NaN blocks, a CUDA graph replay,
 //! and the typed errors. Exact data must match bit for bit; random data must sit within
-//! the kernel's documented bound (docs/KERNELS.md, "GEMM accuracy").
+//! the kernel's documented bound (docs/KERNELS.md, "Accumulation and the bound the tests use").
 //!
 //! Needs a Hopper GPU (compute capability 9.0; 12.x devices have no GEMM kernels yet and
 //! check only the typed error). Without one every test prints why and passes, unless
 //! BLOCKSCALE_REQUIRE_GPU=1.
+
+mod common;
 
 use blockscale_cpu as cpu;
 use blockscale_cuda::cudarc::driver::CudaSlice;
@@ -22,22 +24,9 @@ use blockscale_formats::{
     DataLayout, Fp8Tile, GlobalScale, GlobalScaleSource, NonFinite, QuantizeOptions, QuantizedMatrix, ScaleLayout,
     Scheme,
 };
+use common::device;
 use half::{bf16, f16};
 use ndarray::Array2;
-
-fn device() -> Option<Device> {
-    match Device::new(0) {
-        Ok(d) => {
-            eprintln!("GPU: {} ({:?}, {} SMs)", d.name(), d.arch(), d.sm_count());
-            Some(d)
-        }
-        Err(e) => {
-            assert!(std::env::var("BLOCKSCALE_REQUIRE_GPU").as_deref() != Ok("1"), "BLOCKSCALE_REQUIRE_GPU=1 but: {e}");
-            eprintln!("SKIPPED: no usable GPU ({e})");
-            None
-        }
-    }
-}
 
 /// A Hopper device, or None (printing why) when the GEMM kernels cannot run here.
 fn hopper() -> Option<Device> {

@@ -7,28 +7,17 @@
 //! passes, unless BLOCKSCALE_REQUIRE_GPU=1 (set by the GPU bundle's run script), which
 //! turns the skip into a failure.
 
+mod common;
+
 use blockscale_cpu as cpu;
 use blockscale_cuda::{self as gpu, Device, DeviceMatrix, DeviceQuantized};
 use blockscale_formats::{
     DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizedMatrix, ScaleData, ScaleLayout,
     ScaleRule, Scheme,
 };
+use common::device;
 use half::{bf16, f16};
 use ndarray::Array2;
-
-fn device() -> Option<Device> {
-    match Device::new(0) {
-        Ok(d) => {
-            eprintln!("GPU: {} ({:?}, {} SMs)", d.name(), d.arch(), d.sm_count());
-            Some(d)
-        }
-        Err(e) => {
-            assert!(std::env::var("BLOCKSCALE_REQUIRE_GPU").as_deref() != Ok("1"), "BLOCKSCALE_REQUIRE_GPU=1 but: {e}");
-            eprintln!("SKIPPED: no usable GPU ({e})");
-            None
-        }
-    }
-}
 
 /// Seeded data with ties, zeros, outliers, subnormal-scale blocks and (if asked) NaN/Inf.
 fn data(n: usize, seed: u64, specials: bool) -> Vec<f32> {

@@ -469,15 +469,24 @@ fn run<I: DeviceElement, O: DeviceElement>(
 
 /// Checks that a quantized pair multiplies.
 fn check_pair(a: &DeviceQuantized, b: &DeviceQuantized) -> Result<(), CudaError> {
-    a.scheme().pairs_with(b.scheme()).map_err(|hint| CudaError::UnsupportedPair {
-        a: a.scheme(),
-        b: b.scheme(),
-        hint,
-    })?;
-    if a.shape().k != b.shape().k {
-        return Err(CudaError::KMismatch { a: a.shape().k, b: b.shape().k });
+    check_schemes((a.scheme(), a.shape().k), (b.scheme(), b.shape().k))
+}
+
+/// The pair rule on schemes and K alone (also for host matrices, before any upload).
+fn check_schemes((sa, ka): (Scheme, usize), (sb, kb): (Scheme, usize)) -> Result<(), CudaError> {
+    sa.pairs_with(sb).map_err(|hint| CudaError::UnsupportedPair { a: sa, b: sb, hint })?;
+    if ka != kb {
+        return Err(CudaError::KMismatch { a: ka, b: kb });
     }
     Ok(())
+}
+
+/// A new contiguous M x N output.
+fn alloc_output<O: DeviceElement>(dev: &Device, m: usize, n: usize) -> Result<CudaSlice<O>, CudaError> {
+    // SAFETY: the GEMM writes every one of the m x n outputs before anything reads them
+    // (the values are only meaningful after the queued work; uninitialised f32/f16/bf16
+    // bits are valid values).
+    unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))
 }
 
 /// The GEMM of two quantized device matrices, `a` (M x K) and `b` (N x K), into a new
@@ -505,11 +514,7 @@ pub fn gemm<O: DeviceElement>(
 ) -> Result<CudaSlice<O>, CudaError> {
     check_pair(a, b)?;
     let (m, n) = (a.shape().rows, b.shape().rows);
-    // SAFETY: the GEMM writes every one of the m x n outputs before anything reads them
-    // (the values are only meaningful after the queued work; uninitialised f32/f16/bf16
-    // bits are valid values).
-    let mut out =
-        unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))?;
+    let mut out = alloc_output::<O>(dev, m, n)?;
     let alpha = epilogue.alpha_quantized(a.global_scale(), b.global_scale());
     run(dev, Lhs::<half::bf16>::Quantized(a), b, alpha, epilogue, DeviceMatrixMut::new(&mut out, m, n), true)?;
     Ok(out)
@@ -615,9 +620,7 @@ pub fn gemm_weight_only<I: DeviceElement, O: DeviceElement>(
 ) -> Result<CudaSlice<O>, CudaError> {
     check_activations(&x)?;
     let (m, n) = (x.rows, w.shape().rows);
-    // SAFETY: the GEMM writes every one of the m x n outputs before anything reads them.
-    let mut out =
-        unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))?;
+    let mut out = alloc_output::<O>(dev, m, n)?;
     let alpha = epilogue.alpha_weight_only(w.scheme(), w.global_scale());
     run(dev, Lhs::Activations(x), w, alpha, epilogue, DeviceMatrixMut::new(&mut out, m, n), true)?;
     Ok(out)
@@ -640,9 +643,17 @@ pub fn gemm_weight_only_into<I: DeviceElement, O: DeviceElement>(
     run(dev, Lhs::Activations(x), w, alpha, epilogue, out, false)
 }
 
-/// Copies a host epilogue's bias to the device.
-fn device_bias(dev: &Device, epilogue: &Epilogue<'_>) -> Result<Option<CudaSlice<f32>>, CudaError> {
-    epilogue.bias.map(|b| dev.stream().clone_htod(b).map_err(CudaError::alloc("the bias", b.len() * 4))).transpose()
+/// Runs `f` with a host epilogue turned into a device one (its bias copied over).
+fn on_device<R>(
+    dev: &Device,
+    epilogue: &Epilogue<'_>,
+    f: impl FnOnce(&DeviceEpilogue<'_>) -> Result<R, CudaError>,
+) -> Result<R, CudaError> {
+    let bias = epilogue
+        .bias
+        .map(|b| dev.stream().clone_htod(b).map_err(CudaError::alloc("the bias", b.len() * 4)))
+        .transpose()?;
+    f(&DeviceEpilogue { alpha: epilogue.alpha, bias: bias.as_ref(), activation: epilogue.activation })
 }
 
 fn to_host<O: DeviceElement>(dev: &Device, d: &CudaSlice<O>, m: usize, n: usize) -> Result<Array2<O>, CudaError> {
@@ -661,15 +672,9 @@ pub fn gemm_host<O: DeviceElement>(
     b: &QuantizedMatrix,
     epilogue: &Epilogue<'_>,
 ) -> Result<Array2<O>, CudaError> {
-    a.scheme().pairs_with(b.scheme()).map_err(|hint| CudaError::UnsupportedPair {
-        a: a.scheme(),
-        b: b.scheme(),
-        hint,
-    })?;
+    check_schemes((a.scheme(), a.k()), (b.scheme(), b.k()))?;
     let (da, db) = (DeviceQuantized::from_host(dev, a)?, DeviceQuantized::from_host(dev, b)?);
-    let bias = device_bias(dev, epilogue)?;
-    let epi = DeviceEpilogue { alpha: epilogue.alpha, bias: bias.as_ref(), activation: epilogue.activation };
-    let d = gemm::<O>(dev, &da, &db, &epi)?;
+    let d = on_device(dev, epilogue, |epi| gemm::<O>(dev, &da, &db, epi))?;
     to_host(dev, &d, a.rows(), b.rows())
 }
 
@@ -691,8 +696,6 @@ pub fn gemm_weight_only_host<I: DeviceElement, O: DeviceElement>(
     let flat = host.as_slice().expect("standard layout is contiguous");
     let dx = dev.stream().clone_htod(flat).map_err(CudaError::alloc("the activations", std::mem::size_of_val(flat)))?;
     let dw = DeviceQuantized::from_host(dev, w)?;
-    let bias = device_bias(dev, epilogue)?;
-    let epi = DeviceEpilogue { alpha: epilogue.alpha, bias: bias.as_ref(), activation: epilogue.activation };
-    let d = gemm_weight_only::<I, O>(dev, DeviceMatrix::new(&dx, m, k), &dw, &epi)?;
+    let d = on_device(dev, epilogue, |epi| gemm_weight_only::<I, O>(dev, DeviceMatrix::new(&dx, m, k), &dw, epi))?;
     to_host(dev, &d, m, w.rows())
 }
