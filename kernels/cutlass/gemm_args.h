@@ -46,7 +46,7 @@ enum {
     BS_GEMM_INIT = 3,              // CUTLASS's initialize failed
     BS_GEMM_LAUNCH = 4,            // the launch failed (cudaGetLastError is reported)
     BS_GEMM_CONFIG = 5,            // no such tile configuration
-    BS_GEMM_ARCH = 6               // compiled without this architecture's kernels
+    BS_GEMM_ARCH = 6               // no kernel for this GPU's architecture (built without it, or another GPU)
 };
 
 #ifdef __cplusplus

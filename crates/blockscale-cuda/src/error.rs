@@ -172,6 +172,15 @@ pub enum CudaError {
         /// What was asked.
         what: &'static str,
     },
+    /// K is not a multiple of what the kernel's 16-byte TMA loads need (SM120 tier: 32
+    /// for FP4 pairs, 16 for MXFP8, 128 for MXFP6 and FP8 block).
+    #[error("K = {k} is not a multiple of {multiple}, which this GEMM kernel's 16-byte loads need")]
+    KAlignment {
+        /// The operands' K.
+        k: usize,
+        /// The multiple needed.
+        multiple: usize,
+    },
     /// A CUTLASS shim refused the arguments or failed to launch.
     #[error("CUTLASS GEMM {kernel} failed: {status} (CUDA error code {cuda})")]
     Cutlass {

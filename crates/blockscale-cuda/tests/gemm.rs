@@ -6,9 +6,9 @@
 //! and the typed errors. Exact data must match bit for bit; random data must sit within
 //! the kernel's documented bound (docs/KERNELS.md, "Accumulation and the bound the tests use").
 //!
-//! Needs a Hopper GPU (compute capability 9.0; 12.x devices have no GEMM kernels yet and
-//! check only the typed error). Without one every test prints why and passes, unless
-//! BLOCKSCALE_REQUIRE_GPU=1.
+//! Needs a GPU: the Hopper tests run on compute capability 9.0, the `sm120_` ones on
+//! 12.x (what the SM120 tier has no kernel for is checked as a typed error there).
+//! Without one every test prints why and passes, unless BLOCKSCALE_REQUIRE_GPU=1.
 
 mod common;
 
@@ -28,11 +28,11 @@ use common::device;
 use half::{bf16, f16};
 use ndarray::Array2;
 
-/// A Hopper device, or None (printing why) when the GEMM kernels cannot run here.
+/// A Hopper device, or None (printing why) for the Hopper-tier tests.
 fn hopper() -> Option<Device> {
     let dev = device()?;
     if dev.arch() != Arch::Sm90 {
-        eprintln!("SKIPPED: {:?} has no GEMM kernels yet", dev.arch());
+        eprintln!("SKIPPED: a Hopper-tier test, and this is {:?}", dev.arch());
         return None;
     }
     Some(dev)
@@ -221,8 +221,10 @@ fn run_case<O: DeviceElement + cpu::Output>(dev: &Device, c: &Case, seed: u64) {
     let mut rng = Rng(seed | 1);
     let xa = data(&mut rng, c.m, c.k, c.a, c.exact);
     let xb = data(&mut rng, c.n, c.k, c.b, c.exact);
-    let (qa, qb) =
-        (quantize(&xa, c.m, c.k, c.a, ScaleLayout::Linear, c.exact), quantize(&xb, c.n, c.k, c.b, c.layout, c.exact));
+    // Hopper takes either layout (A Linear exercises the other one); SM120 reads both
+    // operands' scales in the layout of the case.
+    let a_layout = if dev.arch() == Arch::Sm120 { c.layout } else { ScaleLayout::Linear };
+    let (qa, qb) = (quantize(&xa, c.m, c.k, c.a, a_layout, c.exact), quantize(&xb, c.n, c.k, c.b, c.layout, c.exact));
     let bias: Vec<f32> = (0..c.n).map(|_| rng.value()).collect();
     // Random NVFP4 keeps alpha from the operands' global scales (folded on the device).
     let alpha = if c.exact || c.a == Scheme::NvFp4 { None } else { Some(0.75f32) };
@@ -326,6 +328,49 @@ fn every_pair_matches_the_reference() {
                     1 => run_case::<f16>(&dev, &c, seed),
                     _ => run_case::<f32>(&dev, &c, seed),
                 }
+            }
+        }
+    }
+}
+
+/// The SM120 tier (skipped elsewhere): every pair it has a kernel for, ragged M and N
+/// (N not a multiple of 8 or of 128 copies B with zero rows), bias and activations,
+/// contiguous, padded and odd output strides, bf16 output, exact and random data.
+#[test]
+fn sm120_every_pair_matches_the_reference() {
+    let Some(dev) = device() else { return };
+    if dev.arch() != Arch::Sm120 {
+        eprintln!("SKIPPED: {:?} is not an SM120 device", dev.arch());
+        return;
+    }
+    let pairs = [
+        (Scheme::NvFp4, Scheme::NvFp4),
+        (Scheme::MxFp4, Scheme::MxFp4),
+        (Scheme::MxFp8E4M3, Scheme::MxFp8E4M3),
+        (Scheme::MxFp8E5M2, Scheme::MxFp8E5M2),
+        (Scheme::MxFp8E4M3, Scheme::MxFp6E2M3),
+        (Scheme::Fp8Block(Fp8Tile::Row1x128), Scheme::Fp8Block(Fp8Tile::Tile128x128)),
+        (Scheme::Fp8Block(Fp8Tile::Tile128x128), Scheme::Fp8Block(Fp8Tile::Tile128x128)),
+    ];
+    let shapes = [(1, 70, 128), (33, 200, 384), (130, 136, 256), (257, 264, 640)];
+    let mut seed = 7001u64;
+    for (pi, &(a, b)) in pairs.iter().enumerate() {
+        for (variant, &(m, n, k)) in shapes.iter().enumerate() {
+            for exact in [true, false] {
+                seed += 1;
+                let c = Case {
+                    a,
+                    b,
+                    m,
+                    n,
+                    k,
+                    exact,
+                    bias: !exact && (variant + pi) % 2 == 0,
+                    activation: if exact { Activation::Identity } else { ACTS[(variant + pi) % 4] },
+                    layout: ScaleLayout::Swizzled128x4,
+                    pad: [0, 8, 3, 0][variant],
+                };
+                run_case::<bf16>(&dev, &c, seed);
             }
         }
     }
@@ -556,8 +601,21 @@ fn bad_input_is_a_typed_error() {
     };
     let (a, b) = (q(16, 64, Scheme::NvFp4), q(32, 64, Scheme::NvFp4));
     let epi = DeviceEpilogue::default();
-    if dev.arch() != Arch::Sm90 {
+    if dev.arch() == Arch::Sm120 {
+        // What the SM120 tier has no kernel for is a typed error before any launch.
         assert!(matches!(gemm::<f32>(&dev, &a, &b, &epi), Err(CudaError::NoGemmKernel { .. })));
+        let (a48, b48) = (q(16, 48, Scheme::NvFp4), q(32, 48, Scheme::NvFp4));
+        assert!(matches!(gemm::<bf16>(&dev, &a48, &b48, &epi), Err(CudaError::KAlignment { k: 48, multiple: 32 })));
+        let x = dev.stream().clone_htod(&vec![bf16::ZERO; 16 * 64]).unwrap();
+        let x = DeviceMatrix { data: &x, rows: 16, k: 64, row_stride: 64 };
+        assert!(matches!(gemm_weight_only::<bf16, bf16>(&dev, x, &b, &epi), Err(CudaError::NoGemmKernel { .. })));
+        let linear = QuantizeOptions::default().with_scale_layout(ScaleLayout::Linear);
+        let xs: Vec<f32> = (0..32 * 64).map(|i| (i % 7) as f32 - 3.0).collect();
+        let bl = DeviceQuantized::from_host(&dev, &cpu::quantize_slice(&xs, 32, 64, Scheme::NvFp4, &linear).unwrap())
+            .unwrap();
+        assert!(matches!(gemm::<bf16>(&dev, &a, &bl, &epi), Err(CudaError::NoGemmKernel { .. })));
+    }
+    if dev.arch() != Arch::Sm90 {
         return;
     }
     let mx = q(32, 64, Scheme::MxFp4);

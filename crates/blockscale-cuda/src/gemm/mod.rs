@@ -25,6 +25,7 @@
 
 mod cutlass;
 mod prepare;
+mod sm120;
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
@@ -36,7 +37,7 @@ use ndarray::{Array2, ArrayView2};
 use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::quantize::DeviceMatrix;
 use crate::{Arch, CudaError, Device};
-use cutlass::{BsGemmArgs, Family, OutKind};
+use cutlass::{BsGemmArgs, Family, OutKind, Shim};
 
 /// A row-major matrix in device memory that a GEMM writes: `rows x cols` elements, row
 /// `r` starting at element `r * row_stride` of `data`.
@@ -132,6 +133,12 @@ fn out_kind<O: DeviceElement>() -> OutKind {
     }
 }
 
+/// The shim of a family for output `O`, or the typed error for a combination without one.
+fn shim_for<O: DeviceElement>(arch: Arch, family: Family) -> Result<(Shim, &'static str), CudaError> {
+    cutlass::shim(family, out_kind::<O>())
+        .ok_or(CudaError::NoGemmKernel { arch, what: "f16 or f32 output (the SM120 kernels write bf16)" })
+}
+
 const fn align256(x: usize) -> usize {
     x.div_ceil(256) * 256
 }
@@ -185,8 +192,8 @@ impl Plan {
         b: &DeviceQuantized,
         out_aligned: bool,
     ) -> Result<Self, CudaError> {
-        if dev.arch() != Arch::Sm90 {
-            return Err(CudaError::NoGemmKernel { arch: dev.arch(), what: "block-scaled GEMM" });
+        if dev.arch() == Arch::Sm120 {
+            return Self::new_sm120::<I, O>(dev, lhs, b, out_aligned);
         }
         let (n, k) = (b.shape().rows, b.shape().k);
         let (m, lhs_k) = lhs.rows_k();
@@ -260,7 +267,7 @@ impl Plan {
         let staged = if out_aligned && !padded { None } else { Some((take(m * n_gemm * elem), n_gemm)) };
         let bias_ws = padded.then(|| take(n_gemm * 4));
         let cutlass_at = offset;
-        let mut plan = Self {
+        let plan = Self {
             family,
             config,
             m,
@@ -277,9 +284,67 @@ impl Plan {
             cutlass_ws: cutlass_at,
             total: cutlass_at,
         };
-        // CUTLASS's own workspace (tile scheduler): asked with placeholder addresses.
-        let args = plan.args(&Addresses::default(), 1.0, 0, dev.sm_count());
-        let (shim, name) = cutlass::shim(family, out_kind::<O>());
+        plan.with_cutlass_workspace::<O>(dev)
+    }
+
+    /// The sm_120a plan: both operands read in place (B copied with zero rows only when
+    /// N is not a multiple of what the kernel computes), the scales in place.
+    fn new_sm120<I: DeviceElement, O: DeviceElement>(
+        dev: &Device,
+        lhs: &Lhs<'_, I>,
+        b: &DeviceQuantized,
+        out_aligned: bool,
+    ) -> Result<Self, CudaError> {
+        let Lhs::Quantized(a) = lhs else { return Err(sm120::weight_only()) };
+        let (m, n, k) = (a.shape().rows, b.shape().rows, b.shape().k);
+        check_int(m, n, k)?;
+        let operand =
+            |q: &DeviceQuantized| sm120::Operand { scheme: q.scheme(), k: q.shape().k, scales: q.scale_layout() };
+        let kind = sm120::check(operand(a), operand(b), out_kind::<O>())?;
+        let n_gemm = n.next_multiple_of(sm120::n_multiple(kind));
+        let padded = n_gemm != n;
+        let mut offset = 0usize;
+        let mut take = |bytes: usize| {
+            let at = offset;
+            offset += align256(bytes);
+            at
+        };
+        let b_src =
+            if padded { Source::Workspace(take(n_gemm * sm120::row_bytes(kind, k))) } else { Source::InPlace(k) };
+        // FP8 activations with 128 x 128 tiles: their scales are expanded to one per row.
+        let sfa = if a.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128) {
+            Source::Workspace(take(m * (k / 128) * 4))
+        } else {
+            Source::InPlace(0)
+        };
+        let staged = if out_aligned && !padded { None } else { Some((take(m * n_gemm * size_of::<O>()), n_gemm)) };
+        let bias_ws = padded.then(|| take(n_gemm * 4));
+        let plan = Self {
+            family: Family::Sm120(kind),
+            config: 0,
+            m,
+            n_gemm,
+            k,
+            pieces: 1,
+            a: Source::InPlace(k),
+            b: b_src,
+            sfa: Some(sfa),
+            sfa_mn_major: false,
+            staged,
+            bias_ws,
+            swizzle: tuning().2.unwrap_or(1),
+            cutlass_ws: offset,
+            total: offset,
+        };
+        plan.with_cutlass_workspace::<O>(dev)
+    }
+
+    /// Asks the shim whether it can run this plan and how much workspace CUTLASS needs
+    /// (its tile scheduler's), and adds that to the total.
+    fn with_cutlass_workspace<O: DeviceElement>(mut self, dev: &Device) -> Result<Self, CudaError> {
+        // Placeholder addresses: the query reads sizes and strides only.
+        let args = self.args(&Addresses::default(), 1.0, 0, dev.sm_count());
+        let (shim, name) = shim_for::<O>(dev.arch(), self.family)?;
         let mut need = 0u64;
         let mut cuda = 0 as c_int;
         // SAFETY: a query: with `need` non-null the shim only builds CUTLASS's host-side
@@ -289,8 +354,8 @@ impl Plan {
         if status != cutlass::OK {
             return Err(CudaError::Cutlass { kernel: name, status: cutlass::status_name(status), cuda });
         }
-        plan.total = cutlass_at + align256(need as usize);
-        Ok(plan)
+        self.total = self.cutlass_ws + align256(need as usize);
+        Ok(self)
     }
 
     /// The shim's arguments for these buffer addresses.
@@ -427,7 +492,10 @@ fn run<I: DeviceElement, O: DeviceElement>(
     let pad_rows = plan.n_gemm - n;
     if let Source::Workspace(o) = plan.b {
         let at = ws + o as u64;
-        if plan.family == Family::Fp8Block {
+        if let Family::Sm120(kind) = plan.family {
+            let row = sm120::row_bytes(kind, plan.k);
+            prepare::copy_and_pad(dev, b_data, at, n * row, pad_rows * row)?;
+        } else if plan.family == Family::Fp8Block {
             prepare::copy_and_pad(dev, b_data, at, n * plan.k, pad_rows * plan.k)?;
         } else {
             for piece in 0..plan.pieces {
@@ -447,7 +515,7 @@ fn run<I: DeviceElement, O: DeviceElement>(
     // The GEMM.
     let at = Addresses { ws, a: a_data, b: b_data, sfa: a_scales, sfb: b_scales, d: out_ptr, ldd: out_stride, bias };
     let args = plan.args(&at, alpha, activation_code(epilogue.activation), dev.sm_count());
-    let (shim, name) = cutlass::shim(plan.family, out_kind::<O>());
+    let (shim, name) = shim_for::<O>(dev.arch(), plan.family)?;
     dev.context().bind_to_thread().map_err(CudaError::driver("binding the context to this thread"))?;
     let mut cuda = 0 as c_int;
     // SAFETY: every address in `args` was checked for the extent the kernel reads or
