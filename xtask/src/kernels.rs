@@ -39,7 +39,28 @@ const SASS_EXPECTED: &[(&str, &str)] = &[
 ];
 
 /// The tensor-core instruction each CUTLASS shim's kernels must contain, by shim prefix.
-const GEMM_SASS: &[(&str, &str)] = &[("sm90_bf16_", "HGMMA."), ("sm90_fp8_block_", "QGMMA.")];
+/// On sm_120a: the block-scaled MMAs (OMMA.SF for the FP4 kinds, QMMA.SF for
+/// mxf8f6f4, with the element and scale types of the pair), and for FP8 block the plain
+/// FP8 MMA (its scales are applied in f32 by the mainloop).
+const GEMM_SASS: &[(&str, &str)] = &[
+    ("sm90_bf16_", "HGMMA."),
+    ("sm90_fp8_block_", "QGMMA."),
+    ("sm120_nvfp4_", "OMMA.SF.16864.F32.E2M1.E2M1.UE4M3"),
+    ("sm120_mxfp4_", "OMMA.SF.16864.F32.E2M1.E2M1.E8"),
+    ("sm120_mxfp8_e4m3_", "QMMA.SF.16832.F32.E4M3.E4M3.E8"),
+    ("sm120_mxfp8_e5m2_", "QMMA.SF.16832.F32.E5M2.E5M2.E8"),
+    ("sm120_mxfp8_mxfp6_", "QMMA.SF.16832.F32.E4M3.E2M3.E8"),
+    ("sm120_fp8_block_", "QMMA.16832.F32.E4M3.E4M3"),
+];
+
+/// The mainloop's pipeline stages, read from a CUTLASS kernel's mangled name (the first
+/// template argument of its `Mainloop...` dispatch policy): with the 128-wide tiles each
+/// stage holds one A and one B tile in shared memory.
+fn stages(kernel: &str) -> Option<u32> {
+    let rest = &kernel[kernel.find("Mainloop")?..];
+    let rest = &rest[rest.find("ILi")? + 3..];
+    rest[..rest.find('E')?].parse().ok()
+}
 
 pub fn run() -> Result<()> {
     let home = setup_cuda::cuda(false)?;
@@ -115,8 +136,8 @@ fn check_cutlass(nvdisasm: &Path, problems: &mut Vec<String>) -> Result<usize> {
         }
     }
     println!(
-        "\n{:<28} {:<8} {:>8} {:>14} {:>10}  tensor-core MMA",
-        "CUTLASS shim", "arch", "kernels", "regs", "spill/stack"
+        "\n{:<28} {:<8} {:>8} {:>14} {:>10} {:>7}  tensor-core MMA",
+        "CUTLASS shim", "arch", "kernels", "regs", "spill/stack", "stages"
     );
     let mut count = 0;
     for (stem, arch, dir) in &shims {
@@ -155,11 +176,14 @@ fn check_cutlass(nvdisasm: &Path, problems: &mut Vec<String>) -> Result<usize> {
                 "-".into()
             }
         };
+        let stage_counts: Vec<String> =
+            kernels.iter().map(|(name, _)| stages(name).map_or("?".into(), |s| s.to_string())).collect();
         println!(
-            "{stem:<28} {arch:<8} {:>8} {:>14} {:>10}  {found}",
+            "{stem:<28} {arch:<8} {:>8} {:>14} {:>10} {:>7}  {found}",
             kernels.len(),
             regs.join(","),
-            format!("{spill}/{stack}")
+            format!("{spill}/{stack}"),
+            stage_counts.join(",")
         );
         count += kernels.len();
     }
