@@ -20,8 +20,12 @@
 //! f32. The kernels' TMA epilogue needs 16-byte output rows: an N that is not a multiple
 //! of 8 is computed as the next multiple with zero rows of B, and such outputs, like
 //! those whose row stride or address is not 16-byte aligned, are written to the
-//! workspace and copied. The SM120 tier is not built yet: its devices get
-//! [`CudaError::NoGemmKernel`].
+//! workspace and copied.
+//!
+//! On SM120 (sm_120a, compute capability 12.x) the tensor cores take the block scales
+//! themselves: one CUTLASS kernel per pair reads both operands and their swizzled scales
+//! in place (NVFP4, MXFP4, MXFP8 E4M3 or E5M2, MXFP8 E4M3 x MXFP6 E2M3, FP8 block), bf16
+//! output; what that tier has no kernel for is [`CudaError::NoGemmKernel`] (`sm120.rs`).
 
 mod cutlass;
 mod prepare;
