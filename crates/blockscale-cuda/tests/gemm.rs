@@ -296,6 +296,31 @@ const PAIRS: [(Scheme, Scheme); 10] = [
 
 const ACTS: [Activation; 4] = [Activation::Identity, Activation::Silu, Activation::GeluTanh, Activation::GeluErf];
 
+/// A case of the pair sweeps: random cases rotate bias and activation by `turn`; output
+/// row strides by `variant`: contiguous, padded to a 16-byte multiple (TMA writes it),
+/// odd (staged through the workspace), contiguous.
+fn sweep_case(
+    (a, b): (Scheme, Scheme),
+    (m, n, k): (usize, usize, usize),
+    exact: bool,
+    turn: usize,
+    layout: ScaleLayout,
+    variant: usize,
+) -> Case {
+    Case {
+        a,
+        b,
+        m,
+        n,
+        k,
+        exact,
+        bias: !exact && turn.is_multiple_of(2),
+        activation: if exact { Activation::Identity } else { ACTS[turn % 4] },
+        layout,
+        pad: [0, 8, 3, 0][variant],
+    }
+}
+
 #[test]
 fn every_pair_matches_the_reference() {
     let Some(dev) = hopper() else { return };
@@ -309,20 +334,8 @@ fn every_pair_matches_the_reference() {
             let k = if fp8 { [128, 384, 640, 256][variant] } else { [96, 224, 320, 64][variant] };
             for exact in [true, false] {
                 seed += 1;
-                let c = Case {
-                    a,
-                    b,
-                    m,
-                    n,
-                    k,
-                    exact,
-                    bias: !exact && (variant + pi) % 2 == 0,
-                    activation: if exact { Activation::Identity } else { ACTS[(variant + pi) % 4] },
-                    layout: if variant % 2 == 0 { ScaleLayout::Swizzled128x4 } else { ScaleLayout::Linear },
-                    // Row strides: contiguous, padded to a 16-byte multiple (TMA writes
-                    // it), and odd (staged through the workspace).
-                    pad: [0, 8, 3, 0][variant],
-                };
+                let layout = if variant % 2 == 0 { ScaleLayout::Swizzled128x4 } else { ScaleLayout::Linear };
+                let c = sweep_case((a, b), (m, n, k), exact, pi + variant, layout, variant);
                 match (variant + pi) % 3 {
                     0 => run_case::<bf16>(&dev, &c, seed),
                     1 => run_case::<f16>(&dev, &c, seed),
@@ -358,18 +371,7 @@ fn sm120_every_pair_matches_the_reference() {
         for (variant, &(m, n, k)) in shapes.iter().enumerate() {
             for exact in [true, false] {
                 seed += 1;
-                let c = Case {
-                    a,
-                    b,
-                    m,
-                    n,
-                    k,
-                    exact,
-                    bias: !exact && (variant + pi) % 2 == 0,
-                    activation: if exact { Activation::Identity } else { ACTS[(variant + pi) % 4] },
-                    layout: ScaleLayout::Swizzled128x4,
-                    pad: [0, 8, 3, 0][variant],
-                };
+                let c = sweep_case((a, b), (m, n, k), exact, pi + variant, ScaleLayout::Swizzled128x4, variant);
                 run_case::<bf16>(&dev, &c, seed);
             }
         }

@@ -81,6 +81,13 @@ pub(crate) enum Sm120Kind {
     Fp8Block,
 }
 
+impl Sm120Kind {
+    /// Every sm_120a kernel.
+    #[cfg(test)]
+    pub(crate) const ALL: [Self; 6] =
+        [Self::Nvfp4, Self::Mxfp4, Self::Mxfp8E4m3, Self::Mxfp8E5m2, Self::Mxfp8Mxfp6, Self::Fp8Block];
+}
+
 /// The output element, by size: 2 bytes bf16 or f16 (told apart by `is_bf16`), 4 f32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum OutKind {
@@ -142,15 +149,6 @@ mod tests {
     use super::*;
     use crate::gemm::sm120;
 
-    const KINDS: [Sm120Kind; 6] = [
-        Sm120Kind::Nvfp4,
-        Sm120Kind::Mxfp4,
-        Sm120Kind::Mxfp8E4m3,
-        Sm120Kind::Mxfp8E5m2,
-        Sm120Kind::Mxfp8Mxfp6,
-        Sm120Kind::Fp8Block,
-    ];
-
     fn args(m: i32, n: i32, k: i32) -> BsGemmArgs {
         BsGemmArgs {
             a: 0,
@@ -190,7 +188,7 @@ mod tests {
 
     #[test]
     fn sm120_shims_accept_what_the_rust_rules_allow() {
-        for kind in KINDS {
+        for kind in Sm120Kind::ALL {
             let (k, n) = (4 * sm120::k_multiple(kind) as i32, 2 * sm120::n_multiple(kind) as i32);
             for m in [1, 33, 128, 4097] {
                 let (status, _) = query(kind, &args(m, n, k));
@@ -203,7 +201,7 @@ mod tests {
 
     #[test]
     fn sm120_shims_refuse_k_and_n_the_rust_rules_refuse() {
-        for kind in KINDS {
+        for kind in Sm120Kind::ALL {
             let (k, n) = (sm120::k_multiple(kind) as i32, sm120::n_multiple(kind) as i32);
             // K one scale block short of the multiple (16 for NVFP4, 32 for MX, 128 FP8 block
             // has no smaller block): CUTLASS refuses it, as the Rust side does first.
@@ -276,7 +274,7 @@ mod tests {
 
     #[test]
     fn sm120_workspace_query_is_small_and_grows_with_nothing_unexpected() {
-        for kind in KINDS {
+        for kind in Sm120Kind::ALL {
             let (status, need) = query(kind, &args(4096, 4096, 4096));
             assert_eq!(status, OK, "{kind:?}");
             // The persistent scheduler's workspace is a few bytes per SM at most.

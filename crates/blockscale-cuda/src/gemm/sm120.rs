@@ -172,14 +172,7 @@ mod tests {
 
     #[test]
     fn k_and_n_multiples_give_16_byte_rows() {
-        for kind in [
-            Sm120Kind::Nvfp4,
-            Sm120Kind::Mxfp4,
-            Sm120Kind::Mxfp8E4m3,
-            Sm120Kind::Mxfp8E5m2,
-            Sm120Kind::Mxfp8Mxfp6,
-            Sm120Kind::Fp8Block,
-        ] {
+        for kind in Sm120Kind::ALL {
             assert!(row_bytes(kind, k_multiple(kind)).is_multiple_of(16), "{kind:?}");
             assert!((n_multiple(kind) * 2).is_multiple_of(16), "{kind:?}");
         }
