@@ -9,7 +9,8 @@
 //!   object, archived with the `cc` crate into a static library and linked with
 //!   `libcudart_static`. CUTLASS templates take about a minute each, so the objects are
 //!   cached under `target/cutlass-cache/` by a hash of everything that goes into them
-//!   (source, the folder's headers, flags, nvcc's version, CUTLASS's version header), and
+//!   (source, the folder's headers, `common/activation.cuh`, flags, nvcc's version,
+//!   CUTLASS's version header), and
 //!   compiled in parallel. Each cache entry keeps ptxas's report and the cubin, which
 //!   `cargo xtask kernels` reads (it never compiles them a second time).
 //!
@@ -141,6 +142,9 @@ fn build_cutlass(root: &Path, nvcc: &Path, dir: &Path) {
         fnv(&mut common, h.file_name().unwrap_or_default().as_encoded_bytes());
         fnv(&mut common, &std::fs::read(h).expect("reading a kernels/cutlass header"));
     }
+    // The one header the shims take from kernels/common (the epilogue activation).
+    let shared = dir.join("../common/activation.cuh");
+    fnv(&mut common, &std::fs::read(&shared).expect("reading kernels/common/activation.cuh"));
     fnv(&mut common, flags.join(" ").as_bytes());
     let version = Command::new(nvcc).arg("--version").output().expect("running nvcc --version");
     fnv(&mut common, &version.stdout);

@@ -1,29 +1,18 @@
 // The epilogue activation, chosen at run time (one kernel serves all four), for
 // CUTLASS's Sm90Compute node: a compute functor with an `Arguments` member receives
-// them as its last operand.
-//
-// Evaluated in f32 with CUDA's expf / tanhf / erff (a few ulp) and __fdividef for SiLU.
-// No IEEE division: its slow path is a function call, which makes ptxas serialize the
-// kernel's wgmma instructions (warning C7510).
+// them as its last operand. The function itself is kernels/common/activation.cuh,
+// shared with the GEMVs.
 #pragma once
 
 #include "cutlass/array.h"
 #include "cutlass/cutlass.h"
+#include "../common/activation.cuh"
 
 namespace bs {
 
 struct ActivationArgs {
     int kind = 0;  // 0 identity, 1 GELU (tanh), 2 GELU (erf), 3 SiLU: as blockscale's Activation
 };
-
-CUTLASS_DEVICE float activation(float x, int kind) {
-    switch (kind) {
-        case 1: return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-        case 2: return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-        case 3: return __fdividef(x, 1.0f + expf(-x));
-        default: return x;
-    }
-}
 
 template <class T>
 struct RuntimeActivation {

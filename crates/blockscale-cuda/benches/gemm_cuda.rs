@@ -13,166 +13,16 @@
 
 mod common;
 
-use std::ffi::c_void;
-use std::sync::Arc;
-
 use blockscale_cuda::cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as blas};
-use blockscale_cuda::cudarc::cublaslt::{result as lt, sys as ltsys};
-use blockscale_cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use blockscale_cuda::cudarc::driver::{DevicePtr, DevicePtrMut};
 use blockscale_cuda::{
     Device, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized, QuantizeOptions, gemm_into,
     gemm_weight_only_into, gemm_weight_only_workspace_size, gemm_workspace_size, quantize,
 };
 use blockscale_formats::{Fp8Tile, ScaleLayout, Scheme};
+use common::anchors::{LtFp8, random_bf16, random_u8};
 use common::time;
 use half::bf16;
-
-fn random_bf16(dev: &Device, len: usize, seed: u64) -> CudaSlice<bf16> {
-    let mut s = seed;
-    let host: Vec<bf16> = (0..len)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            bf16::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
-        })
-        .collect();
-    dev.stream().clone_htod(&host).unwrap()
-}
-
-fn random_u8(dev: &Device, len: usize, seed: u64) -> CudaSlice<u8> {
-    let mut s = seed;
-    // E4M3 codes with |x| <= 1 (no NaN): sign bit, exponent field below 8.
-    let host: Vec<u8> = (0..len)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 33) as u8) & 0xbf
-        })
-        .collect();
-    dev.stream().clone_htod(&host).unwrap()
-}
-
-/// cuBLASLt FP8 (E4M3) GEMM `D (bf16, M x N row-major) = A (M x K) . B (N x K)^T`, with
-/// per-tensor or DeepSeek blockwise scales. Holds its descriptors; `run` launches.
-struct LtFp8 {
-    handle: ltsys::cublasLtHandle_t,
-    desc: ltsys::cublasLtMatmulDesc_t,
-    layouts: [ltsys::cublasLtMatrixLayout_t; 3],
-    algos: Vec<ltsys::cublasLtMatmulAlgo_t>,
-    workspace: CudaSlice<u8>,
-}
-
-impl LtFp8 {
-    /// `None` when cuBLASLt has no algorithm for the mode on this GPU.
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        stream: &Arc<CudaStream>,
-        (m, n, k): (usize, usize, usize),
-        blockwise: bool,
-        sfa: u64,
-        sfb: u64,
-    ) -> Option<Self> {
-        use ltsys::cublasLtMatmulDescAttributes_t as Attr;
-        let handle = lt::create_handle().ok()?;
-        let desc =
-            lt::create_matmul_desc(ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F, ltsys::cudaDataType::CUDA_R_32F)
-                .ok()?;
-        // Column-major view: cuBLAS's A is our B (K x N, transposed), its B our A (K x M).
-        let set = |attr: Attr, ptr: *const c_void, size: usize| {
-            // SAFETY: `ptr` points at a live value of `size` bytes of the type `attr` takes.
-            unsafe { lt::set_matmul_desc_attribute(desc, attr, ptr, size) }.ok()
-        };
-        let ta = blas::cublasOperation_t::CUBLAS_OP_T;
-        let tb = blas::cublasOperation_t::CUBLAS_OP_N;
-        set(Attr::CUBLASLT_MATMUL_DESC_TRANSA, (&raw const ta).cast(), size_of_val(&ta))?;
-        set(Attr::CUBLASLT_MATMUL_DESC_TRANSB, (&raw const tb).cast(), size_of_val(&tb))?;
-        if blockwise {
-            let mode_a = ltsys::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F as i32;
-            let mode_b = ltsys::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F as i32;
-            set(Attr::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, (&raw const mode_a).cast(), 4)?;
-            set(Attr::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, (&raw const mode_b).cast(), 4)?;
-        }
-        set(Attr::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, (&raw const sfb).cast(), 8)?;
-        set(Attr::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, (&raw const sfa).cast(), 8)?;
-        let e4m3 = ltsys::cudaDataType::CUDA_R_8F_E4M3;
-        let la = lt::create_matrix_layout(e4m3, k as u64, n as u64, k as i64).ok()?;
-        let lb = lt::create_matrix_layout(e4m3, k as u64, m as u64, k as i64).ok()?;
-        let ld = lt::create_matrix_layout(ltsys::cudaDataType::CUDA_R_16BF, n as u64, m as u64, n as i64).ok()?;
-        let pref = lt::create_matmul_pref().ok()?;
-        let ws_bytes: usize = 64 << 20;
-        // SAFETY: the attribute takes a u64 byte count, passed by pointer.
-        unsafe {
-            lt::set_matmul_pref_attribute(
-                pref,
-                ltsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                (&raw const ws_bytes).cast(),
-                8,
-            )
-        }
-        .ok()?;
-        // SAFETY: zeroed heuristic results are plain data; cuBLASLt fills `got` of them.
-        let mut results: [ltsys::cublasLtMatmulHeuristicResult_t; 8] = unsafe { std::mem::zeroed() };
-        let mut got = 0;
-        // SAFETY: every descriptor is live; `results` holds 8 entries.
-        let status = unsafe {
-            ltsys::cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, 8, results.as_mut_ptr(), &mut got)
-        };
-        // SAFETY: `pref` is live and no longer used.
-        unsafe { lt::destroy_matmul_pref(pref) }.ok()?;
-        if status != ltsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS || got == 0 {
-            return None;
-        }
-        let algos = results[..got as usize].iter().map(|r| r.algo).collect();
-        let workspace = stream.alloc_zeros::<u8>(ws_bytes).ok()?;
-        Some(Self { handle, desc, layouts: [la, lb, ld], algos, workspace })
-    }
-
-    /// Launches algorithm `i` on `stream`.
-    fn run(&mut self, stream: &Arc<CudaStream>, i: usize, a: u64, b: u64, d: u64) {
-        let (one, zero) = (1f32, 0f32);
-        let (ws, _guard) = self.workspace.device_ptr_mut(stream);
-        let [la, lb, ld] = self.layouts;
-        // SAFETY: the descriptors are live, the pointers are device buffers of the sizes
-        // the layouts state, and the workspace holds the bytes the preference allowed.
-        unsafe {
-            lt::matmul(
-                self.handle,
-                self.desc,
-                (&raw const one).cast(),
-                (&raw const zero).cast(),
-                b as *const c_void,
-                la,
-                a as *const c_void,
-                lb,
-                d as *const c_void,
-                ld,
-                d as *mut c_void,
-                ld,
-                &self.algos[i],
-                ws as *mut c_void,
-                64 << 20,
-                stream.cu_stream() as ltsys::cudaStream_t,
-            )
-        }
-        .unwrap();
-    }
-
-    /// The best median over the heuristic's algorithms.
-    fn best(&mut self, stream: &Arc<CudaStream>, a: u64, b: u64, d: u64) -> f64 {
-        (0..self.algos.len()).map(|i| time(stream, 10, || self.run(stream, i, a, b, d))).fold(f64::INFINITY, f64::min)
-    }
-}
-
-impl Drop for LtFp8 {
-    fn drop(&mut self) {
-        // SAFETY: the handles were created by `new` and are destroyed once.
-        unsafe {
-            for l in self.layouts {
-                let _ = lt::destroy_matrix_layout(l);
-            }
-            let _ = lt::destroy_matmul_desc(self.desc);
-            let _ = lt::destroy_handle(self.handle);
-        }
-    }
-}
 
 /// The anchors of one shape, in seconds (`None`: cuBLASLt offers no algorithm).
 struct Anchors {

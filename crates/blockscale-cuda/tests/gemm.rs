@@ -13,195 +13,16 @@
 mod common;
 
 use blockscale_cpu as cpu;
-use blockscale_cuda::cudarc::driver::CudaSlice;
 use blockscale_cuda::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use blockscale_cuda::{
     Activation, Arch, CudaError, Device, DeviceElement, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized,
     Epilogue, gemm, gemm_into, gemm_weight_only, gemm_weight_only_into, gemm_weight_only_workspace_size,
     gemm_workspace_size,
 };
-use blockscale_formats::{
-    DataLayout, Fp8Tile, GlobalScale, GlobalScaleSource, NonFinite, QuantizeOptions, QuantizedMatrix, ScaleLayout,
-    Scheme,
-};
+use blockscale_formats::{Fp8Tile, NonFinite, QuantizeOptions, ScaleLayout, Scheme};
 use common::device;
+use common::oracle::*;
 use half::{bf16, f16};
-use ndarray::Array2;
-
-/// A Hopper device, or None (printing why) for the Hopper-tier tests.
-fn hopper() -> Option<Device> {
-    let dev = device()?;
-    if dev.arch() != Arch::Sm90 {
-        eprintln!("SKIPPED: a Hopper-tier test, and this is {:?}", dev.arch());
-        return None;
-    }
-    Some(dev)
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Uniform in [-1, 1) times a power of two in 2^-3 .. 2^3.
-    fn value(&mut self) -> f32 {
-        let u = ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
-        u * 2f32.powi(self.below(7) as i32 - 3)
-    }
-}
-
-/// Random data, or "exact" data: multiples of 1/2 in [-4, 4] with the element maximum
-/// pinned once per block, so block scales are powers of two (NVFP4 with a per-tensor encode of a power of two,
-/// INT4 1, MX, FP8 block) and every partial sum is a small multiple of a
-/// power of two: any correct accumulation gives the exact result.
-fn data(rng: &mut Rng, rows: usize, k: usize, scheme: Scheme, exact: bool) -> Vec<f32> {
-    if !exact {
-        return (0..rows * k).map(|_| rng.value()).collect();
-    }
-    let max = if scheme == Scheme::Int4G32 { 7.0 } else { 6.0 };
-    if let Scheme::Fp8Block(_) = scheme {
-        // Multiples of 1/2 in [-2, 2] with 3.5 = 448 / 2^7 once per block of 128: scales
-        // of exactly 2^-7, codes multiples of 64. Products of codes are multiples of 2^12
-        // below 2^18 and a block's sum stays below 2^24, so even the FP8 tensor cores'
-        // short accumulator (docs/KERNELS.md) adds them exactly.
-        let mut x: Vec<f32> = (0..rows * k).map(|_| (rng.below(9) as f32 - 4.0) * 0.5).collect();
-        for blk in x.chunks_mut(128) {
-            let i = rng.below(128) as usize;
-            blk[i] = 3.5;
-        }
-        return x;
-    }
-    let mut x: Vec<f32> = (0..rows * k).map(|_| (rng.below(17) as f32 - 8.0) * 0.5).collect();
-    if matches!(scheme, Scheme::NvFp4 | Scheme::Int4G32) {
-        let bs = scheme.block_size();
-        for blk in x.chunks_mut(bs) {
-            let i = rng.below(bs as u64) as usize;
-            blk[i] = max;
-        }
-    }
-    x
-}
-
-fn quantize(x: &[f32], rows: usize, k: usize, scheme: Scheme, layout: ScaleLayout, exact: bool) -> QuantizedMatrix {
-    let layout = if scheme.supports_layout(layout) { layout } else { ScaleLayout::Linear };
-    let mut o = QuantizeOptions::default().with_scale_layout(layout);
-    if scheme == Scheme::NvFp4 && exact {
-        // A power of two keeps alpha (= 4) and every product exact.
-        o = o.with_global_scale(GlobalScaleSource::Given(GlobalScale::from_encode(0.5).unwrap()));
-    }
-    cpu::quantize_slice(x, rows, k, scheme, &o).unwrap()
-}
-
-/// Dequantized values without NVFP4's per-tensor factor (the kernels' alpha carries it).
-fn raw_values(q: &QuantizedMatrix) -> Vec<f32> {
-    let g = q.global_scale().map_or(1.0, |g| g.decode() as f64);
-    cpu::dequantize::<f32>(q).into_raw_vec_and_offset().0.into_iter().map(|v| (v as f64 / g) as f32).collect()
-}
-
-/// `sum_k |A[i, k] B[j, k]|` over dequantized values.
-fn abs_products(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
-    let mut t = vec![0f64; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            t[i * n + j] = a[i * k..(i + 1) * k]
-                .iter()
-                .zip(&b[j * k..(j + 1) * k])
-                .map(|(&p, &q)| (p as f64 * q as f64).abs())
-                .sum();
-        }
-    }
-    t
-}
-
-/// The documented bound (docs/KERNELS.md) of the accumulated sum before the epilogue,
-/// relative to `sum |a b|`, for a kernel family: BF16 tensor cores (`pieces` bf16 terms
-/// per activation; `rounded` operands rounded once to bf16), or FP8 blockwise.
-fn relative_bound(fp8: bool, k: usize, pieces: usize, rounded: usize) -> f64 {
-    if fp8 {
-        136.0 * 2f64.powi(-12) + (k / 128 + 2) as f64 * 2f64.powi(-23)
-    } else {
-        let kk = (k * pieces) as f64;
-        (kk + kk / 16.0 + 4.0) * 2f64.powi(-22) + rounded as f64 * 2f64.powi(-9)
-    }
-}
-
-fn ulp_f32(x: f64) -> f64 {
-    let a = (x.abs() as f32).max(f32::MIN_POSITIVE);
-    (f32::from_bits(a.to_bits() + 1) - a) as f64
-}
-
-/// One ulp of the output type at `x`.
-fn ulp_out<O: DeviceElement>(x: f64) -> f64 {
-    let bits = match O::SUFFIX {
-        "bf16" => 8,
-        "f16" => 11,
-        _ => 24,
-    };
-    let min_exp = match O::SUFFIX {
-        "f16" => -14,
-        _ => -126,
-    };
-    let e = if x == 0.0 { min_exp } else { (x.abs().log2().floor() as i32).max(min_exp) };
-    2f64.powi(e - bits + 1)
-}
-
-/// Compares a GPU result with the exact reference: bit for bit when `bound` is None, else
-/// `|gpu - ref| <= slope * (|alpha| bound(i) + 8 ulp_f32) + ulp_O`. NaN must meet NaN.
-fn compare<O: DeviceElement + cpu::Output>(got: &[O], want: &Array2<O>, bound: Option<(&[f64], f64, f64)>, what: &str) {
-    let want = want.as_slice().unwrap();
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let (g, w) = (g.widen() as f64, w.widen() as f64);
-        if g.is_nan() || w.is_nan() {
-            assert!(g.is_nan() && w.is_nan(), "{what}: element {i}: got {g}, want {w}");
-            continue;
-        }
-        match bound {
-            None => assert!(g.to_bits() == w.to_bits(), "{what}: element {i}: got {g:e}, want {w:e} (exact)"),
-            Some((t, alpha, slope)) => {
-                let tol = slope * (alpha.abs() * t[i] + 8.0 * ulp_f32(w)) + ulp_out::<O>(w);
-                assert!(
-                    (g - w).abs() <= tol,
-                    "{what}: element {i}: got {g:e}, want {w:e}, |diff| {:e} > bound {tol:e}",
-                    (g - w).abs()
-                );
-            }
-        }
-    }
-}
-
-const POISON_F32: f32 = f32::NAN;
-
-/// A device buffer for an M x N output at `stride`, poisoned with NaN.
-fn poisoned<O: DeviceElement + cpu::Output>(dev: &Device, m: usize, stride: usize) -> CudaSlice<O> {
-    let host: Vec<O> = vec![O::from_f32(POISON_F32); m * stride];
-    dev.stream().clone_htod(&host).unwrap()
-}
-
-/// Reads an M x N output at `stride` back, checking the padding was left alone.
-fn read_back<O: DeviceElement + cpu::Output>(
-    dev: &Device,
-    d: &CudaSlice<O>,
-    m: usize,
-    n: usize,
-    stride: usize,
-) -> Vec<O> {
-    let host = dev.stream().clone_dtoh(d).unwrap();
-    let mut out = Vec::with_capacity(m * n);
-    for r in 0..m {
-        out.extend_from_slice(&host[r * stride..r * stride + n]);
-        for (c, v) in host[r * stride + n..(r + 1) * stride].iter().enumerate() {
-            assert!(v.widen().is_nan(), "padding element ({r}, {}) was written", n + c);
-        }
-    }
-    out
-}
 
 struct Case {
     a: Scheme,
@@ -276,8 +97,7 @@ fn run_case<O: DeviceElement + cpu::Output>(dev: &Device, c: &Case, seed: u64) {
         let rounded = if matches!(c.b, Scheme::Fp8Block(Fp8Tile::Row1x128)) { 2 } else { 0 };
         let rel = relative_bound(fp8, c.k, 1, rounded);
         let t: Vec<f64> = abs_products(&av, &bv, c.m, c.n, c.k).into_iter().map(|t| t * rel).collect();
-        let slope = if c.activation == Activation::Identity { 1.0 } else { 1.2 };
-        compare(&got, &want, Some((&t, alpha_eff as f64, slope)), &what);
+        compare(&got, &want, Some((&t, alpha_eff as f64, slope(c.activation))), &what);
     }
 }
 
@@ -417,28 +237,8 @@ fn run_weight_only<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement
     seed: u64,
 ) {
     let mut rng = Rng(seed | 1);
-    let xw = data(&mut rng, n, k, scheme, exact);
-    let layout = if scheme.supports_layout(ScaleLayout::Swizzled128x4) {
-        ScaleLayout::Swizzled128x4
-    } else {
-        ScaleLayout::Linear
-    };
-    let mut o = QuantizeOptions::default().with_scale_layout(layout);
-    if interleaved {
-        o = o.with_data_layout(DataLayout::BlockInterleaved);
-    }
-    if exact && scheme == Scheme::NvFp4 {
-        // A power of two keeps alpha (the decode factor, 4) and every product exact.
-        o = o.with_global_scale(GlobalScaleSource::Given(GlobalScale::from_encode(0.25).unwrap()));
-    }
-    let qw = cpu::quantize_slice(&xw, n, k, scheme, &o).unwrap();
-    let xs: Vec<f32> = if exact {
-        (0..m * k).map(|_| (rng.below(17) as f32 - 8.0) * 0.5).collect()
-    } else {
-        // f32 activations with full 24-bit significands exercise the three-piece split.
-        (0..m * k).map(|_| rng.value() * (1.0 + (rng.below(1 << 20) as f32) * 2f32.powi(-22))).collect()
-    };
-    let x: Vec<I> = xs.iter().map(|&v| <I as cpu::Output>::from_f32(v)).collect();
+    let qw = weights(&mut rng, (n, k), scheme, ScaleLayout::Swizzled128x4, interleaved, exact);
+    let x: Vec<I> = activations(&mut rng, m, k, exact);
     let bias: Vec<f32> = (0..n).map(|_| rng.value()).collect();
     let alpha = if exact || scheme == Scheme::NvFp4 { None } else { Some(1.5f32) };
     let mut host_epi = Epilogue { alpha, ..Default::default() }.with_activation(activation);
@@ -476,19 +276,10 @@ fn run_weight_only<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement
     if exact {
         compare(&got, &want, None, &what);
     } else {
-        let xv32: Vec<f32> = x.iter().map(|v| v.widen()).collect();
-        let wv = raw_values(&qw);
         let alpha_eff = host_epi.alpha_weight_only(qw.scheme(), qw.global_scale());
-        let pieces = match I::SUFFIX {
-            "bf16" => 1,
-            "f16" => 2,
-            _ => 3,
-        };
-        let rounded = usize::from(matches!(scheme, Scheme::Int4G32 | Scheme::Fp8Block(_)));
-        let rel = relative_bound(false, k, pieces, rounded);
-        let t: Vec<f64> = abs_products(&xv32, &wv, m, n, k).into_iter().map(|t| t * rel).collect();
-        let slope = if activation == Activation::Identity { 1.0 } else { 1.2 };
-        compare(&got, &want, Some((&t, alpha_eff as f64, slope)), &what);
+        let rounded = matches!(scheme, Scheme::Int4G32 | Scheme::Fp8Block(_));
+        let t = weight_only_bound(&x, &qw, m, rounded);
+        compare(&got, &want, Some((&t, alpha_eff as f64, slope(activation))), &what);
     }
 }
 

@@ -25,3 +25,5 @@ pub fn time(stream: &Arc<CudaStream>, launches: usize, mut f: impl FnMut()) -> f
     reps.sort_by(f64::total_cmp);
     reps[3]
 }
+
+pub mod anchors;

@@ -17,3 +17,5 @@ pub fn device() -> Option<Device> {
         }
     }
 }
+
+pub mod oracle;
