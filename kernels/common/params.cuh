@@ -97,6 +97,35 @@ struct Fp8ScaleParams {
     uint32_t mn_major;              // destination [kb][rows]
 };
 
+// GEMV (kernels/gemv/gemv.cu): y = act(alpha x W^T + bias) for M <= 16 activation rows,
+// or the gated y = act0(alpha0 x W0^T + bias0) * act1(alpha1 x W1^T + bias1).
+struct GemvParams {
+    const void* x;                  // M x K bf16 or f16, row stride x_stride elements
+    const uint8_t* w[2];            // packed weights (N x K): [0] the plain or gate matrix, [1] up
+    const void* s[2];               // their block scales
+    const float* bias[2];           // N f32 each, or null
+    void* out;                      // M x N outputs, row stride out_stride elements
+    float* partial;                 // split-K partial sums [split][mats][M][N] (splits > 1)
+    unsigned long long x_stride;    // elements
+    unsigned long long out_stride;  // elements
+    float alpha[2];
+    uint32_t m;
+    uint32_t n;
+    uint32_t k;
+    uint32_t scale_cols;            // scale columns (K / block)
+    uint32_t swizzled;              // scale layout: 0 linear, 1 Swizzled128x4
+    uint32_t interleaved;           // 4-bit data layout: 0 row-major, 1 block-interleaved
+    uint32_t tiles;                 // FP8 block: one scale per 128 rows (128x128), else per row (1x128)
+    uint32_t act_f16;               // activations are f16 (else bf16)
+    uint32_t out_kind;              // 0 bf16, 1 f16, 2 f32
+    uint32_t activation[2];         // per matrix, as bs::activation
+    uint32_t gated;                 // 1: two matrices, y = first * second
+    uint32_t splits;                // CTAs along K (gridDim.y)
+    uint32_t steps_per_split;       // 128-element K steps per split
+    uint32_t ch16;                  // weight rows 16-byte aligned: 16-byte copies, else 8
+    uint32_t pad;
+};
+
 // Index of scale (row, col) in the Swizzled128x4 layout with `cols` logical columns.
 __device__ __forceinline__ uint64_t swizzled_offset(uint32_t row, uint32_t col, uint32_t cols) {
     const uint64_t k_tiles = (cols + 3u) / 4u;
@@ -124,3 +153,4 @@ static_assert(sizeof(bs::AmaxParams) == 40, "AmaxParams layout changed: update p
 static_assert(sizeof(bs::SplitParams) == 48, "SplitParams layout changed: update params.rs");
 static_assert(sizeof(bs::CopyParams) == 40, "CopyParams layout changed: update params.rs");
 static_assert(sizeof(bs::Fp8ScaleParams) == 32, "Fp8ScaleParams layout changed: update params.rs");
+static_assert(sizeof(bs::GemvParams) == 160, "GemvParams layout changed: update params.rs");

@@ -208,11 +208,13 @@ impl Device {
         }
         // Kernels live in the module named after their operation: quantize_* and amax_*
         // in quantize.fatbin, dequantize_* in dequantize.fatbin, gemm_* (operand
-        // preparation) in prepare.fatbin.
+        // preparation) in prepare.fatbin, gemv_* in gemv.fatbin.
         let module_name = if name.starts_with("dequantize_") {
             "dequantize"
         } else if name.starts_with("gemm_") {
             "prepare"
+        } else if name.starts_with("gemv_") {
+            "gemv"
         } else {
             "quantize"
         };
@@ -221,8 +223,11 @@ impl Device {
             source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND),
         })?;
         let func = module.load_function(name).map_err(CudaError::driver("finding a kernel in its module"))?;
+        // The grid-stride kernels run 256 threads per block; the GEMVs (launch bounds 128,
+        // their own grid) are asked about the 128 they run.
+        let threads = if name.starts_with("gemv_") && name != "gemv_reduce" { 128 } else { 256 };
         let blocks_per_sm = func
-            .occupancy_max_active_blocks_per_multiprocessor(256, 0, None)
+            .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
             .map_err(CudaError::driver("querying a kernel's occupancy"))?
             .max(1);
         let kernel = Kernel { func, blocks_per_sm };

@@ -191,6 +191,23 @@ pub enum CudaError {
         /// The CUDA runtime's error code (0 if none).
         cuda: i32,
     },
+    /// A GEMV with a number of activation rows it does not take.
+    #[error("the GEMV takes 1 to 16 activation rows and was given {m}; use gemm_weight_only for more")]
+    GemvRows {
+        /// Rows given.
+        m: usize,
+    },
+    /// Gate and up matrices of a gated GEMV that differ.
+    #[error(
+        "the gated GEMV needs gate and up weights of one scheme, shape and layout: gate is {gate:?}, up is \
+         {up:?} (scheme, rows, K), or their scale or data layouts differ"
+    )]
+    GatedMismatch {
+        /// The gate's scheme, rows and K.
+        gate: (Scheme, usize, usize),
+        /// The up matrix's.
+        up: (Scheme, usize, usize),
+    },
     /// A device pointer not aligned for the kernels' 16-byte vector accesses.
     #[error("{what} starts at device address {address:#x}, which is not 16-byte aligned; pass an aligned view")]
     Misaligned {

@@ -32,6 +32,7 @@ mod dequantize;
 mod device;
 mod error;
 mod gemm;
+mod gemv;
 mod params;
 mod quantize;
 
@@ -44,5 +45,9 @@ pub use error::CudaError;
 pub use gemm::{
     DeviceEpilogue, DeviceMatrixMut, gemm, gemm_host, gemm_into, gemm_weight_only, gemm_weight_only_host,
     gemm_weight_only_into, gemm_weight_only_workspace_size, gemm_workspace_size,
+};
+pub use gemv::{
+    GEMV_MAX_ROWS, GatedWeights, GemvInput, gemv, gemv_gated, gemv_gated_into, gemv_host, gemv_into,
+    gemv_workspace_size,
 };
 pub use quantize::{DeviceMatrix, quantize, quantize_host, quantize_into};

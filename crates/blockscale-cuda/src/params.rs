@@ -92,6 +92,36 @@ pub(crate) struct Fp8ScaleParams {
     pub mn_major: u32,
 }
 
+/// `bs::GemvParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct GemvParams {
+    pub x: u64,
+    pub w: [u64; 2],
+    pub s: [u64; 2],
+    pub bias: [u64; 2],
+    pub out: u64,
+    pub partial: u64,
+    pub x_stride: u64,
+    pub out_stride: u64,
+    pub alpha: [f32; 2],
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub scale_cols: u32,
+    pub swizzled: u32,
+    pub interleaved: u32,
+    pub tiles: u32,
+    pub act_f16: u32,
+    pub out_kind: u32,
+    pub activation: [u32; 2],
+    pub gated: u32,
+    pub splits: u32,
+    pub steps_per_split: u32,
+    pub ch16: u32,
+    pub pad: u32,
+}
+
 // The C++ structs have the same fields in the same order with natural alignment; these
 // sizes are what nvcc gives them (8-byte pointers, 4-byte scalars, tail padding to 8).
 const _: () = assert!(size_of::<QuantParams>() == 88 && align_of::<QuantParams>() == 8);
@@ -100,6 +130,7 @@ const _: () = assert!(size_of::<AmaxParams>() == 40 && align_of::<AmaxParams>() 
 const _: () = assert!(size_of::<SplitParams>() == 48 && align_of::<SplitParams>() == 8);
 const _: () = assert!(size_of::<CopyParams>() == 40 && align_of::<CopyParams>() == 8);
 const _: () = assert!(size_of::<Fp8ScaleParams>() == 32 && align_of::<Fp8ScaleParams>() == 8);
+const _: () = assert!(size_of::<GemvParams>() == 160 && align_of::<GemvParams>() == 8);
 
 // SAFETY: plain #[repr(C)] structs of integers and floats, passed by value to kernels
 // whose parameter types have the identical layout (kernels/common/params.cuh).
@@ -114,3 +145,5 @@ unsafe impl DeviceRepr for SplitParams {}
 unsafe impl DeviceRepr for CopyParams {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for Fp8ScaleParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for GemvParams {}

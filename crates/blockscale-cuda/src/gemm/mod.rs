@@ -161,7 +161,7 @@ fn check_epilogue(epilogue: &DeviceEpilogue<'_>, alpha: f32, n: usize) -> Result
 }
 
 /// Checks the output's shape, stride and length (its alignment only decides staging).
-fn check_output<O>(out: &DeviceMatrixMut<'_, O>, m: usize, n: usize) -> Result<(), CudaError> {
+pub(crate) fn check_output<O>(out: &DeviceMatrixMut<'_, O>, m: usize, n: usize) -> Result<(), CudaError> {
     if out.rows != m || out.cols != n {
         return Err(CudaError::OutputShape { rows: out.rows, cols: out.cols, m, n });
     }
@@ -420,7 +420,7 @@ struct Addresses {
     bias: u64,
 }
 
-fn activation_code(a: blockscale_formats::Activation) -> c_int {
+pub(crate) fn activation_code(a: blockscale_formats::Activation) -> c_int {
     use blockscale_formats::Activation::*;
     match a {
         Identity => 0,

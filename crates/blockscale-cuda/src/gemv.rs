@@ -1,0 +1,535 @@
+//! GEMV for decode: `y = act(alpha * x . W^T + bias)` for 1 to 16 activation rows, and
+//! the gated `y = act_gate(alpha_g x Wg^T + b_g) * act_up(alpha_u x Wu^T + b_u)` of
+//! SwiGLU MLPs, both matrices read in one pass (`kernels/gemv/gemv.cu`).
+//!
+//! Every weight scheme (NVFP4, MXFP4, MXFP6, MXFP8, FP8 block 1x128 and 128x128, INT4-G32
+//! row-major or block-interleaved), bf16 or f16 activations, bf16 / f16 / f32 output, on
+//! Hopper and SM120. The weights are read once whatever M is; each block's sum comes
+//! from the tensor cores (exact products, f32 sums) and is scaled and accumulated in f32,
+//! so exact data gives the CPU reference's bits (docs/KERNELS.md, "GEMV").
+
+use blockscale_formats::{DataLayout, Epilogue, Fp8Tile, QuantizedMatrix, ScaleLayout, Scheme};
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use half::{bf16, f16};
+use ndarray::{Array2, ArrayView2};
+
+use crate::buffer::{DeviceElement, DeviceQuantized};
+use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, check_output};
+use crate::params::GemvParams;
+use crate::quantize::DeviceMatrix;
+use crate::{CudaError, Device};
+
+/// The most activation rows one GEMV call takes; more is a GEMM
+/// ([`crate::gemm_weight_only`]).
+pub const GEMV_MAX_ROWS: usize = 16;
+
+/// Threads per CTA (`kThreads` in gemv.cu): four warps.
+const THREADS: u32 = 128;
+/// cp.async stages per warp (`kStages`).
+const STAGES: usize = 3;
+/// K elements per step (`kStepK`).
+const STEP_K: usize = 128;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for half::f16 {}
+}
+
+/// The activation types of the GEMV: bf16 and f16 (f32 activations go through
+/// [`crate::gemm_weight_only`], or convert them first).
+pub trait GemvInput: DeviceElement + sealed::Sealed {}
+impl GemvInput for bf16 {}
+impl GemvInput for f16 {}
+
+/// Two weight matrices of the same scheme and shape with their epilogues, for
+/// [`gemv_gated`]: `y = act_gate(gate) * act_up(up)`, each side with its own alpha (from
+/// its NVFP4 per-tensor scale by default) and optional bias.
+#[derive(Clone, Copy, Debug)]
+pub struct GatedWeights<'a> {
+    /// The gate projection (N x K).
+    pub gate: &'a DeviceQuantized,
+    /// The gate's epilogue (SwiGLU: `Activation::Silu`).
+    pub gate_epilogue: DeviceEpilogue<'a>,
+    /// The up projection (N x K).
+    pub up: &'a DeviceQuantized,
+    /// The up side's epilogue (SwiGLU: identity).
+    pub up_epilogue: DeviceEpilogue<'a>,
+}
+
+impl<'a> GatedWeights<'a> {
+    /// SwiGLU: `silu(x Wg^T) * (x Wu^T)`, alphas from the weights' per-tensor scales.
+    pub fn swiglu(gate: &'a DeviceQuantized, up: &'a DeviceQuantized) -> Self {
+        Self {
+            gate,
+            gate_epilogue: DeviceEpilogue::default().with_activation(blockscale_formats::Activation::Silu),
+            up,
+            up_epilogue: DeviceEpilogue::default(),
+        }
+    }
+}
+
+/// The kernel's shared memory per CTA for `scheme` (gemv.cu's `Traits::kWarpBytes`
+/// times four warps; the kernel faults if given less).
+fn smem_bytes(scheme: Scheme) -> usize {
+    let bits = scheme.element().bits() as usize;
+    let (rows, pitch) = match bits {
+        4 => (64, 80),
+        6 => (32, 112),
+        _ => (32, 160),
+    };
+    let unit = if scheme == Scheme::NvFp4 { 16 } else { 32 };
+    let units = STEP_K / unit;
+    let (size, units_per_scale) = match scheme {
+        Scheme::Int4G32 => (2, 1),
+        Scheme::Fp8Block(_) => (4, 4),
+        _ => (1, 1),
+    };
+    let stage = rows * pitch + rows * (units / units_per_scale * size);
+    let warp = STAGES * stage + rows * units * 4;
+    4 * warp
+}
+
+/// Weight rows one CTA covers (output rows: half of them when gated).
+fn rows_per_cta(scheme: Scheme) -> usize {
+    if scheme.element().bits() == 4 { 64 } else { 32 }
+}
+
+/// `gemv_{scheme}` (M <= 8, bf16), `_f16` (M <= 8, f16) or `_m16` (M <= 16, either).
+fn kernel_name(scheme: Scheme, m: usize, f16: bool) -> String {
+    let base = match scheme {
+        Scheme::Fp8Block(_) => "fp8_block",
+        s => crate::quantize::scheme_name(s),
+    };
+    let variant = match (m > 8, f16) {
+        (true, _) => "_m16",
+        (false, true) => "_f16",
+        (false, false) => "",
+    };
+    format!("gemv_{base}{variant}")
+}
+
+/// Tuning override for benchmarks: `BLOCKSCALE_GEMV_SPLITS` (CTAs along K).
+fn split_override() -> Option<usize> {
+    static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMV_SPLITS").ok().and_then(|v| v.trim().parse().ok()))
+}
+
+/// How a GEMV is launched: tiles of rows x splits of K, and the split-K workspace.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    tiles: usize,
+    splits: usize,
+    steps_per_split: usize,
+    smem: usize,
+    workspace: usize,
+}
+
+/// The fewest 128-element steps a split keeps (two per warp).
+const MIN_SPLIT_STEPS: usize = 8;
+
+/// How full the last wave of `ctas` CTAs is on `slots` resident ones, as the fraction of
+/// all waves' slots that do work.
+fn wave_fill(ctas: usize, slots: usize) -> f64 {
+    ctas as f64 / (ctas.div_ceil(slots) * slots) as f64
+}
+
+impl Plan {
+    /// `slots`: CTAs resident at once on the whole GPU (SMs x CTAs per SM).
+    fn new(scheme: Scheme, (m, n, k): (usize, usize, usize), gated: bool, sms: usize, slots: usize) -> Self {
+        let rows = rows_per_cta(scheme) / if gated { 2 } else { 1 };
+        let tiles = n.div_ceil(rows);
+        let steps = k.div_ceil(STEP_K);
+        let wanted = if tiles < sms {
+            // Too few row tiles to fill the GPU: enough splits of K to give every SM two
+            // CTAs, each keeping at least two steps.
+            (2 * sms).div_ceil(tiles).min((steps / 2).max(1))
+        } else {
+            // Enough tiles, but the last wave may run nearly empty (448 NVFP4 tiles of
+            // a 28672-row matrix on 396 H100 slots fill 57% of two waves): split K (up to
+            // 4 ways, at least 8 steps each) when that fills the waves clearly better.
+            let mut best = (1, wave_fill(tiles, slots));
+            for s in 2..=4 {
+                if steps.div_ceil(s) < MIN_SPLIT_STEPS {
+                    break;
+                }
+                let fill = wave_fill(tiles * s, slots);
+                if fill > best.1 + 0.05 {
+                    best = (s, fill);
+                }
+            }
+            best.0
+        };
+        let wanted = split_override().unwrap_or(wanted).clamp(1, steps.min(65535));
+        let steps_per_split = steps.div_ceil(wanted);
+        let splits = steps.div_ceil(steps_per_split);
+        let mats = if gated { 2 } else { 1 };
+        let workspace = if splits > 1 { splits * mats * m * n * 4 } else { 0 };
+        Self { tiles, splits, steps_per_split, smem: smem_bytes(scheme), workspace }
+    }
+}
+
+/// The GEMV kernel for `scheme`, `m` rows and the activation type, its shared memory
+/// allowed, and its plan for an N x K weight matrix. The plan comes from the bf16
+/// kernel's occupancy whatever the activation type, so [`gemv_workspace_size`] needs no
+/// type.
+fn prepare(
+    dev: &Device,
+    scheme: Scheme,
+    (m, n, k): (usize, usize, usize),
+    gated: bool,
+    f16: bool,
+) -> Result<(crate::device::Kernel, Plan), CudaError> {
+    let smem = smem_bytes(scheme);
+    let load = |f16: bool| -> Result<crate::device::Kernel, CudaError> {
+        let kernel = dev.function(&kernel_name(scheme, m, f16))?;
+        kernel
+            .func
+            .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+            .map_err(CudaError::driver("setting the GEMV's shared memory size"))?;
+        Ok(kernel)
+    };
+    let planner = load(false)?;
+    let per_sm = planner
+        .func
+        .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None)
+        .map_err(CudaError::driver("querying the GEMV's occupancy"))?
+        .max(1) as usize;
+    let sms = dev.sm_count() as usize;
+    let plan = Plan::new(scheme, (m, n, k), gated, sms, sms * per_sm);
+    Ok((if f16 { load(true)? } else { planner }, plan))
+}
+
+/// The weights of one side, checked against the first.
+struct Side<'a> {
+    w: &'a DeviceQuantized,
+    alpha: f32,
+    epilogue: &'a DeviceEpilogue<'a>,
+}
+
+fn check_rows(m: usize) -> Result<(), CudaError> {
+    if m == 0 || m > GEMV_MAX_ROWS {
+        return Err(CudaError::GemvRows { m });
+    }
+    Ok(())
+}
+
+/// Checks everything and queues the GEMV (and its split-K reduction).
+fn run<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    sides: &[Side<'_>],
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
+    let stream = dev.stream();
+    let w = sides[0].w;
+    let (n, k) = (w.shape().rows, w.shape().k);
+    let m = x.rows;
+    check_rows(m)?;
+    if x.k != k {
+        return Err(CudaError::KMismatch { a: x.k, b: k });
+    }
+    if let Some(other) = sides.get(1) {
+        let v = other.w;
+        if v.shape() != w.shape() || v.scale_layout() != w.scale_layout() || v.data_layout() != w.data_layout() {
+            return Err(CudaError::GatedMismatch {
+                gate: (w.scheme(), w.shape().rows, w.shape().k),
+                up: (v.scheme(), v.shape().rows, v.shape().k),
+            });
+        }
+    }
+    // The kernel keeps row and per-step byte counts in 32 bits (gemv.cu, FastCopies;
+    // interleaved weights move 64 N bytes per step).
+    if n >= 1 << 26 || k >= 1 << 28 {
+        return Err(CudaError::TooLarge { rows: n, k, limit: "N must be below 2^26 and K below 2^28" });
+    }
+    for side in sides {
+        if let Some(bias) = side.epilogue.bias
+            && bias.len() != n
+        {
+            return Err(CudaError::BiasLength { expected: n, actual: bias.len() });
+        }
+        if !side.alpha.is_finite() {
+            return Err(CudaError::InvalidAlpha(side.alpha));
+        }
+    }
+    check_output(&out, m, n)?;
+    let (x_ptr, g_x) = x.data.device_ptr(stream);
+    crate::quantize::check_matrix::<I>(m, k, x.row_stride, x.data.len(), x_ptr, "activations")?;
+
+    let gated = sides.len() == 2;
+    let (kernel, plan) = prepare(dev, w.scheme(), (m, n, k), gated, I::SUFFIX == "f16")?;
+    if grow && plan.workspace > 0 {
+        dev.reserve_workspace(plan.workspace)?;
+    }
+    let mut ws_guard = dev.workspace();
+    let available = ws_guard.as_ref().map_or(0, |w| w.len());
+    if available < plan.workspace {
+        return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available });
+    }
+    let (ws_ptr, g_ws) = match ws_guard.as_mut() {
+        Some(ws) if plan.workspace > 0 => {
+            let (p, g) = ws.device_ptr_mut(stream);
+            (p, Some(g))
+        }
+        _ => (0, None),
+    };
+    let out_stride = out.row_stride;
+    let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
+
+    let mut params = GemvParams {
+        x: x_ptr,
+        x_stride: x.row_stride as u64,
+        out: out_ptr,
+        out_stride: out_stride as u64,
+        partial: ws_ptr,
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        scale_cols: w.shape().scale_cols as u32,
+        swizzled: (w.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
+        interleaved: (w.data_layout() == DataLayout::BlockInterleaved) as u32,
+        tiles: (w.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)) as u32,
+        // Read by the `_m16` kernels, which take either type.
+        act_f16: (I::SUFFIX == "f16") as u32,
+        out_kind: match O::SUFFIX {
+            "bf16" => 0,
+            "f16" => 1,
+            _ => 2,
+        },
+        gated: gated as u32,
+        splits: plan.splits as u32,
+        steps_per_split: plan.steps_per_split as u32,
+        // 16-byte copies when every weight row starts 16-byte aligned (cudarc's
+        // allocations are 256-byte aligned).
+        ch16: w.shape().row_bytes.is_multiple_of(16) as u32,
+        ..GemvParams::default()
+    };
+    let mut guards = Vec::with_capacity(6);
+    for (i, side) in sides.iter().enumerate() {
+        let (d, g) = side.w.data().device_ptr(stream);
+        guards.push(g);
+        let (s, g) = side.w.scales().ptr(stream);
+        guards.push(g);
+        params.w[i] = d;
+        params.s[i] = s;
+        params.alpha[i] = side.alpha;
+        params.activation[i] = crate::gemm::activation_code(side.epilogue.activation) as u32;
+        if let Some(b) = side.epilogue.bias {
+            let (p, g) = b.device_ptr(stream);
+            guards.push(g);
+            params.bias[i] = p;
+        }
+    }
+
+    let config = LaunchConfig {
+        grid_dim: (plan.tiles as u32, plan.splits as u32, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: plan.smem as u32,
+    };
+    let mut launch = stream.launch_builder(&kernel.func);
+    launch.arg(&params);
+    // SAFETY: `params` matches `GemvParams`. The weights are validated DeviceQuantized
+    // buffers (codes and scales of the sizes their shape implies; gate and up checked
+    // equal in shape and layouts); the kernel reads rows below N and scale columns below
+    // scale_cols only, zero-filling the rest. The activations were checked for M rows of
+    // K at their stride with 16-byte aligned rows, the output for M x N at its stride,
+    // the bias for N values, the workspace for the split-K partials; the dynamic shared
+    // memory is what gemv.cu lays out (it traps otherwise). The guards keep every
+    // buffer alive and ordered until the launch is queued on this device's stream.
+    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the GEMV"))?;
+    if plan.splits > 1 {
+        let reduce = dev.function("gemv_reduce")?;
+        let config = dev.grid_stride((m * n) as u64, &reduce);
+        let mut launch = stream.launch_builder(&reduce.func);
+        launch.arg(&params);
+        // SAFETY: as above: the reduction reads the partials the GEMV wrote into the
+        // workspace (splits x mats x M x N f32) and writes the checked output.
+        unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the GEMV reduction"))?;
+    }
+    drop((g_x, g_ws, g_out, guards));
+    Ok(())
+}
+
+/// Workspace bytes [`gemv_into`] (`gated` false) or [`gemv_gated_into`] (`gated` true)
+/// needs for `m` activation rows and weights `w`: the split-K partial sums when N is too
+/// small to fill the GPU, else 0. Reserve it with [`Device::reserve_workspace`] before
+/// capturing a CUDA graph.
+///
+/// # Errors
+/// [`CudaError::GemvRows`] for `m` outside 1..=16, [`CudaError::Driver`] when the kernel
+/// cannot be loaded.
+pub fn gemv_workspace_size(dev: &Device, m: usize, w: &DeviceQuantized, gated: bool) -> Result<usize, CudaError> {
+    check_rows(m)?;
+    Ok(prepare(dev, w.scheme(), (m, w.shape().rows, w.shape().k), gated, false)?.1.workspace)
+}
+
+fn alloc_output<O: DeviceElement>(dev: &Device, m: usize, n: usize) -> Result<CudaSlice<O>, CudaError> {
+    // SAFETY: the GEMV writes every one of the m x n outputs before anything reads them
+    // (uninitialised f32/f16/bf16 bits are valid values).
+    unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))
+}
+
+/// `y = act(alpha * x . W^T + bias)`: activations `x` (M x K bf16 or f16 on the device,
+/// M from 1 to 16, rows 16-byte aligned) times quantized weights `w` (N x K, any scheme
+/// and layout), into a new contiguous M x N buffer of `O` (bf16, f16 or f32). `alpha`
+/// defaults to NVFP4 weights' decode factor. Grows the device's workspace if the shape
+/// needs split-K; nothing is waited for.
+///
+/// ```no_run
+/// use blockscale_cuda::{Device, DeviceEpilogue, DeviceMatrix, DeviceQuantized, gemv};
+/// # fn f(dev: &Device, x: &blockscale_cuda::cudarc::driver::CudaSlice<half::bf16>, w: &DeviceQuantized) -> Result<(), blockscale_cuda::CudaError> {
+/// let k = w.shape().k;
+/// let y = gemv::<half::bf16, half::bf16>(dev, DeviceMatrix::new(x, 1, k), w, &DeviceEpilogue::default())?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`CudaError::GemvRows`] for M outside 1..=16, [`CudaError::KMismatch`],
+/// [`CudaError::BadStride`], [`CudaError::BufferLength`] and [`CudaError::Misaligned`] for
+/// `x`, [`CudaError::BiasLength`], [`CudaError::InvalidAlpha`], [`CudaError::TooLarge`],
+/// [`CudaError::OutOfMemory`], [`CudaError::Driver`].
+pub fn gemv<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    w: &DeviceQuantized,
+    epilogue: &DeviceEpilogue<'_>,
+) -> Result<CudaSlice<O>, CudaError> {
+    check_rows(x.rows)?;
+    let (m, n) = (x.rows, w.shape().rows);
+    let mut out = alloc_output::<O>(dev, m, n)?;
+    gemv_run(dev, x, w, epilogue, DeviceMatrixMut::new(&mut out, m, n), true)?;
+    Ok(out)
+}
+
+/// [`gemv`] into caller memory: allocates nothing and never synchronizes, so it can be
+/// captured in a CUDA graph (reserve [`gemv_workspace_size`] first when it is not zero;
+/// see [`crate::gemm_into`] for the capture sequence).
+///
+/// # Errors
+/// As [`gemv`], plus [`CudaError::OutputShape`], [`CudaError::StrideTooSmall`] and
+/// [`CudaError::BufferLength`] for the output, and [`CudaError::WorkspaceTooSmall`].
+pub fn gemv_into<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    w: &DeviceQuantized,
+    epilogue: &DeviceEpilogue<'_>,
+    out: DeviceMatrixMut<'_, O>,
+) -> Result<(), CudaError> {
+    gemv_run(dev, x, w, epilogue, out, false)
+}
+
+fn gemv_run<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    w: &DeviceQuantized,
+    epilogue: &DeviceEpilogue<'_>,
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
+    let alpha = epilogue.alpha_weight_only(w.scheme(), w.global_scale());
+    run(dev, x, &[Side { w, alpha, epilogue }], out, grow)
+}
+
+fn gated_run<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    weights: &GatedWeights<'_>,
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
+    let side = |w: &'_ DeviceQuantized, e| (w.scheme(), w.global_scale(), e);
+    let (gs, gg, ge) = side(weights.gate, &weights.gate_epilogue);
+    let (us, ug, ue) = side(weights.up, &weights.up_epilogue);
+    let sides = [
+        Side { w: weights.gate, alpha: ge.alpha_weight_only(gs, gg), epilogue: ge },
+        Side { w: weights.up, alpha: ue.alpha_weight_only(us, ug), epilogue: ue },
+    ];
+    run(dev, x, &sides, out, grow)
+}
+
+/// The gated GEMV of SwiGLU-style MLPs: `y = act_g(alpha_g x Wg^T + b_g) *
+/// act_u(alpha_u x Wu^T + b_u)`, both weight matrices (same scheme, shape and layouts)
+/// read in one pass, into a new M x N buffer of `O`.
+///
+/// ```no_run
+/// use blockscale_cuda::{Device, DeviceMatrix, DeviceQuantized, GatedWeights, gemv_gated};
+/// # fn f(dev: &Device, x: &blockscale_cuda::cudarc::driver::CudaSlice<half::bf16>, wg: &DeviceQuantized, wu: &DeviceQuantized) -> Result<(), blockscale_cuda::CudaError> {
+/// let k = wg.shape().k;
+/// let h = gemv_gated::<half::bf16, half::bf16>(dev, DeviceMatrix::new(x, 1, k), &GatedWeights::swiglu(wg, wu))?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// As [`gemv`], plus [`CudaError::GatedMismatch`] when the two matrices differ in scheme,
+/// shape or layout.
+pub fn gemv_gated<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    weights: &GatedWeights<'_>,
+) -> Result<CudaSlice<O>, CudaError> {
+    check_rows(x.rows)?;
+    let (m, n) = (x.rows, weights.gate.shape().rows);
+    let mut out = alloc_output::<O>(dev, m, n)?;
+    gated_run(dev, x, weights, DeviceMatrixMut::new(&mut out, m, n), true)?;
+    Ok(out)
+}
+
+/// [`gemv_gated`] into caller memory (no allocation, no synchronization; reserve
+/// [`gemv_workspace_size`] with `gated` true first when it is not zero).
+///
+/// # Errors
+/// As [`gemv_gated`] and [`gemv_into`].
+pub fn gemv_gated_into<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    weights: &GatedWeights<'_>,
+    out: DeviceMatrixMut<'_, O>,
+) -> Result<(), CudaError> {
+    gated_run(dev, x, weights, out, false)
+}
+
+/// Host convenience for [`gemv`]: copies `x` (M x K, M <= 16), the weights and the bias
+/// over, runs the GEMV and copies the M x N result back (waiting for it).
+///
+/// # Errors
+/// As [`gemv`].
+pub fn gemv_host<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: ArrayView2<'_, I>,
+    w: &QuantizedMatrix,
+    epilogue: &Epilogue<'_>,
+) -> Result<Array2<O>, CudaError> {
+    let (m, k) = x.dim();
+    check_rows(m)?;
+    if k != w.k() {
+        return Err(CudaError::KMismatch { a: k, b: w.k() });
+    }
+    let (dx, stride) = upload(dev, x)?;
+    let dw = DeviceQuantized::from_host(dev, w)?;
+    let bias = epilogue
+        .bias
+        .map(|b| dev.stream().clone_htod(b).map_err(CudaError::alloc("the bias", b.len() * 4)))
+        .transpose()?;
+    let epi = DeviceEpilogue { alpha: epilogue.alpha, bias: bias.as_ref(), activation: epilogue.activation };
+    let y = gemv::<I, O>(dev, DeviceMatrix { data: &dx, rows: m, k, row_stride: stride }, &dw, &epi)?;
+    let host = dev.stream().clone_dtoh(&y).map_err(CudaError::driver("copying the output to the host"))?;
+    Ok(Array2::from_shape_vec((m, w.rows()), host).expect("m x n values"))
+}
+
+/// Copies host activations to the device with rows padded to 8 elements (16 bytes), as
+/// the kernel reads them; returns the buffer and its row stride.
+fn upload<I: GemvInput>(dev: &Device, x: ArrayView2<'_, I>) -> Result<(CudaSlice<I>, usize), CudaError> {
+    let (m, k) = x.dim();
+    let stride = k.next_multiple_of(8);
+    let mut host = vec![I::default(); m * stride];
+    for (r, row) in x.rows().into_iter().enumerate() {
+        for (c, v) in row.iter().enumerate() {
+            host[r * stride + c] = *v;
+        }
+    }
+    let d = dev.stream().clone_htod(&host).map_err(CudaError::alloc("the activations", host.len() * 2))?;
+    Ok((d, stride))
+}
