@@ -14,7 +14,8 @@ pub fn run(backend: &str) -> Result<()> {
         "cuda" => {
             setup_cuda::cuda(false)?;
             util::run(cargo().args(["bench", "-p", "blockscale-cuda", "--bench", "quantize_cuda"]))?;
-            util::run(cargo().args(["bench", "-p", "blockscale-cuda", "--bench", "gemm_cuda"]))
+            util::run(cargo().args(["bench", "-p", "blockscale-cuda", "--bench", "gemm_cuda"]))?;
+            util::run(cargo().args(["bench", "-p", "blockscale-cuda", "--bench", "gemv_cuda"]))
         }
         other => bail!("unknown backend {other:?}: expected cpu or cuda"),
     }
