@@ -22,7 +22,8 @@ use blockscale_cpu::{
     gemm_weight_only_reference, quantize_slice,
 };
 use blockscale_formats::{
-    Fp8Tile, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizedMatrix, ScaleLayout, ScaleRule, Scheme,
+    DataLayout, Fp8Tile, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizedMatrix, ScaleLayout,
+    ScaleRule, Scheme,
 };
 use blockscale_golden::Writer;
 use blockscale_golden::case::{self, Values};
@@ -280,6 +281,10 @@ struct GemmCase {
     name: String,
     a: Option<Scheme>, // None: weight-only with activations of `x_dtype`
     x_dtype: &'static str,
+    /// A decode case (kind "gemv": weight-only, M <= 16, bf16 or f16 activations).
+    gemv: bool,
+    /// Weights in the block-interleaved data layout (4-bit schemes).
+    interleaved: bool,
     b: Scheme,
     m: usize,
     n: usize,
@@ -293,11 +298,14 @@ fn quant_operand(
     rows: usize,
     k: usize,
     scheme: Scheme,
-    layout: ScaleLayout,
+    (layout, interleaved): (ScaleLayout, bool),
     exact: bool,
 ) -> Result<QuantizedMatrix> {
     let layout = if scheme.supports_layout(layout) { layout } else { ScaleLayout::Linear };
     let mut o = QuantizeOptions::default().with_scale_layout(layout);
+    if interleaved {
+        o = o.with_data_layout(DataLayout::BlockInterleaved);
+    }
     if scheme == Scheme::NvFp4 {
         let g = if exact {
             GlobalScale::from_encode(1.0)?
@@ -320,7 +328,7 @@ fn write_gemm(dir: &Path, c: &GemmCase, seed: u64, index: u64) -> Result<()> {
         }
     };
     let bx = data(rng, c.n, c.b);
-    let b = quant_operand(&bx, c.n, c.k, c.b, ScaleLayout::Swizzled128x4, c.exact)?;
+    let b = quant_operand(&bx, c.n, c.k, c.b, (ScaleLayout::Swizzled128x4, c.interleaved), c.exact)?;
     let bias: Option<Vec<f32>> = (!c.exact).then(|| (0..c.n).map(|_| rng.bell()).collect());
     let alpha = (!c.exact).then_some(0.75f32);
     let mut epi = Epilogue { alpha, ..Default::default() }.with_activation(c.activation);
@@ -328,7 +336,7 @@ fn write_gemm(dir: &Path, c: &GemmCase, seed: u64, index: u64) -> Result<()> {
         epi = epi.with_bias(bias);
     }
     w.meta("case", c.name.clone())
-        .meta("kind", "gemm")
+        .meta("kind", if c.gemv { "gemv" } else { "gemm" })
         .meta("m", c.m.to_string())
         .meta("activation", activation_name(c.activation))
         .meta("exact", c.exact.to_string());
@@ -339,7 +347,7 @@ fn write_gemm(dir: &Path, c: &GemmCase, seed: u64, index: u64) -> Result<()> {
     let (reference, fast) = match c.a {
         Some(sa) => {
             let ax = data(rng, c.m, sa);
-            let a = quant_operand(&ax, c.m, c.k, sa, ScaleLayout::Linear, c.exact)?;
+            let a = quant_operand(&ax, c.m, c.k, sa, (ScaleLayout::Linear, false), c.exact)?;
             case::put_matrix(&mut w, "a", &a);
             (gemm_reference::<f32>(&a, &b, &epi)?, gemm::<f32>(&a, &b, &epi, &GemmOptions::default())?)
         }
@@ -398,6 +406,8 @@ fn gemm_cases(full: bool) -> Vec<GemmCase> {
                 name: format!("gemm-{}-x-{}-{kind}", short(a), short(b)),
                 a: Some(a),
                 x_dtype: "",
+                gemv: false,
+                interleaved: false,
                 b,
                 m,
                 n,
@@ -415,12 +425,54 @@ fn gemm_cases(full: bool) -> Vec<GemmCase> {
                 name: format!("gemm-{dtype}-x-{}-{kind}", short(b)),
                 a: None,
                 x_dtype: dtype,
+                gemv: false,
+                interleaved: false,
                 b,
                 m: if i == 0 { 1 } else { 17 },
                 n: if i == 0 { 130 } else { n },
                 k: if i == 0 { 2048 } else { 224 },
                 exact,
                 activation: if exact { Activation::Identity } else { acts[(i + 1) % acts.len()] },
+            });
+        }
+    }
+    v
+}
+
+/// The decode cases: every weight scheme and layout, M 1, 4 and 16 in turn, bf16 and f16
+/// activations, one exact case (identity) and one random case (bias, alpha and each
+/// activation in turn) per scheme.
+fn gemv_cases(full: bool) -> Vec<GemmCase> {
+    let schemes = [
+        (Scheme::NvFp4, false),
+        (Scheme::MxFp4, false),
+        (Scheme::MxFp6E2M3, false),
+        (Scheme::MxFp6E3M2, false),
+        (Scheme::MxFp8E4M3, false),
+        (Scheme::MxFp8E5M2, false),
+        (Scheme::Fp8Block(Fp8Tile::Tile128x128), false),
+        (Scheme::Int4G32, false),
+        (Scheme::Int4G32, true),
+    ];
+    let acts = [Activation::Silu, Activation::GeluTanh, Activation::GeluErf, Activation::Identity];
+    let mut v = Vec::new();
+    for (i, (b, interleaved)) in schemes.into_iter().enumerate() {
+        let dtype = if i % 2 == 0 { "bf16" } else { "f16" };
+        for exact in [true, false] {
+            let kind = if exact { "exact" } else { "random" };
+            v.push(GemmCase {
+                name: format!("gemv-{dtype}-x-{}{}-{kind}", short(b), if interleaved { "-interleaved" } else { "" }),
+                a: None,
+                x_dtype: dtype,
+                gemv: true,
+                interleaved,
+                b,
+                m: [1, 4, 16][(i + usize::from(!exact)) % 3],
+                n: if full { 3000 } else { 200 },
+                // Long enough for the split-K path at these few rows.
+                k: if full { 8192 } else { 1536 },
+                exact,
+                activation: if exact { Activation::Identity } else { acts[i % acts.len()] },
             });
         }
     }
@@ -439,19 +491,22 @@ pub fn run(full: bool, seed: u64, out: Option<PathBuf>) -> Result<()> {
             std::fs::remove_file(&p)?;
         }
     }
-    let (quant, gemms) = (quant_cases(full), gemm_cases(full));
+    let (quant, gemms, gemvs) = (quant_cases(full), gemm_cases(full), gemv_cases(full));
     // Case i draws from splitmix64 seeded with `seed ^ (i * 0x9e3779b9)` (GEMM cases
-    // count from 1000); both numbers are in each file's metadata.
+    // count from 1000, GEMV cases from 2000); both numbers are in each file's metadata.
     for (i, c) in quant.iter().enumerate() {
         write_quant(&dir, c, seed, i as u64).with_context(|| format!("case {}", c.name))?;
     }
     for (i, c) in gemms.iter().enumerate() {
         write_gemm(&dir, c, seed, 1000 + i as u64).with_context(|| format!("case {}", c.name))?;
     }
+    for (i, c) in gemvs.iter().enumerate() {
+        write_gemm(&dir, c, seed, 2000 + i as u64).with_context(|| format!("case {}", c.name))?;
+    }
     let bytes: u64 = std::fs::read_dir(&dir)?.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum();
     println!(
         "{} golden files, {:.1} MB, in {} (seed {seed:#x})",
-        quant.len() + gemms.len(),
+        quant.len() + gemms.len() + gemvs.len(),
         bytes as f64 / 1e6,
         dir.display()
     );

@@ -126,8 +126,8 @@ pub fn scales_from(format: ScaleFormat, bytes: &[u8]) -> ScaleData {
 }
 
 /// Writes a quantized matrix as `{prefix}.codes` and `{prefix}.scales` (its own scale
-/// layout) with metadata `{prefix}.scheme`, `.rows`, `.k`, `.scale_layout` and, for
-/// NVFP4, `.global_encode` (f32 bits).
+/// layout) with metadata `{prefix}.scheme`, `.rows`, `.k`, `.scale_layout`, for NVFP4
+/// `.global_encode` (f32 bits) and, for block-interleaved codes, `.data_layout`.
 pub fn put_matrix(w: &mut Writer, prefix: &str, q: &QuantizedMatrix) {
     let (dtype, shape) = codes_dtype(q.scheme(), q.rows(), q.k());
     w.tensor(&format!("{prefix}.codes"), dtype, &shape, q.data().to_vec());
@@ -140,6 +140,15 @@ pub fn put_matrix(w: &mut Writer, prefix: &str, q: &QuantizedMatrix) {
     if let Some(g) = q.global_scale() {
         w.meta_f32(&format!("{prefix}.global_encode"), g.encode());
     }
+    if q.data_layout() != DataLayout::RowMajor {
+        // The codes tensor keeps its [rows, row bytes] shape; its bytes are in this order.
+        w.meta(&format!("{prefix}.data_layout"), q.data_layout().name());
+    }
+}
+
+/// Parses a data layout name.
+pub fn parse_data_layout(s: &str) -> Option<DataLayout> {
+    [DataLayout::RowMajor, DataLayout::BlockInterleaved].into_iter().find(|l| l.name() == s)
 }
 
 /// Parses a scale layout name.
@@ -190,6 +199,11 @@ pub fn get_matrix(f: &GoldenFile, prefix: &str) -> Result<QuantizedMatrix, Golde
     let (dtype, cshape) = codes_dtype(scheme, rows, k);
     let data = f.bytes(&key("codes"), dtype, &cshape)?.to_vec();
     let sbytes = f.bytes(&key("scales"), scale_dtype(scheme), &scale_shape(&shape, scale_layout))?;
+    let data_layout = match f.meta_opt(&key("data_layout")) {
+        Some(name) => parse_data_layout(name)
+            .ok_or_else(|| f.bad_meta(&key("data_layout"), format!("unknown data layout {name:?}")))?,
+        None => DataLayout::RowMajor,
+    };
     let global_scale = match f.meta_opt(&key("global_encode")) {
         Some(_) => Some(
             GlobalScale::from_encode(f.f32_bits(&key("global_encode"))?)
@@ -202,7 +216,7 @@ pub fn get_matrix(f: &GoldenFile, prefix: &str) -> Result<QuantizedMatrix, Golde
         rows,
         k,
         data,
-        data_layout: DataLayout::RowMajor,
+        data_layout,
         scales: scales_from(scheme.scale_format(), sbytes),
         scale_layout,
         global_scale,

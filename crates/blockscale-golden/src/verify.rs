@@ -154,7 +154,8 @@ pub fn verify_file(file: &GoldenFile, backend: &Backend) -> Result<Vec<Outcome>,
     let case = file.meta("case")?.to_string();
     match file.meta("kind")? {
         "quantize" => verify_quantize(file, &case, backend),
-        "gemm" => verify_gemm(file, &case, backend),
+        "gemm" => verify_gemm(file, &case, backend, false),
+        "gemv" => verify_gemm(file, &case, backend, true),
         other => Err(file.bad_meta("kind", format!("unknown case kind {other:?}"))),
     }
 }
@@ -308,7 +309,9 @@ pub fn activation_name(a: Activation) -> &'static str {
     }
 }
 
-fn verify_gemm(file: &GoldenFile, name: &str, backend: &Backend) -> Result<Vec<Outcome>, GoldenError> {
+/// A GEMM case, or (`gemv`) a decode case: weight-only, which the cuda backend runs
+/// through its GEMV rather than its GEMM.
+fn verify_gemm(file: &GoldenFile, name: &str, backend: &Backend, gemv: bool) -> Result<Vec<Outcome>, GoldenError> {
     let b = case::get_matrix(file, "b")?;
     let weight_only = file.meta_opt("a.scheme").is_none();
     let (m, n, k) = (file.parse::<usize>("m")?, b.rows(), b.k());
@@ -328,8 +331,13 @@ fn verify_gemm(file: &GoldenFile, name: &str, backend: &Backend) -> Result<Vec<O
     let label = format!("{name} [{}", backend.name());
     #[cfg(feature = "cuda")]
     if let Backend::Cuda(dev) = backend {
+        if gemv {
+            return verify_gemv_cuda(dev, &label, (x.as_ref(), &b), &epi, &want, exact);
+        }
         return verify_gemm_cuda(dev, &label, (a.as_ref(), x.as_ref(), &b), &epi, &want, exact);
     }
+    #[cfg(not(feature = "cuda"))]
+    let _ = gemv;
     let run = |fast: bool| -> Result<Vec<f32>, String> {
         let r = match (&a, &x) {
             (Some(a), _) if fast => gemm::<f32>(a, &b, &epi, &GemmOptions::default()),
@@ -472,6 +480,49 @@ fn verify_gemm_cuda(
         |i: usize| slope * (alpha.abs() * rel * t[i] / per_tensor + 8.0 * ulp(want[i])) + out_ulps * ulp(want[i]);
     let (ok, max, detail) = compare_f32(&got, want, n, 0, Some(&bound));
     Ok(vec![outcome(format!("{label} gemm]"), ok, max, if ok { "within the kernel's bound".into() } else { detail })])
+}
+
+/// The cuda backend's GEMV against a decode case's golden output: bit for bit on exact
+/// cases, else within the GEMV's bound (docs/KERNELS.md, "GEMV": every block's sum exact
+/// products added in f32, scaled in f32; no operand rounded).
+#[cfg(feature = "cuda")]
+fn verify_gemv_cuda(
+    dev: &blockscale_cuda::Device,
+    label: &str,
+    (x, b): (Option<&Values>, &QuantizedMatrix),
+    epi: &Epilogue<'_>,
+    want: &[f32],
+    exact: bool,
+) -> Result<Vec<Outcome>, GoldenError> {
+    let (m, n, k) = (want.len() / b.rows(), b.rows(), b.k());
+    let name = format!("{label} gemv]");
+    let got = match x {
+        Some(Values::Bf16(v)) => {
+            blockscale_cuda::gemv_host::<_, f32>(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)
+        }
+        Some(Values::F16(v)) => {
+            blockscale_cuda::gemv_host::<_, f32>(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)
+        }
+        _ => return Ok(vec![outcome(name, false, 0, "a GEMV case needs bf16 or f16 activations x".into())]),
+    };
+    let got = match got {
+        Ok(got) => got.into_raw_vec_and_offset().0,
+        Err(e) => return Ok(vec![outcome(name, false, 0, format!("error: {e}"))]),
+    };
+    if exact {
+        let (ok, max, detail) = compare_f32(&got, want, n, 0, None);
+        return Ok(vec![outcome(name, ok, max, if ok { "bit for bit".into() } else { detail })]);
+    }
+    let pieces = if matches!(x, Some(Values::F16(_))) { 2.0 } else { 1.0 };
+    let kk = k as f64 * pieces;
+    let rel = (kk + kk / 16.0 + 4.0) * 2f64.powi(-22);
+    let alpha = epi.alpha_weight_only(b.scheme(), b.global_scale()) as f64;
+    let per_tensor = b.global_scale().map_or(1.0, |g| g.decode() as f64);
+    let t = abs_products(None, x, b, m)?;
+    let slope = if epi.activation == Activation::Identity { 1.0 } else { 1.2 };
+    let bound = |i: usize| slope * (alpha.abs() * rel * t[i] / per_tensor + 8.0 * ulp(want[i])) + ulp(want[i]);
+    let (ok, max, detail) = compare_f32(&got, want, n, 0, Some(&bound));
+    Ok(vec![outcome(name, ok, max, if ok { "within the kernel's bound".into() } else { detail })])
 }
 
 fn ulp(x: f32) -> f64 {
