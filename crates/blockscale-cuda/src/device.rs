@@ -202,6 +202,13 @@ impl Device {
 
     /// A kernel by name, loaded once and cached with its occupancy.
     pub(crate) fn function(&self, name: &str) -> Result<Kernel, CudaError> {
+        self.function_with_smem(name, 0)
+    }
+
+    /// As [`Self::function`] for a kernel of 128 threads that always runs with `smem`
+    /// bytes of dynamic shared memory (the GEMVs): on first use its limit is raised to
+    /// `smem` and its occupancy counted with it, so a launch costs no driver query.
+    pub(crate) fn function_with_smem(&self, name: &str, smem: usize) -> Result<Kernel, CudaError> {
         let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = cache.get(name) {
             return Ok(f.clone());
@@ -223,11 +230,18 @@ impl Device {
             source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND),
         })?;
         let func = module.load_function(name).map_err(CudaError::driver("finding a kernel in its module"))?;
-        // The grid-stride kernels run 256 threads per block; the GEMVs (launch bounds 128,
-        // their own grid) are asked about the 128 they run.
-        let threads = if name.starts_with("gemv_") && name != "gemv_reduce" { 128 } else { 256 };
+        // The grid-stride kernels run 256 threads per block; the GEMVs (their own grid
+        // and shared memory) the 128 they are built for.
+        let threads = if smem > 0 { 128 } else { 256 };
+        if smem > 0 {
+            func.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(CudaError::driver("raising a kernel's shared memory limit"))?;
+        }
         let blocks_per_sm = func
-            .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+            .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
             .map_err(CudaError::driver("querying a kernel's occupancy"))?
             .max(1);
         let kernel = Kernel { func, blocks_per_sm };

@@ -9,7 +9,6 @@
 //! so exact data gives the CPU reference's bits (docs/KERNELS.md, "GEMV").
 
 use blockscale_formats::{DataLayout, Epilogue, Fp8Tile, QuantizedMatrix, ScaleLayout, Scheme};
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2};
@@ -170,10 +169,10 @@ impl Plan {
     }
 }
 
-/// The GEMV kernel for `scheme`, `m` rows and the activation type, its shared memory
-/// allowed, and its plan for an N x K weight matrix. The plan comes from the bf16
-/// kernel's occupancy whatever the activation type, so [`gemv_workspace_size`] needs no
-/// type.
+/// The GEMV kernel for `scheme`, `m` rows and the activation type (loaded once with its
+/// shared memory allowed and its occupancy counted), and its plan for an N x K weight
+/// matrix. The plan comes from the bf16 kernel's occupancy whatever the activation type,
+/// so [`gemv_workspace_size`] needs no type.
 fn prepare(
     dev: &Device,
     scheme: Scheme,
@@ -182,23 +181,12 @@ fn prepare(
     f16: bool,
 ) -> Result<(crate::device::Kernel, Plan), CudaError> {
     let smem = smem_bytes(scheme);
-    let load = |f16: bool| -> Result<crate::device::Kernel, CudaError> {
-        let kernel = dev.function(&kernel_name(scheme, m, f16))?;
-        kernel
-            .func
-            .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-            .map_err(CudaError::driver("setting the GEMV's shared memory size"))?;
-        Ok(kernel)
-    };
-    let planner = load(false)?;
-    let per_sm = planner
-        .func
-        .occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None)
-        .map_err(CudaError::driver("querying the GEMV's occupancy"))?
-        .max(1) as usize;
+    let planner = dev.function_with_smem(&kernel_name(scheme, m, false), smem)?;
+    let per_sm = planner.blocks_per_sm as usize;
     let sms = dev.sm_count() as usize;
     let plan = Plan::new(scheme, (m, n, k), gated, sms, sms * per_sm);
-    Ok((if f16 { load(true)? } else { planner }, plan))
+    let kernel = if f16 { dev.function_with_smem(&kernel_name(scheme, m, true), smem)? } else { planner };
+    Ok((kernel, plan))
 }
 
 /// The weights of one side, checked against the first.
