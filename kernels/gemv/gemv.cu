@@ -354,6 +354,15 @@ __device__ __forceinline__ void issue_weights(const GemvParams& p, uint32_t stag
     }
 }
 
+// The byte offset of scale (row, col) in the weights' scale array: FP8 block f32 (one
+// row per 128 with 128x128 tiles), INT4 f16, or UE4M3 / UE8M0 bytes, linear or swizzled.
+template <class T>
+__device__ __forceinline__ uint64_t scale_byte(const GemvParams& p, uint32_t row, uint32_t col) {
+    if (T::kScale == Scale::F32) return ((uint64_t)(p.tiles ? row / 128u : row) * p.scale_cols + col) * 4u;
+    if (T::kScale == Scale::F16) return ((uint64_t)row * p.scale_cols + col) * 2u;
+    return p.swizzled ? swizzled_offset(row, col, p.scale_cols) : (uint64_t)row * p.scale_cols + col;
+}
+
 template <class T>
 __device__ __forceinline__ void issue_scales(const GemvParams& p, uint8_t* stage, int step, int rowbase, int lane) {
     constexpr int kChunks = T::kScaleBytes / 4;
@@ -370,13 +379,7 @@ __device__ __forceinline__ void issue_scales(const GemvParams& p, uint8_t* stage
         uint32_t valid = 0;
         if (row < p.n && col < p.scale_cols) {
             valid = min((uint32_t)kPerChunk, p.scale_cols - col) * T::kSsize;
-            if (T::kScale == Scale::F32) {
-                off = ((uint64_t)(p.tiles ? row / 128u : row) * p.scale_cols + col) * 4u;
-            } else if (T::kScale == Scale::F16) {
-                off = ((uint64_t)row * p.scale_cols + col) * 2u;
-            } else {
-                off = p.swizzled ? swizzled_offset(row, col, p.scale_cols) : (uint64_t)row * p.scale_cols + col;
-            }
+            off = scale_byte<T>(p, row, col);
         }
         uint8_t* dst = raw + r * T::kScaleBytes + 4 * j;
         if ((off & 3u) == 0u) {
@@ -456,14 +459,7 @@ struct FastCopies {
             const int r = rs0 + i * kSApart;
             const int mat = (gated && r >= T::kRows / 2) ? 1 : 0;
             const uint32_t row = (uint32_t)rowbase + (uint32_t)(r - mat * (T::kRows / 2));
-            uint64_t off;
-            if (T::kScale == Scale::F32) {
-                off = ((uint64_t)(p.tiles ? row / 128u : row) * p.scale_cols + col) * 4u;
-            } else if (T::kScale == Scale::F16) {
-                off = ((uint64_t)row * p.scale_cols + col) * 2u;
-            } else {
-                off = p.swizzled ? swizzled_offset(row, col, p.scale_cols) : (uint64_t)row * p.scale_cols + col;
-            }
+            const uint64_t off = scale_byte<T>(p, row, col);
             s[i] = reinterpret_cast<const uint8_t*>(p.s[mat]) + off;
             s_ok |= (row < p.n ? 1u : 0u) << i;
             s_aligned |= ((off & 3u) == 0u ? 1u : 0u) << i;

@@ -13,14 +13,14 @@
 
 mod common;
 
-use blockscale_cuda::cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as blas};
+use blockscale_cuda::cudarc::cublas::{CudaBlas, Gemm};
 use blockscale_cuda::cudarc::driver::{DevicePtr, DevicePtrMut};
 use blockscale_cuda::{
     Device, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized, QuantizeOptions, gemm_into,
     gemm_weight_only_into, gemm_weight_only_workspace_size, gemm_workspace_size, quantize,
 };
 use blockscale_formats::{Fp8Tile, ScaleLayout, Scheme};
-use common::anchors::{LtFp8, random_bf16, random_u8};
+use common::anchors::{LtFp8, bf16_gemm_config, device_and_blas, random_bf16, random_u8};
 use common::time;
 use half::bf16;
 
@@ -37,18 +37,7 @@ fn anchors(dev: &Device, blas: &CudaBlas, (m, n, k): (usize, usize, usize)) -> A
     let b = random_bf16(dev, n * k, 2);
     let mut d = stream.alloc_zeros::<bf16>(m * n).unwrap();
     // Row-major D (M x N) is column-major D^T (N x M) = B^T-as-stored (op T) . A.
-    let cfg = GemmConfig {
-        transa: blas::cublasOperation_t::CUBLAS_OP_T,
-        transb: blas::cublasOperation_t::CUBLAS_OP_N,
-        m: n as i32,
-        n: m as i32,
-        k: k as i32,
-        alpha: bf16::ONE,
-        lda: k as i32,
-        ldb: k as i32,
-        beta: bf16::ZERO,
-        ldc: n as i32,
-    };
+    let cfg = bf16_gemm_config((m, n, k));
     // SAFETY: the buffers hold the elements the configuration addresses.
     let bf16_t = time(stream, 10, || unsafe { blas.gemm(cfg, &b, &a, &mut d) }.unwrap());
     drop((a, b));
@@ -93,20 +82,7 @@ fn row(label: &str, flop: f64, t: f64, anchors: &Anchors) {
 }
 
 fn main() {
-    let dev = match Device::new(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("no usable GPU: {e}");
-            std::process::exit(1);
-        }
-    };
-    let blas = match CudaBlas::new(dev.stream().clone()) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("cuBLAS cannot be loaded (is it on LD_LIBRARY_PATH?): {e}");
-            std::process::exit(1);
-        }
-    };
+    let (dev, blas) = device_and_blas();
     let filter = std::env::var("BLOCKSCALE_BENCH_FILTER").unwrap_or_default();
     println!("{} ({:?}, {} SMs)", dev.name(), dev.arch(), dev.sm_count());
     println!("GEMM, bf16 output; ratios are anchor time / blockscale time (above 1: faster than the anchor).");

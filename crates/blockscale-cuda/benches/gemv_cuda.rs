@@ -15,7 +15,7 @@
 
 mod common;
 
-use blockscale_cuda::cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as blas};
+use blockscale_cuda::cudarc::cublas::{CudaBlas, Gemm};
 use blockscale_cuda::cudarc::driver::sys::{CUdevice_attribute, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use blockscale_cuda::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use blockscale_cuda::{
@@ -23,7 +23,7 @@ use blockscale_cuda::{
     QuantizeOptions, gemv_gated_into, gemv_into, gemv_workspace_size, quantize,
 };
 use blockscale_formats::{DataLayout, Fp8Tile, ScaleLayout, Scheme};
-use common::anchors::{LtFp8, random_bf16, random_u8};
+use common::anchors::{LtFp8, bf16_gemm_config, device_and_blas, random_bf16, random_u8};
 use common::time;
 use half::bf16;
 
@@ -119,18 +119,7 @@ fn anchors(dev: &Device, blas: &CudaBlas, n: usize, k: usize) -> Anchors {
     let x = random_bf16(dev, k, 3);
     let mut y = stream.alloc_zeros::<bf16>(n).unwrap();
     // Row-major y (1 x N) is column-major y^T (N x 1) = W (op T on the stored K x N) . x.
-    let cfg = GemmConfig {
-        transa: blas::cublasOperation_t::CUBLAS_OP_T,
-        transb: blas::cublasOperation_t::CUBLAS_OP_N,
-        m: n as i32,
-        n: 1,
-        k: k as i32,
-        alpha: bf16::ONE,
-        lda: k as i32,
-        ldb: k as i32,
-        beta: bf16::ZERO,
-        ldc: n as i32,
-    };
+    let cfg = bf16_gemm_config((1, n, k));
     // SAFETY: the buffers hold the elements the configuration addresses.
     let bf16_t = cold_time(dev, copies, |i| unsafe { blas.gemm(cfg, &ws[i], &x, &mut y) }.unwrap());
     drop(ws);
@@ -186,20 +175,7 @@ const SCHEMES: [(&str, Scheme, bool); 9] = [
 ];
 
 fn main() {
-    let dev = match Device::new(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("no usable GPU: {e}");
-            std::process::exit(1);
-        }
-    };
-    let blas = match CudaBlas::new(dev.stream().clone()) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("cuBLAS cannot be loaded (is it on LD_LIBRARY_PATH?): {e}");
-            std::process::exit(1);
-        }
-    };
+    let (dev, blas) = device_and_blas();
     let filter = std::env::var("BLOCKSCALE_BENCH_FILTER").unwrap_or_default();
     println!(
         "{} ({:?}, {} SMs), cold-L2 rotation over {} MiB",

@@ -33,13 +33,7 @@ fn input(dev: &Device, rows: usize, k: usize) -> CudaSlice<bf16> {
 }
 
 fn main() {
-    let dev = match Device::new(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("no usable GPU: {e}");
-            std::process::exit(1);
-        }
-    };
+    let dev = common::device_or_exit();
     println!("{} ({:?}, {} SMs)", dev.name(), dev.arch(), dev.sm_count());
 
     // Anchor: a device-to-device copy of 128 MiB.

@@ -13,7 +13,6 @@
 mod common;
 
 use blockscale_cpu as cpu;
-use blockscale_cuda::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use blockscale_cuda::{
     Activation, Arch, CudaError, Device, DeviceElement, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized,
     Epilogue, gemm, gemm_into, gemm_weight_only, gemm_weight_only_into, gemm_weight_only_workspace_size,
@@ -83,11 +82,7 @@ fn run_case<O: DeviceElement + cpu::Output>(dev: &Device, c: &Case, seed: u64) {
         c.pad,
         O::SUFFIX
     );
-    assert_eq!(
-        dev.stream().clone_dtoh(&fresh).unwrap().iter().map(|v| v.widen().to_bits()).collect::<Vec<_>>(),
-        got.iter().map(|v| v.widen().to_bits()).collect::<Vec<_>>(),
-        "{what}: gemm and gemm_into differ"
-    );
+    assert_same_bits(dev, &fresh, &got, &format!("{what}: gemm and gemm_into differ"));
     if c.exact {
         compare(&got, &want, None, &what);
     } else {
@@ -286,20 +281,8 @@ fn run_weight_only<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement
 #[test]
 fn weight_only_every_scheme_and_activation_type() {
     let Some(dev) = hopper() else { return };
-    let schemes = [
-        (Scheme::NvFp4, false),
-        (Scheme::MxFp4, false),
-        (Scheme::MxFp6E2M3, false),
-        (Scheme::MxFp6E3M2, false),
-        (Scheme::MxFp8E4M3, false),
-        (Scheme::MxFp8E5M2, false),
-        (Scheme::Fp8Block(Fp8Tile::Row1x128), false),
-        (Scheme::Fp8Block(Fp8Tile::Tile128x128), false),
-        (Scheme::Int4G32, false),
-        (Scheme::Int4G32, true),
-    ];
     let mut seed = 1000;
-    for (i, &(scheme, interleaved)) in schemes.iter().enumerate() {
+    for (i, &(scheme, interleaved)) in WEIGHT_SCHEMES.iter().enumerate() {
         let k = if matches!(scheme, Scheme::Fp8Block(_)) { 384 } else { 224 };
         for (j, &(m, n)) in [(1usize, 130usize), (17, 72), (300, 200)].iter().enumerate() {
             for exact in [true, false] {
@@ -358,40 +341,13 @@ fn gemm_into_replays_in_a_cuda_graph() {
     let epi = DeviceEpilogue::default().with_activation(Activation::GeluTanh);
     let expect = dev.stream().clone_dtoh(&gemm::<bf16>(&dev, &da, &db, &epi).unwrap()).unwrap();
     let mut d = poisoned::<bf16>(&dev, m, n);
-    dev.synchronize().unwrap();
-    let stream = dev.stream().clone();
-    // cudarc's cross-stream event tracking would make the capture wait on events recorded
-    // before it, which invalidates it: off while capturing (every buffer here lives on
-    // the device's one stream, and the device was synchronized above).
-    // SAFETY: no buffer is used on another stream while tracking is off.
-    unsafe { dev.context().disable_event_tracking() };
-    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
-    let queued = gemm_into(&dev, &da, &db, &epi, DeviceMatrixMut::new(&mut d, m, n));
-    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap();
-    // SAFETY: as above; tracking resumes for buffers created from here on.
-    unsafe { dev.context().enable_event_tracking() };
-    queued.unwrap();
-    let graph = graph.expect("the capture recorded the GEMM");
-    // Nothing ran yet: the output is still poisoned.
-    assert!(dev.stream().clone_dtoh(&d).unwrap().iter().all(|v| v.to_f32().is_nan()));
-    for _ in 0..3 {
-        graph.launch().unwrap();
-    }
-    let got = dev.stream().clone_dtoh(&d).unwrap();
-    assert_eq!(
-        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-        expect.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-    );
+    replay_in_graph(&dev, &mut d, |d| gemm_into(&dev, &da, &db, &epi, DeviceMatrixMut::new(d, m, n)), &expect);
 }
 
 #[test]
 fn bad_input_is_a_typed_error() {
     let Some(dev) = device() else { return };
-    let o = QuantizeOptions::default();
-    let q = |rows: usize, k: usize, scheme: Scheme| {
-        let x: Vec<f32> = (0..rows * k).map(|i| (i % 7) as f32 - 3.0).collect();
-        DeviceQuantized::from_host(&dev, &cpu::quantize_slice(&x, rows, k, scheme, &o).unwrap()).unwrap()
-    };
+    let q = |rows, k, scheme| small_quantized(&dev, rows, k, scheme);
     let (a, b) = (q(16, 64, Scheme::NvFp4), q(32, 64, Scheme::NvFp4));
     let epi = DeviceEpilogue::default();
     if dev.arch() == Arch::Sm120 {

@@ -12,7 +12,6 @@
 mod common;
 
 use blockscale_cpu as cpu;
-use blockscale_cuda::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use blockscale_cuda::{
     Activation, CudaError, Device, DeviceElement, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized,
     Epilogue, GEMV_MAX_ROWS, GatedWeights, GemvInput, gemv, gemv_gated, gemv_gated_into, gemv_host, gemv_into,
@@ -25,18 +24,7 @@ use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2};
 
 /// Every weight scheme and data layout: (scheme, block-interleaved).
-const SCHEMES: [(Scheme, bool); 10] = [
-    (Scheme::NvFp4, false),
-    (Scheme::MxFp4, false),
-    (Scheme::MxFp6E2M3, false),
-    (Scheme::MxFp6E3M2, false),
-    (Scheme::MxFp8E4M3, false),
-    (Scheme::MxFp8E5M2, false),
-    (Scheme::Fp8Block(Fp8Tile::Row1x128), false),
-    (Scheme::Fp8Block(Fp8Tile::Tile128x128), false),
-    (Scheme::Int4G32, false),
-    (Scheme::Int4G32, true),
-];
+const SCHEMES: [(Scheme, bool); 10] = WEIGHT_SCHEMES;
 
 const ACTS: [Activation; 4] = [Activation::Identity, Activation::Silu, Activation::GeluTanh, Activation::GeluErf];
 
@@ -149,11 +137,7 @@ fn run_case<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Out
         .unwrap();
     let got = read_back(dev, &d, c.m, c.n, out_stride);
     let what = c.what::<I, O>();
-    assert_eq!(
-        dev.stream().clone_dtoh(&fresh).unwrap().iter().map(|v| v.widen().to_bits()).collect::<Vec<_>>(),
-        got.iter().map(|v| v.widen().to_bits()).collect::<Vec<_>>(),
-        "{what}: gemv and gemv_into differ"
-    );
+    assert_same_bits(dev, &fresh, &got, &format!("{what}: gemv and gemv_into differ"));
     if c.exact {
         compare(&got, &want, None, &what);
     } else {
@@ -277,11 +261,7 @@ fn run_gated<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Ou
     gemv_gated_into(dev, xm, &weights, DeviceMatrixMut::new(&mut d, c.m, c.n)).unwrap();
     let got = read_back(dev, &d, c.m, c.n, c.n);
     let what = format!("gated {:?} {}", acts, c.what::<I, O>());
-    assert_eq!(
-        dev.stream().clone_dtoh(&fresh).unwrap().iter().map(|v| v.widen().to_bits()).collect::<Vec<_>>(),
-        got.iter().map(|v| v.widen().to_bits()).collect::<Vec<_>>(),
-        "{what}: gemv_gated and gemv_gated_into differ"
-    );
+    assert_same_bits(dev, &fresh, &got, &format!("{what}: gemv_gated and gemv_gated_into differ"));
     if c.exact {
         compare(&got, &want, None, &what);
         return;
@@ -407,40 +387,13 @@ fn gemv_into_replays_in_a_cuda_graph() {
     assert!(gemv_workspace_size(&dev, m, &dw, false).unwrap() > 0, "this shape splits K");
     dev.reserve_workspace(gemv_workspace_size(&dev, m, &dw, false).unwrap()).unwrap();
     let mut d = poisoned::<bf16>(&dev, m, n);
-    dev.synchronize().unwrap();
-    let stream = dev.stream().clone();
-    // As in the GEMM's graph test: cudarc's event tracking off while capturing.
-    // SAFETY: no buffer is used on another stream while tracking is off.
-    unsafe { dev.context().disable_event_tracking() };
-    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
-    let queued = gemv_into(&dev, xm, &dw, &epi, DeviceMatrixMut::new(&mut d, m, n));
-    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap();
-    // SAFETY: as above.
-    unsafe { dev.context().enable_event_tracking() };
-    queued.unwrap();
-    let graph = graph.expect("the capture recorded the GEMV");
-    assert!(dev.stream().clone_dtoh(&d).unwrap().iter().all(|v| v.to_f32().is_nan()), "nothing ran yet");
-    for _ in 0..3 {
-        graph.launch().unwrap();
-    }
-    let got = dev.stream().clone_dtoh(&d).unwrap();
-    assert_eq!(
-        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-        expect.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-    );
+    replay_in_graph(&dev, &mut d, |d| gemv_into(&dev, xm, &dw, &epi, DeviceMatrixMut::new(d, m, n)), &expect);
 }
 
 #[test]
 fn bad_input_is_a_typed_error() {
     let Some(dev) = device() else { return };
-    let q = |rows: usize, k: usize, scheme: Scheme| {
-        let x: Vec<f32> = (0..rows * k).map(|i| (i % 7) as f32 - 3.0).collect();
-        DeviceQuantized::from_host(
-            &dev,
-            &cpu::quantize_slice(&x, rows, k, scheme, &QuantizeOptions::default()).unwrap(),
-        )
-        .unwrap()
-    };
+    let q = |rows, k, scheme| small_quantized(&dev, rows, k, scheme);
     let w = q(32, 64, Scheme::NvFp4);
     let epi = DeviceEpilogue::default();
     let x = dev.stream().clone_htod(&vec![bf16::ZERO; 17 * 64]).unwrap();

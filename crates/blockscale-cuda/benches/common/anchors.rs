@@ -7,7 +7,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use blockscale_cuda::Device;
-use blockscale_cuda::cudarc::cublas::sys as blas;
+use blockscale_cuda::cudarc::cublas::{CudaBlas, GemmConfig, sys as blas};
 use blockscale_cuda::cudarc::cublaslt::{result as lt, sys as ltsys};
 use blockscale_cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 use half::bf16;
@@ -163,5 +163,34 @@ impl Drop for LtFp8 {
             let _ = lt::destroy_matmul_desc(self.desc);
             let _ = lt::destroy_handle(self.handle);
         }
+    }
+}
+
+/// The first GPU and cuBLAS on its stream, or the process exits saying why.
+pub fn device_and_blas() -> (Device, CudaBlas) {
+    let dev = super::device_or_exit();
+    match CudaBlas::new(dev.stream().clone()) {
+        Ok(b) => (dev, b),
+        Err(e) => {
+            eprintln!("cuBLAS cannot be loaded (is it on LD_LIBRARY_PATH?): {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// cuBLAS's configuration for row-major `D (M x N) = A (M x K) . B (N x K)^T` in bf16:
+/// column-major `D^T = B^T-as-stored (op T) . A`, so call `gemm(cfg, b, a, d)`.
+pub fn bf16_gemm_config((m, n, k): (usize, usize, usize)) -> GemmConfig<bf16> {
+    GemmConfig {
+        transa: blas::cublasOperation_t::CUBLAS_OP_T,
+        transb: blas::cublasOperation_t::CUBLAS_OP_N,
+        m: n as i32,
+        n: m as i32,
+        k: k as i32,
+        alpha: bf16::ONE,
+        lda: k as i32,
+        ldb: k as i32,
+        beta: bf16::ZERO,
+        ldc: n as i32,
     }
 }

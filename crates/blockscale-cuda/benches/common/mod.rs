@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use blockscale_cuda::Device;
 use blockscale_cuda::cudarc::driver::CudaStream;
 use blockscale_cuda::cudarc::driver::sys::CUevent_flags;
 
@@ -24,6 +25,17 @@ pub fn time(stream: &Arc<CudaStream>, launches: usize, mut f: impl FnMut()) -> f
         .collect();
     reps.sort_by(f64::total_cmp);
     reps[3]
+}
+
+/// The first GPU, or the process exits saying why.
+pub fn device_or_exit() -> Device {
+    match Device::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("no usable GPU: {e}");
+            std::process::exit(1);
+        }
+    }
 }
 
 pub mod anchors;

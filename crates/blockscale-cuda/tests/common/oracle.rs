@@ -8,9 +8,10 @@
 
 use blockscale_cpu as cpu;
 use blockscale_cuda::cudarc::driver::CudaSlice;
+use blockscale_cuda::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use blockscale_cuda::{Activation, Arch, Device, DeviceElement};
 use blockscale_formats::{
-    DataLayout, GlobalScale, GlobalScaleSource, QuantizeOptions, QuantizedMatrix, ScaleLayout, Scheme,
+    DataLayout, Fp8Tile, GlobalScale, GlobalScaleSource, QuantizeOptions, QuantizedMatrix, ScaleLayout, Scheme,
 };
 use ndarray::Array2;
 
@@ -264,4 +265,66 @@ pub fn weight_only_bound<I: DeviceElement + cpu::Output>(
 /// derivatives stay below 1.13).
 pub fn slope(activation: Activation) -> f64 {
     if activation == Activation::Identity { 1.0 } else { 1.2 }
+}
+
+/// Captures what `queue` puts on the device's stream into a CUDA graph (nothing runs),
+/// checks that `out` is still all NaN, replays the graph three times and checks `out`
+/// holds the bits of `expect`.
+///
+/// cudarc's cross-stream event tracking would make the capture wait on events recorded
+/// before it, which invalidates it: it is off while capturing (every buffer of these
+/// tests lives on the device's one stream, and the device is synchronized first).
+pub fn replay_in_graph<O: DeviceElement + cpu::Output>(
+    dev: &Device,
+    out: &mut CudaSlice<O>,
+    queue: impl FnOnce(&mut CudaSlice<O>) -> Result<(), blockscale_cuda::CudaError>,
+    expect: &[O],
+) {
+    dev.synchronize().unwrap();
+    let stream = dev.stream().clone();
+    // SAFETY: no buffer is used on another stream while tracking is off.
+    unsafe { dev.context().disable_event_tracking() };
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+    let queued = queue(out);
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap();
+    // SAFETY: as above; tracking resumes for buffers created from here on.
+    unsafe { dev.context().enable_event_tracking() };
+    queued.unwrap();
+    let graph = graph.expect("the capture recorded the work");
+    assert!(dev.stream().clone_dtoh(out).unwrap().iter().all(|v| v.widen().is_nan()), "nothing ran before the replay");
+    for _ in 0..3 {
+        graph.launch().unwrap();
+    }
+    let bits = |v: &[O]| v.iter().map(|x| x.widen().to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&dev.stream().clone_dtoh(out).unwrap()), bits(expect), "the replayed graph's output");
+}
+
+/// A small deterministic matrix (values -3..3) quantized with default options, on the
+/// device: operands for the typed-error tests.
+pub fn small_quantized(dev: &Device, rows: usize, k: usize, scheme: Scheme) -> blockscale_cuda::DeviceQuantized {
+    let x: Vec<f32> = (0..rows * k).map(|i| (i % 7) as f32 - 3.0).collect();
+    let q = cpu::quantize_slice(&x, rows, k, scheme, &QuantizeOptions::default()).unwrap();
+    blockscale_cuda::DeviceQuantized::from_host(dev, &q).unwrap()
+}
+
+/// Every weight scheme and data layout of the weight-only products: (scheme,
+/// block-interleaved).
+pub const WEIGHT_SCHEMES: [(Scheme, bool); 10] = [
+    (Scheme::NvFp4, false),
+    (Scheme::MxFp4, false),
+    (Scheme::MxFp6E2M3, false),
+    (Scheme::MxFp6E3M2, false),
+    (Scheme::MxFp8E4M3, false),
+    (Scheme::MxFp8E5M2, false),
+    (Scheme::Fp8Block(Fp8Tile::Row1x128), false),
+    (Scheme::Fp8Block(Fp8Tile::Tile128x128), false),
+    (Scheme::Int4G32, false),
+    (Scheme::Int4G32, true),
+];
+
+/// Checks that the allocating call's output (`fresh`, on the device) has the bits the
+/// `_into` call wrote (`got`, read back).
+pub fn assert_same_bits<O: DeviceElement>(dev: &Device, fresh: &CudaSlice<O>, got: &[O], what: &str) {
+    let bits = |v: &[O]| v.iter().map(|x| x.widen().to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&dev.stream().clone_dtoh(fresh).unwrap()), bits(got), "{what}");
 }
