@@ -5,13 +5,15 @@
 // Work split. A CTA of 4 warps owns 16 G consecutive weight rows (G 16-row groups: 4
 // for 4-bit weights, 2 for 6- and 8-bit, so a step moves the same bytes) and a range of
 // K; its warps take that range's 128-element steps in turn and add their sums at the
-// end in a fixed order. When N has too few rows to fill the GPU, gridDim.y splits K
-// further: each CTA writes its partial sums and gemv_reduce adds them in split order.
-// Nothing uses atomics, so results do not depend on timing.
+// end in a fixed order. When the row tiles leave the GPU, or its last wave, mostly idle
+// (gemv.rs, Plan), gridDim.y splits K further: each CTA writes its partial sums and
+// gemv_reduce adds them in split order. Nothing uses atomics, so results do not depend
+// on timing.
 //
 // Data path. Each warp streams its steps through a 3-stage cp.async ring in shared
-// memory (16-byte copies of the weight rows, 4-byte copies of the raw scales; rows past
-// N and columns past K are zero-filled). Per step the warp decodes its scales to f32
+// memory (16-byte copies of the weight rows, 8-byte ones for FP6 and rows not 16-byte
+// aligned, 4-byte copies of the raw scales; rows past N and columns past K are
+// zero-filled). Per step the warp decodes its scales to f32
 // once, then multiplies on the tensor cores with mma.sync m16n8k16 bf16: the weights
 // are the A operand (16 rows per MMA), the activations the B operand (8 rows; a second
 // MMA for rows 8..15). Every element of every scheme is exact in bf16 (the block scale

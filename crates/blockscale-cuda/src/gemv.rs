@@ -521,3 +521,60 @@ fn upload<I: GemvInput>(dev: &Device, x: ArrayView2<'_, I>) -> Result<(CudaSlice
     let d = dev.stream().clone_htod(&host).map_err(CudaError::alloc("the activations", host.len() * 2))?;
     Ok((d, stride))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The launch plan is host arithmetic: checked here without a GPU (H100: 132 SMs,
+    // three CTAs each).
+    const SMS: usize = 132;
+    const SLOTS: usize = 396;
+
+    #[test]
+    fn few_rows_split_k_to_give_every_sm_two_ctas() {
+        // 40 rows of NVFP4 are one tile; K = 4096 is 32 steps: 16 splits of 2 steps.
+        let p = Plan::new(Scheme::NvFp4, (3, 40, 4096), false, SMS, SLOTS);
+        assert_eq!((p.tiles, p.splits, p.steps_per_split), (1, 16, 2));
+        assert_eq!(p.workspace, 16 * 3 * 40 * 4);
+        // Gated: both matrices' partials.
+        let g = Plan::new(Scheme::NvFp4, (3, 40, 4096), true, SMS, SLOTS);
+        assert_eq!(g.workspace, g.splits * 2 * 3 * 40 * 4);
+        // Too short a K to split: one pass, no workspace.
+        let short = Plan::new(Scheme::MxFp8E4M3, (1, 40, 128), false, SMS, SLOTS);
+        assert_eq!((short.splits, short.workspace), (1, 0));
+    }
+
+    #[test]
+    fn a_mostly_empty_last_wave_is_filled_by_splitting_k() {
+        // 448 tiles on 396 slots fill 57% of two waves; 4 splits of 16 steps fill 90%.
+        let p = Plan::new(Scheme::NvFp4, (1, 28672, 8192), false, SMS, SLOTS);
+        assert_eq!((p.tiles, p.splits, p.steps_per_split), (448, 4, 16));
+        // 396 tiles fill their one wave exactly: no split.
+        let full = Plan::new(Scheme::NvFp4, (1, 396 * 64, 8192), false, SMS, SLOTS);
+        assert_eq!(full.splits, 1);
+        // A split keeps at least 8 steps: K = 1024 (8 steps) is never split here.
+        let short = Plan::new(Scheme::NvFp4, (1, 28672, 1024), false, SMS, SLOTS);
+        assert_eq!(short.splits, 1);
+    }
+
+    #[test]
+    fn shared_memory_matches_the_kernel_layout() {
+        // gemv.cu: 4 warps x (3 stages x (rows x pitch + rows x scale bytes) + rows x
+        // units x 4), the numbers its static layout gives.
+        assert_eq!(smem_bytes(Scheme::NvFp4), 4 * (3 * (64 * 80 + 64 * 8) + 64 * 8 * 4));
+        assert_eq!(smem_bytes(Scheme::MxFp4), 4 * (3 * (64 * 80 + 64 * 4) + 64 * 4 * 4));
+        assert_eq!(smem_bytes(Scheme::Int4G32), 4 * (3 * (64 * 80 + 64 * 8) + 64 * 4 * 4));
+        assert_eq!(smem_bytes(Scheme::MxFp6E2M3), 4 * (3 * (32 * 112 + 32 * 4) + 32 * 4 * 4));
+        assert_eq!(smem_bytes(Scheme::MxFp8E5M2), 4 * (3 * (32 * 160 + 32 * 4) + 32 * 4 * 4));
+        assert_eq!(smem_bytes(Scheme::Fp8Block(Fp8Tile::Tile128x128)), 4 * (3 * (32 * 160 + 32 * 4) + 32 * 4 * 4));
+    }
+
+    #[test]
+    fn kernel_names() {
+        assert_eq!(kernel_name(Scheme::NvFp4, 1, false), "gemv_nvfp4");
+        assert_eq!(kernel_name(Scheme::MxFp8E4M3, 8, true), "gemv_mxfp8_e4m3_f16");
+        assert_eq!(kernel_name(Scheme::Fp8Block(Fp8Tile::Row1x128), 9, true), "gemv_fp8_block_m16");
+        assert_eq!(kernel_name(Scheme::Int4G32, 16, false), "gemv_int4_g32_m16");
+    }
+}
