@@ -324,9 +324,13 @@ __device__ __forceinline__ void row_of(const GemvParams& p, int rowbase, int r, 
     row = (uint32_t)rowbase + (uint32_t)(p.gated ? r % (T::kRows / 2) : r);
 }
 
-template <class T, int CH>
+// The slow path's weight copies, 8 bytes at a time: FP6 (96-byte row steps) and rows not
+// 16-byte aligned (NVFP4 with K = 16 mod 32). Everything else, the block-interleaved
+// layout included (K a multiple of 32: aligned rows), takes FastCopies.
+template <class T>
 __device__ __forceinline__ void issue_weights(const GemvParams& p, uint32_t stage, int step, int rowbase, int lane) {
-    constexpr int kPieces = T::kRowBytes / CH;
+    constexpr int kCh = 8;
+    constexpr int kPieces = T::kRowBytes / kCh;
     const uint64_t row_bytes = (uint64_t)p.k * T::kBits / 8;
 #pragma unroll 4
     for (int c = lane; c < T::kRows * kPieces; c += 32) {
@@ -336,23 +340,12 @@ __device__ __forceinline__ void issue_weights(const GemvParams& p, uint32_t stag
         row_of<T>(p, rowbase, r, mat, row);
         const uint8_t* src = p.w[mat];
         uint32_t valid = 0;
-        if (row < p.n) {
-            if (T::kBits == 4 && CH == 16 && p.interleaved) {
-                // [k/32, n, 4] words: the 16 bytes of 32-element block kb of row `row`.
-                const uint32_t kb = (uint32_t)step * 4u + (uint32_t)piece;
-                if (kb < p.k / 32u) {
-                    src += ((uint64_t)kb * p.n + row) * 16u;
-                    valid = 16;
-                }
-            } else {
-                const uint64_t off = (uint64_t)step * T::kRowBytes + (uint64_t)piece * CH;
-                if (off < row_bytes) {
-                    src += (uint64_t)row * row_bytes + off;
-                    valid = (uint32_t)min((uint64_t)CH, row_bytes - off);
-                }
-            }
+        const uint64_t off = (uint64_t)step * T::kRowBytes + (uint64_t)piece * kCh;
+        if (row < p.n && off < row_bytes) {
+            src += (uint64_t)row * row_bytes + off;
+            valid = (uint32_t)min((uint64_t)kCh, row_bytes - off);
         }
-        cp_async<CH>(stage + r * T::kPitch + piece * CH, src, valid);
+        cp_async<kCh>(stage + r * T::kPitch + piece * kCh, src, valid);
     }
 }
 
@@ -508,11 +501,7 @@ struct FastCopies {
 
 template <class T>
 __device__ __forceinline__ void issue_step(const GemvParams& p, uint8_t* stage, int step, int rowbase, int lane) {
-    if (T::kBits != 6 && p.ch16) {
-        issue_weights<T, 16>(p, smem_u32(stage), step, rowbase, lane);
-    } else {
-        issue_weights<T, 8>(p, smem_u32(stage), step, rowbase, lane);
-    }
+    issue_weights<T>(p, smem_u32(stage), step, rowbase, lane);
     issue_scales<T>(p, stage, step, rowbase, lane);
 }
 
@@ -604,6 +593,9 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
     uint8_t* mine = smem + warp * T::kWarpBytes;
     float* dec = reinterpret_cast<float*>(mine + kStages * T::kStage);
     using Fast = FastCopies<T>;
+    // The slow path (issue_step) has no block-interleaved addressing: 4-bit weights must
+    // always be able to take FastCopies.
+    static_assert(T::kBits == 6 || Fast::kUsable, "4- and 8-bit weights need FastCopies");
     // 16-byte pieces need 16-byte aligned rows (gemv.rs sets ch16; the interleaved layout
     // always has them).
     Fast copies(p, rowbase, lane);

@@ -14,7 +14,7 @@ use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2};
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
-use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, check_output};
+use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, check_output, on_device, to_host};
 use crate::params::GemvParams;
 use crate::quantize::DeviceMatrix;
 use crate::{CudaError, Device};
@@ -135,8 +135,14 @@ fn wave_fill(ctas: usize, slots: usize) -> f64 {
 }
 
 impl Plan {
-    /// `slots`: CTAs resident at once on the whole GPU (SMs x CTAs per SM).
-    fn new(scheme: Scheme, (m, n, k): (usize, usize, usize), gated: bool, sms: usize, slots: usize) -> Self {
+    /// `slots`: CTAs resident at once on the whole GPU (SMs x CTAs per SM) with `smem`
+    /// bytes of shared memory each.
+    fn new(
+        scheme: Scheme,
+        (m, n, k): (usize, usize, usize),
+        gated: bool,
+        (sms, slots, smem): (usize, usize, usize),
+    ) -> Self {
         let rows = rows_per_cta(scheme) / if gated { 2 } else { 1 };
         let tiles = n.div_ceil(rows);
         let steps = k.div_ceil(STEP_K);
@@ -165,7 +171,7 @@ impl Plan {
         let splits = steps.div_ceil(steps_per_split);
         let mats = if gated { 2 } else { 1 };
         let workspace = if splits > 1 { splits * mats * m * n * 4 } else { 0 };
-        Self { tiles, splits, steps_per_split, smem: smem_bytes(scheme), workspace }
+        Self { tiles, splits, steps_per_split, smem, workspace }
     }
 }
 
@@ -184,7 +190,7 @@ fn prepare(
     let planner = dev.function_with_smem(&kernel_name(scheme, m, false), smem)?;
     let per_sm = planner.blocks_per_sm as usize;
     let sms = dev.sm_count() as usize;
-    let plan = Plan::new(scheme, (m, n, k), gated, sms, sms * per_sm);
+    let plan = Plan::new(scheme, (m, n, k), gated, (sms, sms * per_sm, smem));
     let kernel = if f16 { dev.function_with_smem(&kernel_name(scheme, m, true), smem)? } else { planner };
     Ok((kernel, plan))
 }
@@ -497,14 +503,9 @@ pub fn gemv_host<I: GemvInput, O: DeviceElement>(
     }
     let (dx, stride) = upload(dev, x)?;
     let dw = DeviceQuantized::from_host(dev, w)?;
-    let bias = epilogue
-        .bias
-        .map(|b| dev.stream().clone_htod(b).map_err(CudaError::alloc("the bias", b.len() * 4)))
-        .transpose()?;
-    let epi = DeviceEpilogue { alpha: epilogue.alpha, bias: bias.as_ref(), activation: epilogue.activation };
-    let y = gemv::<I, O>(dev, DeviceMatrix { data: &dx, rows: m, k, row_stride: stride }, &dw, &epi)?;
-    let host = dev.stream().clone_dtoh(&y).map_err(CudaError::driver("copying the output to the host"))?;
-    Ok(Array2::from_shape_vec((m, w.rows()), host).expect("m x n values"))
+    let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
+    let y = on_device(dev, epilogue, |epi| gemv::<I, O>(dev, xm, &dw, epi))?;
+    to_host(dev, &y, m, w.rows())
 }
 
 /// Copies host activations to the device with rows padded to 8 elements (16 bytes), as
@@ -534,27 +535,27 @@ mod tests {
     #[test]
     fn few_rows_split_k_to_give_every_sm_two_ctas() {
         // 40 rows of NVFP4 are one tile; K = 4096 is 32 steps: 16 splits of 2 steps.
-        let p = Plan::new(Scheme::NvFp4, (3, 40, 4096), false, SMS, SLOTS);
+        let p = Plan::new(Scheme::NvFp4, (3, 40, 4096), false, (SMS, SLOTS, smem_bytes(Scheme::NvFp4)));
         assert_eq!((p.tiles, p.splits, p.steps_per_split), (1, 16, 2));
         assert_eq!(p.workspace, 16 * 3 * 40 * 4);
         // Gated: both matrices' partials.
-        let g = Plan::new(Scheme::NvFp4, (3, 40, 4096), true, SMS, SLOTS);
+        let g = Plan::new(Scheme::NvFp4, (3, 40, 4096), true, (SMS, SLOTS, smem_bytes(Scheme::NvFp4)));
         assert_eq!(g.workspace, g.splits * 2 * 3 * 40 * 4);
         // Too short a K to split: one pass, no workspace.
-        let short = Plan::new(Scheme::MxFp8E4M3, (1, 40, 128), false, SMS, SLOTS);
+        let short = Plan::new(Scheme::MxFp8E4M3, (1, 40, 128), false, (SMS, SLOTS, smem_bytes(Scheme::MxFp8E4M3)));
         assert_eq!((short.splits, short.workspace), (1, 0));
     }
 
     #[test]
     fn a_mostly_empty_last_wave_is_filled_by_splitting_k() {
         // 448 tiles on 396 slots fill 57% of two waves; 4 splits of 16 steps fill 90%.
-        let p = Plan::new(Scheme::NvFp4, (1, 28672, 8192), false, SMS, SLOTS);
+        let p = Plan::new(Scheme::NvFp4, (1, 28672, 8192), false, (SMS, SLOTS, smem_bytes(Scheme::NvFp4)));
         assert_eq!((p.tiles, p.splits, p.steps_per_split), (448, 4, 16));
         // 396 tiles fill their one wave exactly: no split.
-        let full = Plan::new(Scheme::NvFp4, (1, 396 * 64, 8192), false, SMS, SLOTS);
+        let full = Plan::new(Scheme::NvFp4, (1, 396 * 64, 8192), false, (SMS, SLOTS, smem_bytes(Scheme::NvFp4)));
         assert_eq!(full.splits, 1);
         // A split keeps at least 8 steps: K = 1024 (8 steps) is never split here.
-        let short = Plan::new(Scheme::NvFp4, (1, 28672, 1024), false, SMS, SLOTS);
+        let short = Plan::new(Scheme::NvFp4, (1, 28672, 1024), false, (SMS, SLOTS, smem_bytes(Scheme::NvFp4)));
         assert_eq!(short.splits, 1);
     }
 

@@ -403,7 +403,7 @@ fn verify_gemm_cuda(
     exact: bool,
 ) -> Result<Vec<Outcome>, GoldenError> {
     use blockscale_formats::Fp8Tile;
-    let (m, n, k) = (want.len() / b.rows(), b.rows(), b.k());
+    let (m, k) = (want.len() / b.rows(), b.k());
     // The SM120 tier writes bf16 and has no weight-only kernel: its results are compared
     // with the golden f32 output rounded to bf16, and what it has no kernel for is a SKIP.
     let sm120 = dev.arch() == blockscale_cuda::Arch::Sm120;
@@ -443,43 +443,66 @@ fn verify_gemm_cuda(
     } else {
         want
     };
-    if exact {
-        let (ok, max, detail) = compare_f32(&got, want, n, 0, None);
-        return Ok(vec![outcome(format!("{label} gemm]"), ok, max, if ok { "bit for bit".into() } else { detail })]);
-    }
     // The kernel family's bound relative to sum |a b| over values without NVFP4's
     // per-tensor factors, which alpha carries (docs/KERNELS.md).
     let fp8 = a.is_some() && b.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128);
     let rel = if fp8 {
         136.0 * 2f64.powi(-12) + (k / 128 + 2) as f64 * 2f64.powi(-23)
     } else {
-        let pieces = match x {
-            Some(Values::F32(_)) => 3.0,
-            Some(Values::F16(_)) => 2.0,
-            _ => 1.0,
-        };
         let rounded = match (a, b.scheme()) {
-            (Some(_), Scheme::Fp8Block(_)) => 2.0,
-            (None, Scheme::Fp8Block(_) | Scheme::Int4G32) => 1.0,
-            _ => 0.0,
+            (Some(_), Scheme::Fp8Block(_)) => 2,
+            (None, Scheme::Fp8Block(_) | Scheme::Int4G32) => 1,
+            _ => 0,
         };
-        let kk = k as f64 * pieces;
-        (kk + kk / 16.0 + 4.0) * 2f64.powi(-22) + rounded * 2f64.powi(-9)
+        bf16_tensor_core_rel(k, x, rounded)
     };
+    // A bf16 output adds its rounding: one bf16 ulp (2^16 f32 ulps) of the result.
+    let out_ulps = if sm120 { 65536.0 } else { 1.0 };
+    check_cuda(format!("{label} gemm]"), &got, want, (a, x, b), epi, (exact, rel, out_ulps))
+}
+
+/// `rel` of the BF16 tensor-core kernels (docs/KERNELS.md): `(K' + K'/16 + 4) 2^-22`
+/// with `K'` = K times the bf16 pieces per activation (f32 3, f16 2, bf16 or quantized
+/// 1), plus `2^-9` per operand rounded once to bf16.
+#[cfg(feature = "cuda")]
+fn bf16_tensor_core_rel(k: usize, x: Option<&Values>, rounded: u32) -> f64 {
+    let pieces = match x {
+        Some(Values::F32(_)) => 3.0,
+        Some(Values::F16(_)) => 2.0,
+        _ => 1.0,
+    };
+    let kk = k as f64 * pieces;
+    (kk + kk / 16.0 + 4.0) * 2f64.powi(-22) + rounded as f64 * 2f64.powi(-9)
+}
+
+/// A cuda result against the golden output: bit for bit when `exact`, else within
+/// `slope (|alpha| rel T / per-tensor + 8 ulp) + out_ulps ulp` (docs/KERNELS.md).
+#[cfg(feature = "cuda")]
+fn check_cuda(
+    name: String,
+    got: &[f32],
+    want: &[f32],
+    (a, x, b): (Option<&QuantizedMatrix>, Option<&Values>, &QuantizedMatrix),
+    epi: &Epilogue<'_>,
+    (exact, rel, out_ulps): (bool, f64, f64),
+) -> Result<Vec<Outcome>, GoldenError> {
+    let n = b.rows();
+    if exact {
+        let (ok, max, detail) = compare_f32(got, want, n, 0, None);
+        return Ok(vec![outcome(name, ok, max, if ok { "bit for bit".into() } else { detail })]);
+    }
     let decode = |q: Option<&QuantizedMatrix>| q.and_then(|q| q.global_scale()).map_or(1.0, |g| g.decode() as f64);
     let alpha = match a {
         Some(a) => epi.alpha_quantized(a.global_scale(), b.global_scale()),
         None => epi.alpha_weight_only(b.scheme(), b.global_scale()),
     } as f64;
-    let t = abs_products(a, x, b, m)?;
+    let t = abs_products(a, x, b, want.len() / n)?;
     let per_tensor = decode(a) * decode(Some(b));
     let slope = if epi.activation == Activation::Identity { 1.0 } else { 1.2 };
-    // A bf16 output adds its rounding: one bf16 ulp (2^16 f32 ulps) of the result.
-    let out_ulps = if sm120 { 65536.0 } else { 1.0 };
     let bound =
         |i: usize| slope * (alpha.abs() * rel * t[i] / per_tensor + 8.0 * ulp(want[i])) + out_ulps * ulp(want[i]);
-    let (ok, max, detail) = compare_f32(&got, want, n, 0, Some(&bound));
-    Ok(vec![outcome(format!("{label} gemm]"), ok, max, if ok { "within the kernel's bound".into() } else { detail })])
+    let (ok, max, detail) = compare_f32(got, want, n, 0, Some(&bound));
+    Ok(vec![outcome(name, ok, max, if ok { "within the kernel's bound".into() } else { detail })])
 }
 
 /// The cuda backend's GEMV against a decode case's golden output: bit for bit on exact
@@ -494,7 +517,7 @@ fn verify_gemv_cuda(
     want: &[f32],
     exact: bool,
 ) -> Result<Vec<Outcome>, GoldenError> {
-    let (m, n, k) = (want.len() / b.rows(), b.rows(), b.k());
+    let (m, k) = (want.len() / b.rows(), b.k());
     let name = format!("{label} gemv]");
     let got = match x {
         Some(Values::Bf16(v)) => {
@@ -509,20 +532,9 @@ fn verify_gemv_cuda(
         Ok(got) => got.into_raw_vec_and_offset().0,
         Err(e) => return Ok(vec![outcome(name, false, 0, format!("error: {e}"))]),
     };
-    if exact {
-        let (ok, max, detail) = compare_f32(&got, want, n, 0, None);
-        return Ok(vec![outcome(name, ok, max, if ok { "bit for bit".into() } else { detail })]);
-    }
-    let pieces = if matches!(x, Some(Values::F16(_))) { 2.0 } else { 1.0 };
-    let kk = k as f64 * pieces;
-    let rel = (kk + kk / 16.0 + 4.0) * 2f64.powi(-22);
-    let alpha = epi.alpha_weight_only(b.scheme(), b.global_scale()) as f64;
-    let per_tensor = b.global_scale().map_or(1.0, |g| g.decode() as f64);
-    let t = abs_products(None, x, b, m)?;
-    let slope = if epi.activation == Activation::Identity { 1.0 } else { 1.2 };
-    let bound = |i: usize| slope * (alpha.abs() * rel * t[i] / per_tensor + 8.0 * ulp(want[i])) + ulp(want[i]);
-    let (ok, max, detail) = compare_f32(&got, want, n, 0, Some(&bound));
-    Ok(vec![outcome(name, ok, max, if ok { "within the kernel's bound".into() } else { detail })])
+    // Weights exact in bf16, block scales applied in f32: nothing rounded.
+    let rel = bf16_tensor_core_rel(k, x, 0);
+    check_cuda(name, &got, want, (None, x, b), epi, (exact, rel, 1.0))
 }
 
 fn ulp(x: f32) -> f64 {

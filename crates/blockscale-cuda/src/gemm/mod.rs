@@ -716,7 +716,7 @@ pub fn gemm_weight_only_into<I: DeviceElement, O: DeviceElement>(
 }
 
 /// Runs `f` with a host epilogue turned into a device one (its bias copied over).
-fn on_device<R>(
+pub(crate) fn on_device<R>(
     dev: &Device,
     epilogue: &Epilogue<'_>,
     f: impl FnOnce(&DeviceEpilogue<'_>) -> Result<R, CudaError>,
@@ -728,7 +728,12 @@ fn on_device<R>(
     f(&DeviceEpilogue { alpha: epilogue.alpha, bias: bias.as_ref(), activation: epilogue.activation })
 }
 
-fn to_host<O: DeviceElement>(dev: &Device, d: &CudaSlice<O>, m: usize, n: usize) -> Result<Array2<O>, CudaError> {
+pub(crate) fn to_host<O: DeviceElement>(
+    dev: &Device,
+    d: &CudaSlice<O>,
+    m: usize,
+    n: usize,
+) -> Result<Array2<O>, CudaError> {
     let host = dev.stream().clone_dtoh(d).map_err(CudaError::driver("copying the output to the host"))?;
     Ok(Array2::from_shape_vec((m, n), host).expect("m x n values"))
 }
