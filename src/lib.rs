@@ -40,6 +40,22 @@ pub use blockscale_cpu::{
     dequantize_slice, dequantize_with, error_metrics, error_metrics_slice, fake_quantize, gemm, gemm_reference,
     gemm_weight_only, gemm_weight_only_reference, gemv, quantize, quantize_slice,
 };
+#[cfg(feature = "cpu")]
+mod backend;
+#[cfg(feature = "cpu")]
+mod element;
+#[cfg(feature = "cpu")]
+mod error;
+#[cfg(feature = "cpu")]
+pub use backend::Backend;
+#[doc(hidden)]
+#[cfg(feature = "cpu")]
+pub use element::CudaElement;
+#[cfg(feature = "cpu")]
+pub use element::Element;
+#[cfg(feature = "cpu")]
+pub use error::Error;
+
 /// The CUDA backend (feature `cuda`; building it needs nvcc, see the README).
 #[cfg(feature = "cuda")]
 pub use blockscale_cuda as cuda;

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::error::CliError;
+
 /// Block-scaled low-precision numerics: quantize safetensors checkpoints to NVFP4, MX,
 /// FP8 block or INT4, read the formats in the wild, and measure accuracy and speed.
 #[derive(Debug, Parser)]
@@ -57,6 +59,27 @@ pub enum BackendArg {
     Cpu,
     /// An NVIDIA GPU (needs a build with `--features cuda`).
     Cuda,
+}
+
+impl BackendArg {
+    /// Opens the backend this names (the first GPU for `cuda`).
+    ///
+    /// # Errors
+    /// [`CliError::Unsupported`] for CUDA in a build without it, [`CliError::Cuda`] if
+    /// no usable GPU is found.
+    pub fn open(self) -> Result<blockscale::Backend, CliError> {
+        match self {
+            Self::Cpu => Ok(blockscale::Backend::Cpu),
+            Self::Cuda => blockscale::Backend::cuda(0).map_err(|e| match e {
+                blockscale::Error::CudaNotBuilt => CliError::Unsupported(
+                    "this blockscale was built without CUDA: rebuild with \
+                     `cargo build --release -p blockscale-cli --features cuda` (needs nvcc, see the README)"
+                        .into(),
+                ),
+                other => CliError::Cuda(other.to_string()),
+            }),
+        }
+    }
 }
 
 /// Output dtypes of `dequantize`.

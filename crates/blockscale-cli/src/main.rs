@@ -1,7 +1,6 @@
 //! `blockscale`: quantize safetensors checkpoints to block-scaled formats, read the
 //! formats in the wild, and report accuracy and speed. docs/CLI.md is the manual.
 
-mod backend;
 mod checkpoint;
 mod cli;
 mod commands;

@@ -3,7 +3,9 @@
 
 use std::borrow::Cow;
 
+use blockscale::{Backend, QuantizeOptions, QuantizedMatrix, Scheme};
 use half::{bf16, f16};
+use ndarray::ArrayView2;
 
 /// The values of a floating-point tensor in its own dtype.
 #[derive(Clone, Debug)]
@@ -69,6 +71,29 @@ fn cast<T: bytemuck::Pod, const N: usize>(bytes: &[u8], from_le: fn([u8; N]) -> 
     }
     Some(Cow::Owned(bytes.chunks_exact(N).map(|c| from_le(c.try_into().expect("chunk of N bytes"))).collect()))
 }
+
+impl FloatValues<'_> {
+    /// Quantizes the values as a `rows x k` matrix on `backend`.
+    ///
+    /// # Errors
+    /// The backend's ([`blockscale::Error`]); `rows x k` must be the length.
+    pub fn quantize(
+        &self,
+        backend: &Backend,
+        (rows, k): (usize, usize),
+        scheme: Scheme,
+        options: &QuantizeOptions,
+    ) -> Result<QuantizedMatrix, blockscale::Error> {
+        assert_eq!(rows * k, self.len(), "a tensor's values are rows x k");
+        let shape = (rows, k);
+        match self {
+            Self::Bf16(v) => backend.quantize(ArrayView2::from_shape(shape, v).expect("checked"), scheme, options),
+            Self::F16(v) => backend.quantize(ArrayView2::from_shape(shape, v).expect("checked"), scheme, options),
+            Self::F32(v) => backend.quantize(ArrayView2::from_shape(shape, v).expect("checked"), scheme, options),
+        }
+    }
+}
+
 
 #[cfg(test)]
 mod tests {

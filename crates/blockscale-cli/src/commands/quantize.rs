@@ -5,10 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use blockscale::{GlobalScale, GlobalScaleSource, NonFinite, ScaleData, ScaleLayout, Scheme};
+use blockscale::{GlobalScale, GlobalScaleSource, NonFinite, QuantizeOptions, ScaleData, ScaleLayout, Scheme};
 use serde::Serialize;
 
-use crate::backend::{Backend, QuantFailure, Request};
 use crate::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, ShardWriter, tensor_bytes};
 
 use crate::cli::{ConventionArg, LayoutArg, NonFiniteArg, QuantizeArgs};
@@ -109,7 +108,7 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
         ));
     }
     let selector = Selector::new(&args.include, &args.exclude, !args.no_default_excludes)?;
-    let backend = Backend::new(args.backend)?;
+    let backend = args.backend.open()?;
     let ckpt = Checkpoint::open(&args.input)?;
     same_path_check(&args.input, &args.output)?;
     let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
@@ -123,7 +122,10 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
         NonFiniteArg::Error => NonFinite::Error,
         NonFiniteArg::Poison => NonFinite::Poison,
     };
-    let request = Request { scheme, layout, non_finite, global: GlobalScaleSource::TensorAmax };
+    let options = QuantizeOptions::default()
+        .with_scale_layout(layout)
+        .with_non_finite(non_finite)
+        .with_global_scale(GlobalScaleSource::TensorAmax);
 
     // Plan every shard first: shape errors surface before anything is written.
     let mut plans = Vec::new();
@@ -208,16 +210,19 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
                 None => w.write(&t.name, bytes)?,
                 Some((rows, k, input, names)) => {
                     let values = FloatValues::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
-                    let q = backend.quantize(&values, rows, k, request).map_err(|e| match e {
-                        QuantFailure::NonFinite { row, col, value } => CliError::NonFinite {
-                            path: shard.path().to_owned(),
-                            tensor: t.name.clone(),
-                            row,
-                            col,
-                            value,
-                        },
-                        QuantFailure::Other(m) => CliError::tensor(shard.path(), &t.name, m),
-                    })?;
+                    let q =
+                        values.quantize(&backend, (rows, k), scheme, &options).map_err(|e| {
+                            match non_finite_at(&e) {
+                                Some((row, col, value)) => CliError::NonFinite {
+                                    path: shard.path().to_owned(),
+                                    tensor: t.name.clone(),
+                                    row,
+                                    col,
+                                    value,
+                                },
+                                None => CliError::tensor(shard.path(), &t.name, e.to_string()),
+                            }
+                        })?;
                     drop(values);
                     let poisoned_blocks = poisoned(q.scales(), scheme);
                     if poisoned_blocks > 0 {
@@ -357,4 +362,16 @@ fn print_report(r: &QuantizeReport) {
         r.throughput_gb_s,
         r.output.display()
     );
+}
+
+/// Where a NaN/Inf stopped quantizing under `NonFinite::Error`, on either backend.
+fn non_finite_at(e: &blockscale::Error) -> Option<(usize, usize, f32)> {
+    match e {
+        blockscale::Error::Cpu(blockscale::CpuError::NonFinite { row, col, value }) => Some((*row, *col, *value)),
+        #[cfg(feature = "cuda")]
+        blockscale::Error::Cuda(blockscale::cuda::CudaError::NonFinite { row, col, value }) => {
+            Some((*row, *col, *value))
+        }
+        _ => None,
+    }
 }

@@ -1,0 +1,186 @@
+//! One API over both backends: [`Backend`] runs quantize, dequantize, the block-scaled
+//! GEMMs and the GEMV on the CPU or on a CUDA GPU, taking and returning host arrays.
+//!
+//! Each call on [`Backend::Cuda`] copies its inputs to the device, runs the kernels and
+//! copies the result back: the convenient form for tools and tests. Engines that keep
+//! weights and activations on the GPU call `blockscale::cuda` on device buffers instead.
+
+use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
+
+use crate::{Element, Epilogue, Error, QuantizeOptions, QuantizedMatrix, Scheme};
+
+/// Where an operation runs: the CPU, or (feature `cuda`) one CUDA device.
+///
+/// The CPU and the GPU write the same quantized bytes; the products agree within the
+/// documented bounds (docs/NUMERICS.md), exactly on data whose products are exact.
+///
+/// ```
+/// use blockscale::ndarray::Array2;
+/// use blockscale::{Backend, Epilogue, QuantizeOptions, Scheme};
+///
+/// // The first GPU in a build with the `cuda` feature and a GPU, else the CPU.
+/// let backend = Backend::cuda_if_available(0)?;
+/// let w = Array2::from_shape_fn((256, 512), |(r, c)| ((r * 7 + c) % 13) as f32 - 6.0);
+/// let x = Array2::from_shape_fn((4, 512), |(r, c)| ((r + c) % 5) as f32 * 0.25);
+/// let q = backend.quantize(w.view(), Scheme::NvFp4, &QuantizeOptions::default())?;
+/// let y = backend.gemm_weight_only::<f32, f32>(x.view(), &q, &Epilogue::default())?;
+/// assert_eq!(y.dim(), (4, 256));
+/// # Ok::<(), blockscale::Error>(())
+/// ```
+#[derive(Debug)]
+pub enum Backend {
+    /// The CPU: bit-exact quantize and dequantize, SIMD products on all cores.
+    Cpu,
+    /// A CUDA device (Hopper SM90 or Blackwell GeForce SM120).
+    #[cfg(feature = "cuda")]
+    Cuda(blockscale_cuda::Device),
+}
+
+impl Backend {
+    /// Opens CUDA device `ordinal`.
+    ///
+    /// # Errors
+    /// [`Error::CudaNotBuilt`] in a build without the `cuda` feature; with it, the
+    /// device's error ([`Error::Cuda`]): no driver, no such device, an unsupported GPU.
+    pub fn cuda(ordinal: usize) -> Result<Self, Error> {
+        #[cfg(feature = "cuda")]
+        {
+            Ok(Self::Cuda(blockscale_cuda::Device::new(ordinal)?))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = ordinal;
+            Err(Error::CudaNotBuilt)
+        }
+    }
+
+    /// CUDA device `ordinal` when this build has the CUDA backend and the machine has a
+    /// driver and that device; the CPU otherwise.
+    ///
+    /// # Errors
+    /// Only a GPU that exists but cannot be used: one of an unsupported architecture, or
+    /// a driver failure while opening it ([`Error::Cuda`]).
+    pub fn cuda_if_available(ordinal: usize) -> Result<Self, Error> {
+        #[cfg(feature = "cuda")]
+        {
+            use blockscale_cuda::CudaError;
+            match blockscale_cuda::Device::new(ordinal) {
+                Ok(dev) => Ok(Self::Cuda(dev)),
+                Err(CudaError::NoDriver | CudaError::NoDevice { .. }) => Ok(Self::Cpu),
+                Err(e) => Err(e.into()),
+            }
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = ordinal;
+            Ok(Self::Cpu)
+        }
+    }
+
+    /// The backend's name: `"cpu"` or `"cuda"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            #[cfg(feature = "cuda")]
+            Self::Cuda(_) => "cuda",
+        }
+    }
+
+    /// Quantizes `input` (`rows x k`, any strides) to `scheme`; the same bytes on every
+    /// backend.
+    ///
+    /// # Errors
+    /// A shape the scheme cannot block, an option it does not take, NaN/Inf under
+    /// [`NonFinite::Error`](crate::NonFinite::Error) (with its row and column), and on
+    /// the GPU a device failure.
+    pub fn quantize<T: Element>(
+        &self,
+        input: ArrayView2<'_, T>,
+        scheme: Scheme,
+        options: &QuantizeOptions,
+    ) -> Result<QuantizedMatrix, Error> {
+        match self {
+            Self::Cpu => Ok(blockscale_cpu::quantize(input, scheme, options)?),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(dev) => Ok(blockscale_cuda::quantize_host(dev, input, scheme, options)?),
+        }
+    }
+
+    /// Dequantizes `q` to a `rows x k` array of `O`; the same values on every backend.
+    ///
+    /// # Errors
+    /// On the CPU none; on the GPU a device failure.
+    pub fn dequantize<O: Element>(&self, q: &QuantizedMatrix) -> Result<Array2<O>, Error> {
+        match self {
+            Self::Cpu => Ok(blockscale_cpu::dequantize(q)),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(dev) => Ok(blockscale_cuda::dequantize_host(dev, q)?),
+        }
+    }
+
+    /// `epilogue(A · Bᵀ)` of two quantized matrices: `a` is `m x k`, `b` is `n x k` (the
+    /// weights' row-major layout), the result `m x n`.
+    ///
+    /// # Errors
+    /// Operands whose schemes or K differ, a pair the backend has no kernel for, a bias
+    /// of the wrong length, and on the GPU a device failure.
+    pub fn gemm<O: Element>(
+        &self,
+        a: &QuantizedMatrix,
+        b: &QuantizedMatrix,
+        epilogue: &Epilogue<'_>,
+    ) -> Result<Array2<O>, Error> {
+        match self {
+            Self::Cpu => Ok(blockscale_cpu::gemm(a, b, epilogue, &blockscale_cpu::GemmOptions::default())?),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(dev) => Ok(blockscale_cuda::gemm_host(dev, a, b, epilogue)?),
+        }
+    }
+
+    /// `epilogue(X · Wᵀ)` of high-precision activations `x` (`m x k`) and quantized
+    /// weights `w` (`n x k`): the result is `m x n`.
+    ///
+    /// # Errors
+    /// A K that differs from the weights', a bias of the wrong length, and on the GPU a
+    /// device failure.
+    pub fn gemm_weight_only<I: Element, O: Element>(
+        &self,
+        x: ArrayView2<'_, I>,
+        w: &QuantizedMatrix,
+        epilogue: &Epilogue<'_>,
+    ) -> Result<Array2<O>, Error> {
+        match self {
+            Self::Cpu => Ok(blockscale_cpu::gemm_weight_only(x, w, epilogue, &blockscale_cpu::GemmOptions::default())?),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(dev) => Ok(blockscale_cuda::gemm_weight_only_host(dev, x, w, epilogue)?),
+        }
+    }
+
+    /// `epilogue(W · x)`: one activation vector `x` of length `k` times quantized weights
+    /// `w` (`n x k`), the decode step of an inference engine; the result has length `n`.
+    ///
+    /// # Errors
+    /// A length that differs from the weights' K, a bias of the wrong length; on the GPU
+    /// f32 activations ([`Error::Unsupported`]: its GEMV reads bf16 or f16) and device
+    /// failures.
+    pub fn gemv<I: Element, O: Element>(
+        &self,
+        x: ArrayView1<'_, I>,
+        w: &QuantizedMatrix,
+        epilogue: &Epilogue<'_>,
+    ) -> Result<Array1<O>, Error> {
+        match self {
+            Self::Cpu => {
+                let x = x.as_standard_layout();
+                let x = x.as_slice().expect("standard layout is contiguous");
+                let y = blockscale_cpu::gemv(x, w, epilogue, &blockscale_cpu::GemmOptions::default())?;
+                Ok(Array1::from_vec(y))
+            }
+            #[cfg(feature = "cuda")]
+            Self::Cuda(dev) => {
+                let y = I::cuda_gemv::<O>(dev, x.insert_axis(ndarray::Axis(0)), w, epilogue)?;
+                Ok(y.remove_axis(ndarray::Axis(0)))
+            }
+        }
+    }
+}
