@@ -94,7 +94,6 @@ impl FloatValues<'_> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -160,7 +160,12 @@ pub fn verify_file(file: &GoldenFile, backend: &Backend) -> Result<Vec<Outcome>,
     }
 }
 
-fn quantize_options(file: &GoldenFile, scheme: Scheme) -> Result<QuantizeOptions, GoldenError> {
+/// The quantize options a quantize case was written with (its `scale_rule`,
+/// `nvfp4_recipe`, `non_finite` and NVFP4 global-scale metadata); linear scales.
+///
+/// # Errors
+/// Metadata that is missing or names an unknown rule, recipe or policy.
+pub fn quantize_options(file: &GoldenFile, scheme: Scheme) -> Result<QuantizeOptions, GoldenError> {
     let rule = file.meta("scale_rule")?;
     let rule = case::parse_rule(rule).ok_or_else(|| file.bad_meta("scale_rule", format!("unknown rule {rule:?}")))?;
     let recipe = file.meta("nvfp4_recipe")?;
@@ -289,7 +294,11 @@ fn verify_quantize(file: &GoldenFile, name: &str, backend: &Backend) -> Result<V
     Ok(out)
 }
 
-fn parse_activation(file: &GoldenFile) -> Result<Activation, GoldenError> {
+/// The epilogue activation a product case was written with.
+///
+/// # Errors
+/// A missing or unknown `activation`.
+pub fn parse_activation(file: &GoldenFile) -> Result<Activation, GoldenError> {
     Ok(match file.meta("activation")? {
         "identity" => Activation::Identity,
         "gelu-tanh" => Activation::GeluTanh,

@@ -1,0 +1,405 @@
+//! The facade's [`Backend`] API on every golden case (tests/golden/), on each backend
+//! this build and machine have: the CPU always, the first GPU with `--features cuda`.
+//!
+//! What the expected values are:
+//! - quantize: the golden codes and scales (both layouts), bit for bit;
+//! - dequantize: the golden f32 values bit for bit, and for bf16 / f16 output those
+//!   values rounded by `half` (docs/NUMERICS.md: one rounding of the f32, canonical NaN);
+//! - products on cases marked exact: the golden (CPU reference) output bit for bit;
+//! - products elsewhere: the same bits as calling the backend crate directly with its
+//!   default options. That the backend crates are within their bounds of the golden
+//!   output is what blockscale-golden's verifier checks (`cargo xtask verify`); here the
+//!   question is whether the facade runs the operation it names, unchanged.
+
+use std::path::PathBuf;
+
+use blockscale::half::{bf16, f16};
+use blockscale::ndarray::{Array2, ArrayView1, ArrayView2};
+use blockscale::{Backend, Element, Epilogue, QuantizedMatrix, ScaleLayout};
+use blockscale_golden::GoldenFile;
+use blockscale_golden::case::{self, Values};
+use blockscale_golden::verify::{parse_activation, quantize_options};
+
+/// The golden files, sorted by name.
+fn golden_files() -> Vec<GoldenFile> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 90, "expected the committed golden set in {}, found {} files", dir.display(), paths.len());
+    paths.iter().map(|p| GoldenFile::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).collect()
+}
+
+/// The CPU, and the first GPU when the build has CUDA and the machine has one.
+fn backends() -> Vec<Backend> {
+    let mut v = vec![Backend::Cpu];
+    match Backend::cuda(0) {
+        Ok(gpu) => v.push(gpu),
+        Err(e) => eprintln!("note: the GPU backend is not checked here: {e}"),
+    }
+    v
+}
+
+fn kind(f: &GoldenFile) -> &str {
+    f.meta("kind").unwrap()
+}
+
+fn case_name(f: &GoldenFile) -> String {
+    f.meta("case").unwrap().to_owned()
+}
+
+/// Runs `f` on the golden values as their own element type.
+macro_rules! with_values {
+    ($values:expr, |$v:ident| $body:expr) => {
+        match $values {
+            Values::F32($v) => $body,
+            Values::F16($v) => $body,
+            Values::Bf16($v) => $body,
+        }
+    };
+}
+
+fn scale_bytes(q: &QuantizedMatrix) -> Vec<u8> {
+    case::scale_bytes(q.scales())
+}
+
+#[test]
+fn quantize_writes_the_golden_bytes_on_every_backend() {
+    let mut checked = 0;
+    for backend in backends() {
+        for f in golden_files().iter().filter(|f| kind(f) == "quantize") {
+            let name = format!("{} [{}]", case_name(f), backend.name());
+            let golden = case::get_matrix(f, "q").unwrap();
+            let (scheme, rows, k) = (golden.scheme(), golden.rows(), golden.k());
+            let input = Values::read(f, "input", &[rows, k]).unwrap();
+            let options = quantize_options(f, scheme).unwrap();
+            let q = with_values!(&input, |v| backend.quantize(
+                ArrayView2::from_shape((rows, k), &v[..]).unwrap(),
+                scheme,
+                &options
+            ))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(q.data() == golden.data(), "{name}: codes differ from the golden file");
+            assert_eq!(scale_bytes(&q), scale_bytes(&golden), "{name}: linear scales differ");
+            assert_eq!(
+                q.global_scale().map(|g| g.encode().to_bits()),
+                golden.global_scale().map(|g| g.encode().to_bits()),
+                "{name}: global scale"
+            );
+            if scheme.supports_layout(ScaleLayout::Swizzled128x4) {
+                let shape = case::scale_shape(golden.shape(), ScaleLayout::Swizzled128x4);
+                let want = f.bytes("scales_swizzled", case::scale_dtype(scheme), &shape).unwrap();
+                let o = options.with_scale_layout(ScaleLayout::Swizzled128x4);
+                let q2 = with_values!(&input, |v| backend.quantize(
+                    ArrayView2::from_shape((rows, k), &v[..]).unwrap(),
+                    scheme,
+                    &o
+                ))
+                .unwrap_or_else(|e| panic!("{name} swizzled: {e}"));
+                assert_eq!(scale_bytes(&q2), want, "{name}: swizzled scales differ");
+                assert!(q2.data() == golden.data(), "{name}: codes differ with swizzled scales");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 50, "only {checked} quantize cases checked");
+}
+
+/// Bits of `got` against the golden f32 values rounded to `T` by `half`, NaN canonical.
+fn check_rounded<T: Element + Copy>(
+    name: &str,
+    got: &Array2<T>,
+    want: &[f32],
+    bits: impl Fn(T) -> u16,
+    round: impl Fn(f32) -> u16,
+    nan: u16,
+) {
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let expected = if w.is_nan() { nan } else { round(w) };
+        assert_eq!(bits(g), expected, "{name}: value {i}: got {:#06x}, want {expected:#06x} (f32 {w:e})", bits(g));
+    }
+}
+
+#[test]
+fn dequantize_gives_the_golden_values_in_every_output_type() {
+    let mut checked = 0;
+    for backend in backends() {
+        for f in golden_files().iter().filter(|f| kind(f) == "quantize") {
+            let name = format!("{} [{}]", case_name(f), backend.name());
+            let q = case::get_matrix(f, "q").unwrap();
+            let want = f.f32s("dequant", &[q.rows(), q.k()]).unwrap();
+            let got = backend.dequantize::<f32>(&q).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(got.dim(), (q.rows(), q.k()), "{name}");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "{name}: f32 value {i}: got {g:e}, want {w:e}");
+            }
+            let b = backend.dequantize::<bf16>(&q).unwrap_or_else(|e| panic!("{name}: {e}"));
+            check_rounded(&name, &b, &want, bf16::to_bits, |v| bf16::from_f32(v).to_bits(), 0x7fc0);
+            let h = backend.dequantize::<f16>(&q).unwrap_or_else(|e| panic!("{name}: {e}"));
+            check_rounded(&name, &h, &want, f16::to_bits, |v| f16::from_f32(v).to_bits(), 0x7e00);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 50, "only {checked} dequantize cases checked");
+}
+
+/// A product case's operands and epilogue.
+struct Product {
+    a: Option<QuantizedMatrix>,
+    x: Option<Values>,
+    b: QuantizedMatrix,
+    m: usize,
+    want: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    alpha: Option<f32>,
+    activation: blockscale::Activation,
+    exact: bool,
+}
+
+impl Product {
+    fn read(f: &GoldenFile) -> Self {
+        let b = case::get_matrix(f, "b").unwrap();
+        let m: usize = f.parse("m").unwrap();
+        let (n, k) = (b.rows(), b.k());
+        let weight_only = f.meta_opt("a.scheme").is_none();
+        Self {
+            a: (!weight_only).then(|| case::get_matrix(f, "a").unwrap()),
+            x: weight_only.then(|| Values::read(f, "x", &[m, k]).unwrap()),
+            want: f.f32s("out", &[m, n]).unwrap(),
+            bias: f.has("bias").then(|| f.f32s("bias", &[n]).unwrap()),
+            alpha: match f.meta("alpha").unwrap() {
+                "auto" => None,
+                _ => Some(f.f32_bits("alpha").unwrap()),
+            },
+            activation: parse_activation(f).unwrap(),
+            exact: f.meta("exact").unwrap() == "true",
+            b,
+            m,
+        }
+    }
+
+    fn epilogue(&self) -> Epilogue<'_> {
+        let e = Epilogue { alpha: self.alpha, ..Default::default() }.with_activation(self.activation);
+        match &self.bias {
+            Some(b) => e.with_bias(b),
+            None => e,
+        }
+    }
+}
+
+/// Bit for bit, or the first difference.
+fn same_bits(name: &str, what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{name}: {what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+            "{name}: {what}: value {i}: got {g:e}, want {w:e}"
+        );
+    }
+}
+
+/// The backend crate's own result for what the facade ran, with default options.
+fn direct(backend: &Backend, p: &Product, x_row: Option<usize>) -> Result<Vec<f32>, String> {
+    let epi = p.epilogue();
+    let k = p.b.k();
+    let cpu = blockscale::GemmOptions::default();
+    let flat = |a: Array2<f32>| a.into_raw_vec_and_offset().0;
+    match (backend, &p.a, &p.x, x_row) {
+        (Backend::Cpu, Some(a), _, _) => {
+            blockscale::cpu::gemm(a, &p.b, &epi, &cpu).map(flat).map_err(|e| e.to_string())
+        }
+        (Backend::Cpu, None, Some(x), None) => with_values!(x, |v| blockscale::cpu::gemm_weight_only(
+            ArrayView2::from_shape((p.m, k), &v[..]).unwrap(),
+            &p.b,
+            &epi,
+            &cpu
+        ))
+        .map(flat)
+        .map_err(|e| e.to_string()),
+        (Backend::Cpu, None, Some(x), Some(r)) => {
+            with_values!(x, |v| blockscale::cpu::gemv(&v[r * k..(r + 1) * k], &p.b, &epi, &cpu))
+                .map_err(|e| e.to_string())
+        }
+        #[cfg(feature = "cuda")]
+        (Backend::Cuda(dev), a, x, row) => cuda_direct(dev, p, a.as_ref(), x.as_ref(), row),
+        _ => unreachable!("a product case has a or x"),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_direct(
+    dev: &blockscale::cuda::Device,
+    p: &Product,
+    a: Option<&QuantizedMatrix>,
+    x: Option<&Values>,
+    row: Option<usize>,
+) -> Result<Vec<f32>, String> {
+    use blockscale::cuda;
+    let epi = p.epilogue();
+    let k = p.b.k();
+    let r = match (a, x, row) {
+        (Some(a), _, _) => cuda::gemm_host::<f32>(dev, a, &p.b, &epi),
+        (None, Some(x), None) => with_values!(x, |v| cuda::gemm_weight_only_host::<_, f32>(
+            dev,
+            ArrayView2::from_shape((p.m, k), &v[..]).unwrap(),
+            &p.b,
+            &epi
+        )),
+        (None, Some(Values::Bf16(v)), Some(r)) => {
+            cuda::gemv_host::<_, f32>(dev, ArrayView2::from_shape((1, k), &v[r * k..(r + 1) * k]).unwrap(), &p.b, &epi)
+        }
+        (None, Some(Values::F16(v)), Some(r)) => {
+            cuda::gemv_host::<_, f32>(dev, ArrayView2::from_shape((1, k), &v[r * k..(r + 1) * k]).unwrap(), &p.b, &epi)
+        }
+        _ => return Err("no direct call for this case".into()),
+    };
+    r.map(|a| a.into_raw_vec_and_offset().0).map_err(|e| e.to_string())
+}
+
+/// A backend that has no kernel for a case says so with a typed error: those are skips
+/// (SM120 has no f32-output or weight-only GEMM, the CUTLASS kernels need aligned K).
+fn is_no_kernel(e: &blockscale::Error) -> bool {
+    match e {
+        #[cfg(feature = "cuda")]
+        blockscale::Error::Cuda(
+            blockscale::cuda::CudaError::NoGemmKernel { .. } | blockscale::cuda::CudaError::KAlignment { .. },
+        ) => true,
+        blockscale::Error::Unsupported { .. } => true,
+        _ => false,
+    }
+}
+
+/// The facade's result against the golden output (exact cases) or the backend crate's
+/// direct result (elsewhere). Returns whether it ran.
+fn check_product(
+    name: &str,
+    backend: &Backend,
+    p: &Product,
+    got: Result<Vec<f32>, blockscale::Error>,
+    row: Option<usize>,
+) -> bool {
+    let got = match got {
+        Ok(g) => g,
+        Err(e) if is_no_kernel(&e) => {
+            eprintln!("skip {name}: {e}");
+            return false;
+        }
+        Err(e) => panic!("{name}: {e}"),
+    };
+    let n = p.b.rows();
+    let want = match row {
+        Some(r) => &p.want[r * n..(r + 1) * n],
+        None => &p.want[..],
+    };
+    if p.exact {
+        same_bits(name, "against the golden output", &got, want);
+    } else {
+        let d = direct(backend, p, row)
+            .unwrap_or_else(|e| panic!("{name}: the direct call failed where the facade ran: {e}"));
+        same_bits(name, "against the backend crate's own call", &got, &d);
+    }
+    true
+}
+
+#[test]
+fn gemm_and_gemm_weight_only_agree_with_the_golden_cases() {
+    let (mut ran, mut exact) = (0, 0);
+    for backend in backends() {
+        for f in golden_files().iter().filter(|f| kind(f) == "gemm") {
+            let name = format!("{} [{}]", case_name(f), backend.name());
+            let p = Product::read(f);
+            let epi = p.epilogue();
+            let got = match (&p.a, &p.x) {
+                (Some(a), _) => backend.gemm::<f32>(a, &p.b, &epi),
+                (None, Some(x)) => with_values!(x, |v| backend.gemm_weight_only::<_, f32>(
+                    ArrayView2::from_shape((p.m, p.b.k()), &v[..]).unwrap(),
+                    &p.b,
+                    &epi
+                )),
+                (None, None) => unreachable!(),
+            }
+            .map(|a| {
+                assert_eq!(a.dim(), (p.m, p.b.rows()), "{name}: output shape");
+                a.into_raw_vec_and_offset().0
+            });
+            if check_product(&name, &backend, &p, got, None) {
+                ran += 1;
+                exact += usize::from(p.exact);
+            }
+        }
+    }
+    assert!(ran >= 22 && exact >= 4, "only {ran} GEMM cases ran ({exact} exact)");
+}
+
+#[test]
+fn gemv_agrees_with_the_golden_decode_cases_row_by_row() {
+    let (mut ran, mut exact) = (0, 0);
+    for backend in backends() {
+        for f in golden_files().iter().filter(|f| kind(f) == "gemv") {
+            let p = Product::read(f);
+            let x = p.x.as_ref().expect("decode cases are weight-only");
+            let k = p.b.k();
+            for r in 0..p.m {
+                let name = format!("{} row {r} [{}]", case_name(f), backend.name());
+                let got = with_values!(x, |v| backend.gemv::<_, f32>(
+                    ArrayView1::from(&v[r * k..(r + 1) * k]),
+                    &p.b,
+                    &p.epilogue()
+                ))
+                .map(|y| {
+                    assert_eq!(y.len(), p.b.rows(), "{name}: output length");
+                    y.to_vec()
+                });
+                if check_product(&name, &backend, &p, got, Some(r)) {
+                    ran += 1;
+                    exact += usize::from(p.exact);
+                }
+            }
+        }
+    }
+    assert!(ran >= 18 && exact >= 9, "only {ran} GEMV rows ran ({exact} exact)");
+}
+
+#[test]
+fn bad_input_is_a_typed_error_on_every_backend() {
+    use blockscale::{QuantizeOptions, Scheme};
+    for backend in backends() {
+        let name = backend.name();
+        // K not a multiple of MXFP4's 32-element block: the formats layer's shape error.
+        let w = Array2::<f32>::ones((32, 48));
+        let e = backend.quantize(w.view(), Scheme::MxFp4, &QuantizeOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("48"), "{name}: {e}");
+        // NaN under the default policy: the backend's NonFinite error, with its place.
+        let mut w = Array2::<f32>::ones((16, 64));
+        w[[3, 17]] = f32::NAN;
+        let e = backend.quantize(w.view(), Scheme::MxFp4, &QuantizeOptions::default()).unwrap_err();
+        let place = match &e {
+            blockscale::Error::Cpu(blockscale::CpuError::NonFinite { row, col, .. }) => (*row, *col),
+            #[cfg(feature = "cuda")]
+            blockscale::Error::Cuda(blockscale::cuda::CudaError::NonFinite { row, col, .. }) => (*row, *col),
+            other => panic!("{name}: expected a NonFinite error, got {other:?}"),
+        };
+        assert_eq!(place, (3, 17), "{name}");
+        // A vector whose length is not the weights' K.
+        let q =
+            backend.quantize(Array2::<f32>::ones((16, 64)).view(), Scheme::MxFp4, &QuantizeOptions::default()).unwrap();
+        let x = vec![bf16::ONE; 32];
+        let e = backend.gemv::<bf16, f32>(ArrayView1::from(&x[..]), &q, &Epilogue::default()).unwrap_err();
+        assert!(e.to_string().contains("32") && e.to_string().contains("64"), "{name}: {e}");
+    }
+}
+
+#[test]
+fn asking_for_cuda_without_it_is_an_error_and_cuda_if_available_falls_back() {
+    let chosen = Backend::cuda_if_available(0).expect("a machine without a usable GPU falls back to the CPU");
+    #[cfg(not(feature = "cuda"))]
+    {
+        assert!(matches!(Backend::cuda(0), Err(blockscale::Error::CudaNotBuilt)));
+        assert_eq!(chosen.name(), "cpu");
+    }
+    #[cfg(feature = "cuda")]
+    assert_eq!(chosen.name(), if Backend::cuda(0).is_ok() { "cuda" } else { "cpu" });
+}
