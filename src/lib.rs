@@ -4,8 +4,10 @@
 //! NVFP4, the OCP MX formats (MXFP4/6/8), DeepSeek-style FP8 block quantization and
 //! INT4 weight-only quantization, bit-exact on the CPU and fast on NVIDIA GPUs.
 //!
-//! This facade is the one API users depend on; the backend is chosen by feature
-//! (`cpu`, the default, and `cuda`). It exposes the formats layer ([`formats`],
+//! This facade is the one API users depend on; the backends are chosen by feature
+//! (`cpu`, the default, and `cuda`, which implies `cpu`). [`Backend`] runs quantize,
+//! dequantize, [`Backend::gemm`], [`Backend::gemm_weight_only`] and [`Backend::gemv`]
+//! on host arrays on whichever backend it names, with one [`Error`] type. It exposes the formats layer ([`formats`],
 //! re-exported at the root: element types, packing, scale layouts, scale rules,
 //! schemes, [`QuantizedMatrix`]) and, with `cpu`, the CPU backend ([`cpu`], its entry
 //! points re-exported at the root: [`quantize`], [`dequantize`], [`fake_quantize`],
