@@ -41,7 +41,7 @@ impl Backend {
     ///
     /// # Errors
     /// [`Error::CudaNotBuilt`] in a build without the `cuda` feature; with it, the
-    /// device's error ([`Error::Cuda`]): no driver, no such device, an unsupported GPU.
+    /// device's error (`Error::Cuda`): no driver, no such device, an unsupported GPU.
     pub fn cuda(ordinal: usize) -> Result<Self, Error> {
         #[cfg(feature = "cuda")]
         {
@@ -59,7 +59,7 @@ impl Backend {
     ///
     /// # Errors
     /// Only a GPU that exists but cannot be used: one of an unsupported architecture, or
-    /// a driver failure while opening it ([`Error::Cuda`]).
+    /// a driver failure while opening it (`Error::Cuda`).
     pub fn cuda_if_available(ordinal: usize) -> Result<Self, Error> {
         #[cfg(feature = "cuda")]
         {

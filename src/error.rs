@@ -2,7 +2,7 @@
 //! request the chosen backend cannot run.
 
 /// Why a [`Backend`](crate::Backend) call failed. The backends' own errors are kept whole
-/// (match on [`Error::Cpu`] / [`Error::Cuda`] for the details, e.g. the row and column of
+/// (match on [`Error::Cpu`] / `Error::Cuda` for the details, e.g. the row and column of
 /// a NaN); their messages are the messages shown.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
