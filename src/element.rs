@@ -31,7 +31,7 @@ pub trait CudaElement {}
 impl<T> CudaElement for T {}
 
 /// An element type of the [`Backend`](crate::Backend) API's inputs and outputs: `f32`,
-/// [`f16`] or [`bf16`] (sealed). Quantize, dequantize, the GEMMs and the GEMV take and
+/// [`half::f16`] or [`half::bf16`] (sealed). Quantize, dequantize, the GEMMs and the GEMV take and
 /// return any of them on every backend, with one exception the type system cannot see:
 /// the CUDA GEMV reads bf16 or f16 activations, and refuses f32 ones with
 /// [`Error::Unsupported`](crate::Error::Unsupported).
