@@ -144,24 +144,16 @@ pub(crate) fn quantize_band<T: Input>(
         (Kind::NvFp4 { g, recipe }, ScaleChunk::Bytes(buf)) => {
             band_rows(plan, input, r0, data, buf, s, |a, e, f| kernels::nvfp4_scales(path, a, g, recipe, e, f))
         }
-        (Kind::Mx { element, rule }, ScaleChunk::Bytes(buf)) => {
-            band_rows(plan, input, r0, data, buf, s, |a, e, f| each(a, e, f, |x| scale::mx_entry(x, element, rule)))
-        }
+        (Kind::Mx { element, rule }, ScaleChunk::Bytes(buf)) => band_rows(plan, input, r0, data, buf, s, |a, e, f| {
+            scale::each(a, e, f, |x| scale::mx_entry(x, element, rule))
+        }),
         (Kind::Fp8, ScaleChunk::F32(buf)) => {
-            band_rows(plan, input, r0, data, buf, s, |a, e, f| each(a, e, f, scale::fp8_entry))
+            band_rows(plan, input, r0, data, buf, s, |a, e, f| scale::each(a, e, f, scale::fp8_entry))
         }
         (Kind::Int4, ScaleChunk::F16(buf)) => {
-            band_rows(plan, input, r0, data, buf, s, |a, e, f| each(a, e, f, scale::int4_entry))
+            band_rows(plan, input, r0, data, buf, s, |a, e, f| scale::each(a, e, f, scale::int4_entry))
         }
         _ => unreachable!("the scale buffer is allocated in the scheme's scale format"),
-    }
-}
-
-/// Applies a per-block `entry` to a row of block amaxes.
-#[inline(always)]
-pub(crate) fn each<S>(amax: &[u32], entries: &mut [S], factors: &mut [f32], entry: impl Fn(u32) -> (S, f32)) {
-    for ((&a, e), f) in amax.iter().zip(entries.iter_mut()).zip(factors.iter_mut()) {
-        (*e, *f) = entry(a);
     }
 }
 

@@ -112,3 +112,12 @@ pub(crate) fn fp8_entry(amax_bits: u32) -> (f32, f32) {
 pub(crate) fn int4_entry(amax_bits: u32) -> (f16, f32) {
     if amax_bits >= NON_FINITE { (f16::NAN, f32::NAN) } else { int4(f32::from_bits(amax_bits)) }
 }
+
+/// Applies a per-block `entry` (one of the `*_entry` functions above) to a row of block
+/// amaxes, writing each block's stored scale and element factor.
+#[inline(always)]
+pub(crate) fn each<S>(amax: &[u32], entries: &mut [S], factors: &mut [f32], entry: impl Fn(u32) -> (S, f32)) {
+    for ((&a, e), f) in amax.iter().zip(entries.iter_mut()).zip(factors.iter_mut()) {
+        (*e, *f) = entry(a);
+    }
+}

@@ -7,7 +7,7 @@ mod portable;
 
 use blockscale_formats::ElementFormat;
 
-use crate::scale::Op;
+use crate::scale::{self, Op};
 use crate::{CpuError, Input, NvFp4Recipe, Output, Simd};
 
 /// An implementation of the kernels.
@@ -147,7 +147,7 @@ pub(crate) fn nvfp4_scales(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `block_amax_bits`.
         (Path::Avx2, NvFp4Recipe::LightX2V) => unsafe { avx2::nvfp4_scales(amax, g, scales, factors) },
-        _ => crate::quantize::each(amax, scales, factors, |a| crate::scale::nvfp4_entry(a, g, recipe)),
+        _ => scale::each(amax, scales, factors, |a| scale::nvfp4_entry(a, g, recipe)),
     }
 }
 
