@@ -112,7 +112,7 @@ impl DeviceQuantized {
     ) -> Result<Self, CudaError> {
         let shape = scheme.shape(rows, k)?;
         let scale_len = shape.scale_len(scale_layout)?;
-        crate::quantize::check_limits(scheme, rows, k)?;
+        crate::checks::check_limits(scheme, rows, k)?;
         let s = dev.stream();
         // SAFETY: u8 has no invalid bit patterns; the codes are only meaningful after a
         // quantization writes every byte (quantize_into), and reading them earlier reads
@@ -199,7 +199,7 @@ impl DeviceQuantized {
     /// # Errors
     /// [`CudaError::TooLarge`], [`CudaError::OutOfMemory`] or [`CudaError::Driver`].
     pub fn from_host(dev: &Device, q: &QuantizedMatrix) -> Result<Self, CudaError> {
-        crate::quantize::check_limits(q.scheme(), q.shape().rows, q.shape().k)?;
+        crate::checks::check_limits(q.scheme(), q.shape().rows, q.shape().k)?;
         let s = dev.stream();
         let data = s.clone_htod(q.data()).map_err(CudaError::alloc("quantized codes", q.data().len()))?;
         let scales = match q.scales() {

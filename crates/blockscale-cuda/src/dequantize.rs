@@ -42,7 +42,7 @@ pub fn dequantize_into<O: DeviceElement>(
     // cudarc's guard lives until the launch is queued, so that with event tracking on,
     // the recorded write covers the kernel.
     let (out_ptr, g_out) = out.device_ptr_mut(stream);
-    crate::quantize::check_matrix::<O>(shape.rows, shape.k, row_stride, len, out_ptr, "output")?;
+    crate::checks::check_matrix::<O>(shape.rows, shape.k, row_stride, len, out_ptr, "output")?;
     let post = q.global_scale().map_or(1.0, |g| g.decode());
     launch_dequantize(dev, q, out_ptr, row_stride, O::SUFFIX, post)?;
     drop(g_out);

@@ -251,7 +251,7 @@ fn run<I: GemvInput, O: DeviceElement>(
     }
     check_output(&out, m, n)?;
     let (x_ptr, g_x) = x.data.device_ptr(stream);
-    crate::quantize::check_matrix::<I>(m, k, x.row_stride, x.data.len(), x_ptr, "activations")?;
+    crate::checks::check_matrix::<I>(m, k, x.row_stride, x.data.len(), x_ptr, "activations")?;
 
     let gated = sides.len() == 2;
     let (kernel, plan) = prepare(dev, w.scheme(), (m, n, k), gated, I::SUFFIX == "f16")?;

@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 mod buffer;
+mod checks;
 mod dequantize;
 mod device;
 mod error;

@@ -8,6 +8,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKerne
 use ndarray::ArrayView2;
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
+use crate::checks::{check_limits, check_matrix};
 use crate::params::{AmaxParams, QuantParams};
 use crate::{CudaError, Device};
 
@@ -35,22 +36,6 @@ impl<'a, T> DeviceMatrix<'a, T> {
 /// Threads per CTA of the FP8 128x128 tile kernel (`TILE_THREADS` in quantize.cu).
 const TILE_THREADS: u32 = 256;
 
-/// Refuses shapes beyond the kernels' index range: rows and K are 32-bit in the kernel
-/// parameters, and the 128x128 tile kernel has one CTA per tile (grid y at most 65535).
-pub(crate) fn check_limits(scheme: Scheme, rows: usize, k: usize) -> Result<(), CudaError> {
-    if u32::try_from(rows).is_err() || u32::try_from(k).is_err() {
-        return Err(CudaError::TooLarge { rows, k, limit: "rows and K must each be below 2^32" });
-    }
-    if scheme.block_rows() == 128 && rows.div_ceil(128) > 65535 {
-        return Err(CudaError::TooLarge {
-            rows,
-            k,
-            limit: "128x128 tiles allow at most 65535 tile rows (8,388,480 rows)",
-        });
-    }
-    Ok(())
-}
-
 /// The checks every quantize entry point makes before touching the device: the shape,
 /// the options against the scheme ([`check_recipe`]) and the kernels' limits.
 fn check_request(scheme: Scheme, rows: usize, k: usize, options: &QuantizeOptions) -> Result<QuantShape, CudaError> {
@@ -73,30 +58,6 @@ pub(crate) fn scheme_name(scheme: Scheme) -> &'static str {
         Scheme::Fp8Block(blockscale_formats::Fp8Tile::Tile128x128) => "fp8_block_128x128",
         Scheme::Int4G32 => "int4_g32",
     }
-}
-
-/// Checks a matrix view of `len` elements of `T` starting at device `address`: row
-/// stride, length and 16-byte alignment.
-pub(crate) fn check_matrix<T>(
-    rows: usize,
-    k: usize,
-    row_stride: usize,
-    len: usize,
-    address: u64,
-    what: &'static str,
-) -> Result<(), CudaError> {
-    let elem = size_of::<T>();
-    if row_stride < k || !(row_stride * elem).is_multiple_of(16) {
-        return Err(CudaError::BadStride { row_stride, k, elem_bytes: elem });
-    }
-    let needed = if rows == 0 { 0 } else { (rows - 1) * row_stride + k };
-    if len < needed {
-        return Err(CudaError::BufferLength { what, expected: needed, actual: len });
-    }
-    if !address.is_multiple_of(16) {
-        return Err(CudaError::Misaligned { what, address });
-    }
-    Ok(())
 }
 
 /// Quantizes a device matrix along K into new device buffers. The result stays on the
