@@ -1,5 +1,6 @@
 //! `cargo xtask bench-checkpoint`: quantizes a generated 2 GB bf16 checkpoint (four
-//! shards, 24 weights of 4096 x 10240, written under target/, not committed) to NVFP4
+//! shards, 24 weights of 4096 x 10240, written under target/ or `CARGO_TARGET_DIR`, not
+//! committed) to NVFP4
 //! with the release `blockscale` binary under `/usr/bin/time -v`, and compares its
 //! throughput with the in-memory NVFP4 quantize throughput (`blockscale bench`'s
 //! "+ amax pass" case, the same work a checkpoint needs) measured in the same run.
@@ -12,7 +13,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{self, cargo, root};
+use crate::util::{self, cargo, target_dir};
 
 const ROWS: usize = 4096;
 const K: usize = 10240;
@@ -21,8 +22,8 @@ const PER_SHARD: usize = 6;
 
 pub fn run() -> Result<()> {
     util::run(cargo().args(["build", "--release", "-p", "blockscale-cli"]))?;
-    let bin = root().join("target/release/blockscale");
-    let dir = root().join("target/bench-checkpoint");
+    let bin = target_dir().join("release").join("blockscale");
+    let dir = target_dir().join("bench-checkpoint");
     let model = dir.join("model");
     generate(&model)?;
 

@@ -481,7 +481,7 @@ fn gemv_cases(full: bool) -> Vec<GemmCase> {
 
 pub fn run(full: bool, seed: u64, out: Option<PathBuf>) -> Result<()> {
     let dir = out.unwrap_or_else(|| {
-        if full { util::root().join("target/golden-full") } else { util::root().join("tests/golden") }
+        if full { util::target_dir().join("golden-full") } else { util::root().join("tests/golden") }
     });
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     // Old cases would be verified too: clear the directory's golden files first.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::setup_cuda;
-use crate::util::{cargo, root};
+use crate::util::{cargo, root, target_dir};
 
 /// The run script: `./run.sh [test|verify|sanitize|bench|all|sm120]`.
 const RUN_SH: &str = r#"#!/usr/bin/env bash
@@ -96,7 +96,7 @@ pub fn run() -> Result<()> {
     }
     // The golden verifier with the CUDA backend, and the golden files it reads.
     crate::util::run(cargo().args(["build", "--release", "-p", "blockscale-golden", "--features", "cuda"]))?;
-    std::fs::copy(root().join("target/release/blockscale-golden"), out.join("bin/blockscale-golden"))
+    std::fs::copy(target_dir().join("release").join("blockscale-golden"), out.join("bin/blockscale-golden"))
         .context("copying the golden verifier")?;
     std::fs::create_dir_all(out.join("golden"))?;
     for e in std::fs::read_dir(root().join("tests/golden"))? {

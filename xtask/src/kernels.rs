@@ -3,7 +3,7 @@
 //! any spill or stack frame, and checks in the sm_120a SASS that each quantize kernel
 //! converts with the hardware instruction for its element format. The CUTLASS GEMM shims
 //! are not compiled again: build.rs's cache entries (ptxas report and cubin, listed in
-//! `target/cutlass-cache/manifest.txt`) are read, and each kernel must have no spills, no
+//! `<target dir>/cutlass-cache/manifest.txt`) are read, and each kernel must have no spills, no
 //! stack, no serialized wgmma (ptxas warning C7510) and its tensor-core instruction.
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::setup_cuda;
-use crate::util::root;
+use crate::util::{root, target_dir};
 
 /// The architectures of the fatbin (as in kernels/nvcc_flags.txt).
 const ARCHS: [&str; 2] = ["sm_90a", "sm_120a"];
@@ -68,7 +68,7 @@ pub fn run() -> Result<()> {
     let nvcc = home.join("bin").join("nvcc");
     let kernels = root().join("kernels");
     let flags = read_flags(&kernels.join("nvcc_flags.txt"))?;
-    let out = root().join("target").join("kernels-check");
+    let out = target_dir().join("kernels-check");
     std::fs::create_dir_all(&out)?;
 
     let mut usage: BTreeMap<String, [Option<Usage>; 2]> = BTreeMap::new();
@@ -121,7 +121,7 @@ pub fn run() -> Result<()> {
 /// missing): per kernel registers, spills, stack; C7510; the tensor-core instruction.
 /// Returns the number of kernels checked.
 fn check_cutlass(nvdisasm: &Path, problems: &mut Vec<String>) -> Result<usize> {
-    let cache = root().join("target").join("cutlass-cache");
+    let cache = target_dir().join("cutlass-cache");
     let manifest = cache.join("manifest.txt");
     // The manifest lists what the last build linked; build to make it current (a no-op
     // when nothing changed, and it never recompiles a cached shim).

@@ -41,6 +41,9 @@ tasks:
     --dir DIR       another golden directory (e.g. target/golden-full)
   gpu-bundle      build the CUDA tests and benches into gpu-bundle/ with a run script
   help            this text
+
+Every path under target/ above (the installed toolchains, generated files, the built
+binaries the tasks run) is under $CARGO_TARGET_DIR instead when that is set.
 ";
 
 fn main() -> Result<()> {

@@ -1,12 +1,13 @@
 //! `cargo xtask setup-cuda` and `setup-python`: pinned toolchains from PyPI under
-//! `target/`, installed once and reused.
+//! `target/` (or `CARGO_TARGET_DIR`: [`crate::util::target_dir`]), installed once and
+//! reused.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{root, run};
+use crate::util::{run, target_dir};
 
 /// The CUDA packages, pinned to one 13.0.x release (mixing releases breaks nvcc), and
 /// matching the GPU machines' driver. `nvidia-cuda-runtime` carries the headers
@@ -36,7 +37,7 @@ pub const PYTHON_PACKAGES: &[&str] = &["ml_dtypes==0.6.0", "numpy==2.4.6", "safe
 
 /// Where `setup-cuda` installs: `CUDA_HOME` is `<this>/nvidia/cu13`.
 pub fn cuda_prefix() -> PathBuf {
-    root().join("target").join("cuda-13.0")
+    target_dir().join("cuda-13.0")
 }
 
 /// The CUDA home inside the install prefix (holds `bin/nvcc` and `include/`).
@@ -46,7 +47,7 @@ pub fn cuda_home() -> PathBuf {
 
 /// Where `setup-python` installs (a `--target` directory for `PYTHONPATH`).
 pub fn python_dir() -> PathBuf {
-    root().join("target").join("python-oracles")
+    target_dir().join("python-oracles")
 }
 
 /// Installs the CUDA toolchain unless a complete install with the same pins exists.
@@ -68,7 +69,7 @@ pub fn cuda(force: bool) -> Result<PathBuf> {
 
 /// Where `setup-cuda` installs CUTLASS (the wheel's files under a `--target` directory).
 pub fn cutlass_prefix() -> PathBuf {
-    root().join("target").join("cutlass-4.2")
+    target_dir().join("cutlass-4.2")
 }
 
 /// The CUTLASS include directory inside the install prefix (holds `cutlass/` and `cute/`).
@@ -90,7 +91,7 @@ pub fn cutlass(force: bool) -> Result<PathBuf> {
 
 /// Installs nvdisasm unless present with the same pin; returns the binary.
 pub fn nvdisasm(force: bool) -> Result<PathBuf> {
-    let prefix = root().join("target").join("nvdisasm-13.2");
+    let prefix = target_dir().join("nvdisasm-13.2");
     let bin = prefix.join("nvidia").join("cu13").join("bin").join("nvdisasm");
     pip_install(&prefix, NVDISASM_PACKAGES, force || !bin.is_file())?;
     if !bin.is_file() {

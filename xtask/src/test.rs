@@ -45,7 +45,7 @@ pub fn run(lint: bool) -> Result<()> {
     // Registers, spills and the sm_120a SASS conversions of every kernel.
     crate::kernels::run()?;
     // The main job of the README, as a user runs it, and the formats example.
-    let plot = util::root().join("target").join("eval-demo.svg");
+    let plot = util::target_dir().join("eval-demo.svg");
     util::run(
         cargo()
             .args(["run", "--release", "--quiet", "-p", "blockscale-cli", "--", "eval", "--demo", "--force", "--plot"])

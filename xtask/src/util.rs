@@ -11,10 +11,26 @@ pub fn root() -> PathBuf {
     here.parent().expect("xtask lives one level below the workspace root").to_path_buf()
 }
 
-/// The cargo that runs us, for nested invocations.
+/// Where builds and everything installed or generated "under target/" go:
+/// `CARGO_TARGET_DIR` if set (a relative one taken from the workspace root, where the
+/// nested cargo runs), else `<root>/target`. blockscale-cuda's build.rs finds the
+/// toolchain and keeps its CUTLASS cache by the same rule.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => root().join(dir),
+        _ => root().join("target"),
+    }
+}
+
+/// The cargo that runs us, for nested invocations: from the workspace root, with
+/// `CARGO_TARGET_DIR` (when set) made absolute, so it, its build scripts and tests see
+/// the directory [`target_dir`] names.
 pub fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(root());
+    if std::env::var_os("CARGO_TARGET_DIR").is_some_and(|d| !d.is_empty()) {
+        cmd.env("CARGO_TARGET_DIR", target_dir());
+    }
     cmd
 }
 
