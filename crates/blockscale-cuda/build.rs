@@ -8,16 +8,20 @@
 //!   `sm90_*` for sm_90a, `sm120_*` for sm_120a): each compiled once with nvcc into an
 //!   object, archived with the `cc` crate into a static library and linked with
 //!   `libcudart_static`. CUTLASS templates take about a minute each, so the objects are
-//!   cached under `target/cutlass-cache/` by a hash of everything that goes into them
+//!   cached under `<target dir>/cutlass-cache/` by a hash of everything that goes into them
 //!   (source, the folder's headers, `common/activation.cuh`, flags, nvcc's version,
 //!   CUTLASS's version header), and
 //!   compiled in parallel. Each cache entry keeps ptxas's report and the cubin, which
 //!   `cargo xtask kernels` reads (it never compiles them a second time).
 //!
 //! nvcc is found through `NVCC`, `CUDA_HOME` / `CUDA_PATH`, `PATH`, or the toolchain
-//! `cargo xtask setup-cuda` installs under `target/cuda-13.0`; CUTLASS through
+//! `cargo xtask setup-cuda` installs under `<target dir>/cuda-13.0`; CUTLASS through
 //! `CUTLASS_DIR` (a CUTLASS checkout, or the wheel's `cutlass_library/source`) or the
-//! copy `cargo xtask setup-cuda` installs under `target/cutlass-4.2`.
+//! copy `cargo xtask setup-cuda` installs under `<target dir>/cutlass-4.2`. The target
+//! dir is `CARGO_TARGET_DIR` (a relative one taken from the workspace root), else
+//! `target/` in the workspace root: the rule of xtask's `util::target_dir`, so this
+//! finds what `setup-cuda` installed and keeps the cache where `cargo xtask kernels`
+//! reads it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,15 +36,17 @@ fn main() {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
-    let nvcc = find_nvcc(&root).unwrap_or_else(|| {
+    let target = target_dir(&root);
+    let nvcc = find_nvcc(&target).unwrap_or_else(|| {
         panic!(
             "\n\nblockscale-cuda needs nvcc (CUDA 13.0) to compile its kernels, and none was found.\n\
              Any of these works:\n\
-             - `cargo xtask setup-cuda` (installs the pinned toolchain from PyPI under target/cuda-13.0);\n\
+             - `cargo xtask setup-cuda` (installs the pinned toolchain from PyPI under {});\n\
              - set NVCC to the nvcc binary;\n\
              - set CUDA_HOME or CUDA_PATH to a CUDA installation (with bin/nvcc);\n\
              - put nvcc on PATH.\n\
-             (`cargo xtask test` does the first for you.)\n"
+             (`cargo xtask test` does the first for you.)\n",
+            target.join("cuda-13.0").display()
         )
     });
     let flags = read_flags(&kernels.join("nvcc_flags.txt"));
@@ -67,7 +73,16 @@ fn main() {
     rs.push_str("];\n");
     std::fs::write(out.join("kernels.rs"), rs).expect("writing kernels.rs");
 
-    build_cutlass(&root, &nvcc, &kernels.join("cutlass"));
+    build_cutlass(&target, &nvcc, &kernels.join("cutlass"));
+}
+
+/// `CARGO_TARGET_DIR` (a relative one taken from the workspace root), else
+/// `<root>/target`: where `cargo xtask setup-cuda` installs and the CUTLASS cache lives.
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => root.join(dir),
+        _ => root.join("target"),
+    }
 }
 
 /// FNV-1a, 64 bits: the cache key of a CUTLASS object (no dependency for a hash).
@@ -79,18 +94,20 @@ fn fnv(hash: &mut u64, bytes: &[u8]) {
 }
 
 /// The CUTLASS source tree: `CUTLASS_DIR`, else the wheel `cargo xtask setup-cuda`
-/// installs. Either holds `include/cutlass/cutlass.h` and `tools/util/include/`.
-fn find_cutlass(root: &Path) -> PathBuf {
+/// installs in the target dir. Either holds `include/cutlass/cutlass.h` and
+/// `tools/util/include/`.
+fn find_cutlass(target: &Path) -> PathBuf {
     let dir = std::env::var_os("CUTLASS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/cutlass-4.2/cutlass_library/source"));
+        .unwrap_or_else(|| target.join("cutlass-4.2/cutlass_library/source"));
     if !dir.join("include/cutlass/cutlass.h").is_file() {
         panic!(
             "\n\nblockscale-cuda's GEMM shims need the CUTLASS 4.2 headers, and {} has none.\n\
              Either works:\n\
-             - `cargo xtask setup-cuda` (installs nvidia-cutlass==4.2.0.0 from PyPI under target/cutlass-4.2);\n\
+             - `cargo xtask setup-cuda` (installs nvidia-cutlass==4.2.0.0 from PyPI under {});\n\
              - set CUTLASS_DIR to a CUTLASS 4.2 checkout (the folder holding include/ and tools/).\n",
-            dir.join("include/cutlass/cutlass.h").display()
+            dir.join("include/cutlass/cutlass.h").display(),
+            target.join("cutlass-4.2").display()
         );
     }
     dir
@@ -114,9 +131,9 @@ fn find_cudart(nvcc: &Path) -> PathBuf {
 }
 
 /// Compiles (or takes from the cache) every CUTLASS shim, archives the objects and emits
-/// the link lines. Writes `target/cutlass-cache/manifest.txt`: one `stem arch dir` line per
-/// shim, for `cargo xtask kernels`.
-fn build_cutlass(root: &Path, nvcc: &Path, dir: &Path) {
+/// the link lines. Writes `<target>/cutlass-cache/manifest.txt`: one `stem arch dir` line
+/// per shim, for `cargo xtask kernels`.
+fn build_cutlass(target: &Path, nvcc: &Path, dir: &Path) {
     let mut shims: Vec<PathBuf> =
         std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
     shims.retain(|p| p.extension().is_some_and(|e| e == "cu"));
@@ -124,11 +141,10 @@ fn build_cutlass(root: &Path, nvcc: &Path, dir: &Path) {
     if shims.is_empty() {
         return;
     }
-    let cutlass = find_cutlass(root);
+    let cutlass = find_cutlass(target);
     let flags = read_flags(&dir.join("nvcc_flags.txt"));
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     let cache = target.join("cutlass-cache");
-    std::fs::create_dir_all(&cache).expect("creating target/cutlass-cache");
+    std::fs::create_dir_all(&cache).unwrap_or_else(|e| panic!("creating {}: {e}", cache.display()));
 
     // What every shim depends on besides its own source.
     let mut common = 0xcbf2_9ce4_8422_2325u64;
@@ -259,7 +275,9 @@ fn compile_shim(nvcc: &Path, flags: &[String], cutlass: &Path, arch: &str, src: 
     std::fs::rename(&tmp, entry).expect("moving a CUTLASS cache entry into place");
 }
 
-fn find_nvcc(root: &Path) -> Option<PathBuf> {
+/// nvcc: `NVCC`, `CUDA_HOME` / `CUDA_PATH`, `PATH`, then the toolchain `cargo xtask
+/// setup-cuda` installs in the target dir.
+fn find_nvcc(target: &Path) -> Option<PathBuf> {
     let exists = |p: PathBuf| p.is_file().then_some(p);
     if let Some(p) = std::env::var_os("NVCC") {
         return exists(PathBuf::from(p));
@@ -278,7 +296,7 @@ fn find_nvcc(root: &Path) -> Option<PathBuf> {
             }
         }
     }
-    exists(root.join("target/cuda-13.0/nvidia/cu13/bin/nvcc"))
+    exists(target.join("cuda-13.0/nvidia/cu13/bin/nvcc"))
 }
 
 fn read_flags(path: &Path) -> Vec<String> {

@@ -28,7 +28,8 @@
 //!
 //! The headers come from `cargo xtask setup-cuda` (CUTLASS under `target/cutlass-4.2`
 //! or `CUTLASS_DIR`, as build.rs finds it; CUDA under `target/cuda-13.0` or
-//! `BLOCKSCALE_CUDA_HOME`, `CUDA_HOME`, `CUDA_PATH`). Without them, or without g++ (or
+//! `BLOCKSCALE_CUDA_HOME`, `CUDA_HOME`, `CUDA_PATH`; `target/` is the target dir this
+//! test was built in, `CARGO_TARGET_DIR` when set). Without them, or without g++ (or
 //! `CXX`), the tests skip with a message, except under `CI=true` or
 //! `BLOCKSCALE_REQUIRE_ORACLES=1`, where a missing oracle fails.
 
@@ -55,6 +56,12 @@ fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The target dir this test was built in (`CARGO_TARGET_DIR`, else `target/`), where
+/// `cargo xtask setup-cuda` installs: cargo's `CARGO_TARGET_TMPDIR` is its `tmp/`.
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("..")
+}
+
 /// Whether a missing oracle must fail the test (`CI` set and not false, or
 /// `BLOCKSCALE_REQUIRE_ORACLES=1`) rather than skip it.
 fn oracle_required() -> bool {
@@ -76,7 +83,7 @@ fn skip_or_fail(what: &str) {
 fn cutlass_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("CUTLASS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/cutlass-4.2/cutlass_library/source"));
+        .unwrap_or_else(|| target_dir().join("cutlass-4.2/cutlass_library/source"));
     let present = dir.join("include/cutlass/cutlass.h").is_file()
         && dir.join("tools/util/include/cutlass/util/reference/host/gett.hpp").is_file();
     present.then_some(dir)
@@ -88,7 +95,7 @@ fn cuda_home() -> Option<PathBuf> {
         .iter()
         .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
         .collect();
-    candidates.push(workspace_root().join("target/cuda-13.0/nvidia/cu13"));
+    candidates.push(target_dir().join("cuda-13.0/nvidia/cu13"));
     candidates
         .into_iter()
         .find(|p| p.join("include/cuda_runtime_api.h").is_file() && p.join("include/cuda_fp16.h").is_file())
