@@ -22,8 +22,10 @@ use safetensors::{Dtype, SafeTensors};
 
 // ---- Locating and running the oracle (the pattern of blockscale-formats' oracle tests).
 
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+/// The target dir these tests were built in (`CARGO_TARGET_DIR`, else `target/`), where
+/// `cargo xtask setup-python` installs: cargo's `CARGO_TARGET_TMPDIR` is its `tmp/`.
+fn target_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("..")
 }
 
 /// Whether a missing oracle must fail the test (`CI` set and not false, or
@@ -45,7 +47,7 @@ fn skip_or_fail(what: &str) {
 fn python_path() -> Option<PathBuf> {
     let mut candidates: Vec<PathBuf> =
         std::env::var_os("BLOCKSCALE_PYTHONPATH").map(PathBuf::from).into_iter().collect();
-    candidates.push(workspace_root().join("target/python-oracles"));
+    candidates.push(target_dir().join("python-oracles"));
     candidates.into_iter().find(|p| ["ml_dtypes", "numpy", "safetensors"].iter().all(|m| p.join(m).is_dir()))
 }
 
