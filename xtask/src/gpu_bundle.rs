@@ -1,5 +1,5 @@
-//! `cargo xtask gpu-bundle`: builds the CUDA crate's test and bench binaries here (the
-//! GPU machines have no Rust) and puts them, with a run script, in `gpu-bundle/`
+//! `cargo xtask gpu-bundle`: builds the CUDA crate's test and bench binaries, and the
+//! facade's with the CUDA backend, here (the GPU machines have no Rust) and puts them, with a run script, in `gpu-bundle/`
 //! (git-ignored), ready to carry to a GPU machine.
 
 use std::path::{Path, PathBuf};
@@ -84,7 +84,11 @@ pub fn run() -> Result<()> {
     }
     std::fs::create_dir_all(out.join("bin"))?;
     for (kind, args) in [("test", &["test", "--no-run"][..]), ("bench", &["bench", "--no-run"][..])] {
-        for exe in build(args, kind == "test")? {
+        // blockscale-cuda's own targets, and the facade's (tests/backends.rs, the backend
+        // bench) built with the CUDA backend.
+        let mut exes = build(args, &["-p", "blockscale-cuda"], kind == "test")?;
+        exes.extend(build(args, &["-p", "blockscale", "--features", "cuda"], false)?);
+        for exe in exes {
             let stem = exe.file_name().and_then(|n| n.to_str()).unwrap_or("bin");
             // cargo names binaries <target>-<hash>: keep the target name.
             let name = stem.rsplit_once('-').map_or(stem, |(n, _)| n);
@@ -113,13 +117,14 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-/// Builds blockscale-cuda's targets with `cargo <args> -p blockscale-cuda` and returns
-/// the executables cargo reports (test harnesses and benches, not build scripts; the
-/// library's own harness only with `lib`: its unit tests include a GPU one).
-fn build(args: &[&str], lib: bool) -> Result<Vec<PathBuf>> {
+/// Builds a package's targets with `cargo <args> <package>` and returns the executables
+/// cargo reports (test harnesses and benches, not build scripts; the library's own
+/// harness only with `lib`: blockscale-cuda's unit tests include a GPU one).
+fn build(args: &[&str], package: &[&str], lib: bool) -> Result<Vec<PathBuf>> {
     let output = cargo()
         .args(args)
-        .args(["-p", "blockscale-cuda", "--message-format=json-render-diagnostics"])
+        .args(package)
+        .arg("--message-format=json-render-diagnostics")
         .output()
         .context("running cargo")?;
     if !output.status.success() {
@@ -128,7 +133,7 @@ fn build(args: &[&str], lib: bool) -> Result<Vec<PathBuf>> {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut exes = Vec::new();
     for line in stdout.lines().filter(|l| l.contains("\"reason\":\"compiler-artifact\"")) {
-        if !lib && line.contains("\"kind\":[\"lib\"]") {
+        if (!lib && line.contains("\"kind\":[\"lib\"]")) || line.contains("\"kind\":[\"example\"]") {
             continue;
         }
         if let Some(exe) = json_string(line, "\"executable\":\"") {
