@@ -10,6 +10,7 @@ mod error;
 mod plot;
 mod progress;
 mod report;
+mod scheme_arg;
 mod select;
 mod values;
 

@@ -1,4 +1,4 @@
-//! What `quantize` and `dequantize` share: option parsing, the checkpoint folder's
+//! What `quantize` and `dequantize` share: the checkpoint folder's
 //! index and side files, and the quantization configs each convention declares.
 
 use std::collections::BTreeMap;
@@ -10,17 +10,6 @@ use crate::checkpoint::{Checkpoint, Output, Shard};
 use crate::cli::ConventionArg;
 use crate::error::CliError;
 use crate::select::Selector;
-
-/// Parses `--scheme`.
-///
-/// # Errors
-/// [`CliError::Usage`] naming the valid schemes.
-pub fn parse_scheme(s: &str) -> Result<Scheme, CliError> {
-    s.parse().map_err(|_| {
-        let names: Vec<&str> = Scheme::ALL.iter().map(|s| s.name()).collect();
-        CliError::Usage(format!("unknown scheme {s:?}; expected one of: {}, fp8-block", names.join(", ")))
-    })
-}
 
 /// Refuses an output that is the input.
 ///

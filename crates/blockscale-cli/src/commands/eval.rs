@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::cli::EvalArgs;
 use crate::error::CliError;
 use crate::report::EvalRow;
+use crate::scheme_arg::parse_schemes;
 use crate::values::FloatValues;
 
 /// Version of the `--json` document; bumped on incompatible changes.
@@ -85,34 +86,6 @@ pub struct EvalReport<'r> {
     pub summary: Vec<SchemeSummary>,
     /// The (tensor, scheme) pairs whose shape the scheme cannot hold.
     pub skipped: &'r [Skipped],
-}
-
-/// Parses `--schemes`: `all` (every scheme, in [`Scheme::ALL`] order) or a
-/// comma-separated list of names (duplicates dropped, order kept).
-///
-/// # Errors
-/// [`CliError::Usage`] for an empty list or an unknown name, listing the valid ones.
-pub fn parse_schemes(s: &str) -> Result<Vec<Scheme>, CliError> {
-    if s.trim().eq_ignore_ascii_case("all") {
-        return Ok(Scheme::ALL.to_vec());
-    }
-    let mut out = Vec::new();
-    for name in s.split(',').map(str::trim) {
-        if name.is_empty() {
-            return Err(CliError::Usage(format!("--schemes {s:?}: empty scheme name; valid: all, {}", valid_names())));
-        }
-        let scheme: Scheme = name
-            .parse()
-            .map_err(|_| CliError::Usage(format!("unknown scheme {name:?}; valid: all, {}", valid_names())))?;
-        if !out.contains(&scheme) {
-            out.push(scheme);
-        }
-    }
-    Ok(out)
-}
-
-fn valid_names() -> String {
-    Scheme::ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
 }
 
 /// Whether `scheme` can quantize a `rows x k` matrix (K a multiple of its block, no
@@ -507,30 +480,6 @@ mod tests {
             k,
             values: FloatValues::F32(values.into()),
         }
-    }
-
-    #[test]
-    fn parses_all_and_lists() {
-        assert_eq!(parse_schemes("all").unwrap(), Scheme::ALL.to_vec());
-        assert_eq!(parse_schemes("ALL").unwrap().len(), 9);
-        assert_eq!(
-            parse_schemes("nvfp4, mxfp8_e4m3,nvfp4,fp8-block").unwrap(),
-            vec![Scheme::NvFp4, Scheme::MxFp8E4M3, Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128)]
-        );
-    }
-
-    #[test]
-    fn unknown_or_empty_scheme_is_a_usage_error_naming_the_valid_ones() {
-        for bad in ["nvfp5", "nvfp4,", "", "mxfp4,,mxfp6-e2m3"] {
-            let e = parse_schemes(bad).unwrap_err();
-            assert!(matches!(e, CliError::Usage(_)), "{bad:?}: {e:?}");
-            assert_eq!(e.exit_code(), crate::error::exit::USAGE);
-            let msg = e.to_string();
-            for s in Scheme::ALL {
-                assert!(msg.contains(s.name()), "{msg}");
-            }
-        }
-        assert!(parse_schemes("nvfp4,nvfp5").unwrap_err().to_string().contains("\"nvfp5\""));
     }
 
     #[test]

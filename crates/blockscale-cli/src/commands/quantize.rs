@@ -11,10 +11,11 @@ use serde::Serialize;
 use crate::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, ShardWriter, tensor_bytes};
 
 use crate::cli::{ConventionArg, LayoutArg, NonFiniteArg, QuantizeArgs};
-use crate::commands::common::{self, copy_others, parse_scheme, same_path_check, write_index};
+use crate::commands::common::{self, copy_others, same_path_check, write_index};
 use crate::convention::{encode, plan_outputs};
 use crate::error::CliError;
 use crate::progress::bytes_bar;
+use crate::scheme_arg::parse_scheme;
 use crate::select::Selector;
 use crate::values::FloatValues;
 
