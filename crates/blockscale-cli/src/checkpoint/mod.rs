@@ -1,14 +1,16 @@
 //! Safetensors checkpoints on disk: finding the shards of a file or folder, reading
 //! them through memory maps tensor by tensor, and writing new ones that appear
-//! complete or not at all.
+//! complete or not at all, with a folder's index and side files.
 
 mod output;
 mod shard;
+mod side_files;
 mod source;
 mod writer;
 
-pub use output::{Output, OutputKind};
+pub use output::{Output, OutputKind, same_path_check};
 pub use shard::{Shard, TensorEntry};
+pub use side_files::{copy_others, write_index};
 pub use source::Checkpoint;
 pub use writer::{PlannedTensor, ShardWriter};
 

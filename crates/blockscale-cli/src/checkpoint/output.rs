@@ -10,6 +10,18 @@ use tempfile::{NamedTempFile, TempDir};
 
 use crate::error::CliError;
 
+/// Refuses an output that is the input (the same file or folder, however named).
+///
+/// # Errors
+/// [`CliError::Usage`].
+pub fn same_path_check(input: &Path, output: &Path) -> Result<(), CliError> {
+    let canon = |p: &Path| std::fs::canonicalize(p).ok();
+    if canon(input).is_some() && canon(input) == canon(output) {
+        return Err(CliError::Usage(format!("the output {} is the input; write elsewhere", output.display())));
+    }
+    Ok(())
+}
+
 /// Whether the output is one file or a folder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputKind {
@@ -118,5 +130,24 @@ impl Output {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_input_under_another_name_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.safetensors");
+        std::fs::write(&f, b"").unwrap();
+        let e = same_path_check(&f, &dir.path().join(".").join("m.safetensors")).unwrap_err();
+        assert!(matches!(e, CliError::Usage(_)), "{e:?}");
+        assert!(e.to_string().ends_with("is the input; write elsewhere"), "{e}");
+        assert!(same_path_check(&f, &dir.path().join("other.safetensors")).is_ok());
+        // A missing input is for the reader to report, not this check.
+        let missing = dir.path().join("missing");
+        assert!(same_path_check(&missing, &missing).is_ok());
     }
 }

@@ -1,27 +1,10 @@
-//! What `quantize` and `dequantize` share: the checkpoint folder's
-//! index and side files, and the quantization configs each convention declares.
-
-use std::collections::BTreeMap;
-use std::path::Path;
+//! What `quantize` shares: the quantization configs each convention declares.
 
 use blockscale::Scheme;
 
-use crate::checkpoint::{Checkpoint, Output, Shard};
+use crate::checkpoint::Shard;
 use crate::cli::ConventionArg;
-use crate::error::CliError;
 use crate::select::Selector;
-
-/// Refuses an output that is the input.
-///
-/// # Errors
-/// [`CliError::Usage`].
-pub fn same_path_check(input: &Path, output: &Path) -> Result<(), CliError> {
-    let canon = |p: &Path| std::fs::canonicalize(p).ok();
-    if canon(input).is_some() && canon(input) == canon(output) {
-        return Err(CliError::Usage(format!("the output {} is the input; write elsewhere", output.display())));
-    }
-    Ok(())
-}
 
 /// The name of a convention in reports and metadata.
 pub fn convention_name(c: ConventionArg) -> &'static str {
@@ -117,79 +100,4 @@ pub fn quant_configs(convention: ConventionArg, scheme: Scheme, calibrated: bool
             Configs { metadata: vec![], files: vec![], config_json: Some(qc) }
         }
     }
-}
-
-fn write_json(output: &Output, name: &str, v: &serde_json::Value) -> Result<(), CliError> {
-    let p = output.path(Some(name));
-    let text = serde_json::to_string_pretty(v).expect("JSON serializes") + "\n";
-    std::fs::write(&p, text).map_err(|source| CliError::Write { path: p, source })
-}
-
-/// Writes `*.safetensors.index.json` for the output shards.
-///
-/// # Errors
-/// [`CliError::Write`].
-pub fn write_index(
-    output: &Output,
-    index: Option<&Path>,
-    weight_map: &BTreeMap<String, String>,
-    total_size: u64,
-) -> Result<(), CliError> {
-    let name = index.map_or_else(|| "model.safetensors.index.json".to_owned(), Checkpoint::file_name);
-    let v = serde_json::json!({ "metadata": { "total_size": total_size }, "weight_map": weight_map });
-    write_json(output, &name, &v)
-}
-
-/// Copies the folder's other files, except `drop`, then writes `add`. config.json gets
-/// `quantization_config` set to `quant_config` (quantize; a config.json that is not a
-/// JSON object is then an error) or, with `None`, removed (dequantize; a config.json
-/// that is not a JSON object is copied as it is).
-///
-/// # Errors
-/// [`CliError::Read`] / [`CliError::Write`]; [`CliError::Checkpoint`] for a
-/// config.json that cannot take the config.
-pub fn copy_others(
-    output: &Output,
-    ckpt: &Checkpoint,
-    quant_config: Option<&serde_json::Value>,
-    add: &[(String, serde_json::Value)],
-    drop: &[&str],
-) -> Result<(), CliError> {
-    for p in &ckpt.others {
-        let name = Checkpoint::file_name(p);
-        if drop.contains(&name.as_str()) || add.iter().any(|(n, _)| *n == name) {
-            continue;
-        }
-        if name == "config.json" {
-            let text = std::fs::read_to_string(p).map_err(|source| CliError::Read { path: p.clone(), source })?;
-            let parsed = serde_json::from_str::<serde_json::Value>(&text);
-            match (parsed, quant_config) {
-                (Ok(mut v), Some(qc)) => {
-                    let obj = v
-                        .as_object_mut()
-                        .ok_or_else(|| CliError::Checkpoint { path: p.clone(), reason: "not a JSON object".into() })?;
-                    obj.insert("quantization_config".into(), qc.clone());
-                    write_json(output, &name, &v)?;
-                    continue;
-                }
-                (Err(e), Some(_)) => {
-                    return Err(CliError::Checkpoint { path: p.clone(), reason: format!("not valid JSON: {e}") });
-                }
-                (Ok(mut v), None) => {
-                    if let Some(obj) = v.as_object_mut() {
-                        obj.remove("quantization_config");
-                        write_json(output, &name, &v)?;
-                        continue;
-                    }
-                }
-                (Err(_), None) => {}
-            }
-        }
-        let dest = output.path(Some(&name));
-        std::fs::copy(p, &dest).map_err(|source| CliError::Write { path: dest, source })?;
-    }
-    for (name, v) in add {
-        write_json(output, name, v)?;
-    }
-    Ok(())
 }

@@ -9,9 +9,11 @@ use half::{bf16, f16};
 use safetensors::Dtype;
 use serde::Serialize;
 
-use crate::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, ShardWriter, tensor_bytes};
+use crate::checkpoint::{
+    Checkpoint, Output, OutputKind, PlannedTensor, Shard, ShardWriter, copy_others, same_path_check, tensor_bytes,
+    write_index,
+};
 use crate::cli::{DequantizeArgs, DtypeArg};
-use crate::commands::common::{copy_others, same_path_check, write_index};
 use crate::convention::{Catalog, Found, decode, detect};
 use crate::error::CliError;
 use crate::progress::bytes_bar;

@@ -8,10 +8,12 @@ use std::time::Instant;
 use blockscale::{GlobalScale, GlobalScaleSource, NonFinite, QuantizeOptions, ScaleData, ScaleLayout, Scheme};
 use serde::Serialize;
 
-use crate::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, ShardWriter, tensor_bytes};
-
+use crate::checkpoint::{
+    Checkpoint, Output, OutputKind, PlannedTensor, Shard, ShardWriter, copy_others, same_path_check, tensor_bytes,
+    write_index,
+};
 use crate::cli::{ConventionArg, LayoutArg, NonFiniteArg, QuantizeArgs};
-use crate::commands::common::{self, copy_others, same_path_check, write_index};
+use crate::commands::common;
 use crate::convention::{encode, plan_outputs};
 use crate::error::CliError;
 use crate::progress::bytes_bar;
