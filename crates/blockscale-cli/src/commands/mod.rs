@@ -1,7 +1,6 @@
 //! One module per subcommand.
 
 pub mod bench;
-pub mod common;
 pub mod dequantize;
 pub mod eval;
 pub mod inspect;

@@ -13,8 +13,7 @@ use crate::checkpoint::{
     write_index,
 };
 use crate::cli::{ConventionArg, LayoutArg, NonFiniteArg, QuantizeArgs};
-use crate::commands::common;
-use crate::convention::{encode, plan_outputs};
+use crate::convention::{Convention, encode, ignored_linear_layers, plan_outputs, quant_configs};
 use crate::error::CliError;
 use crate::progress::bytes_bar;
 use crate::scheme_arg::parse_scheme;
@@ -177,11 +176,11 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
         }
         meta.insert("blockscale.version".into(), env!("CARGO_PKG_VERSION").into());
         meta.insert("blockscale.scheme".into(), scheme.name().into());
-        meta.insert("blockscale.convention".into(), common::convention_name(args.convention).into());
+        meta.insert("blockscale.convention".into(), Convention::from(args.convention).name().into());
         plans.push((planned, meta, jobs));
     }
-    let ignore = common::ignored_linear_layers(&shards, &selector);
-    let configs = common::quant_configs(args.convention, scheme, !calibration.is_empty(), &ignore);
+    let ignore = ignored_linear_layers(shards.iter().flat_map(|s| s.tensors()), &selector);
+    let configs = quant_configs(args.convention, scheme, !calibration.is_empty(), &ignore);
     if !ckpt.is_dir {
         // A single file carries its quantization config in its metadata.
         for (k, v) in &configs.metadata {
@@ -275,7 +274,7 @@ pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
         input: args.input.clone(),
         output: args.output.clone(),
         scheme: scheme.name().into(),
-        convention: common::convention_name(args.convention).into(),
+        convention: Convention::from(args.convention).name().into(),
         backend: backend.name().into(),
         quantized,
         skipped,

@@ -1,16 +1,21 @@
 //! The on-disk conventions for quantized weights: what `quantize` writes (ModelOpt,
-//! compressed-tensors, native) and what `dequantize` and `inspect` recognise (those,
-//! plus OpenAI gpt-oss MXFP4 and DeepSeek-V3 FP8). docs/CLI.md describes each.
+//! compressed-tensors, native) with the configs each declares, and what `dequantize`
+//! and `inspect` recognise (those, plus OpenAI gpt-oss MXFP4 and DeepSeek-V3 FP8).
+//! docs/CLI.md describes each.
 
 mod catalog;
+mod config;
 mod decode;
 mod detect;
 mod encode;
 
 pub use catalog::Catalog;
+pub use config::{ignored_linear_layers, quant_configs};
 pub use decode::decode;
 pub use detect::{Decode, Found, GlobalSource, detect};
 pub use encode::{encode, plan_outputs, prefix as layer_prefix};
+
+use crate::cli::ConventionArg;
 
 /// A convention.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -30,6 +35,17 @@ pub enum Convention {
     Deepseek,
 }
 
+/// The conventions `quantize` writes.
+impl From<ConventionArg> for Convention {
+    fn from(c: ConventionArg) -> Self {
+        match c {
+            ConventionArg::Modelopt => Self::Modelopt,
+            ConventionArg::CompressedTensors => Self::CompressedTensors,
+            ConventionArg::Native => Self::Native,
+        }
+    }
+}
+
 impl Convention {
     /// The name used in reports.
     pub fn name(self) -> &'static str {
@@ -41,5 +57,17 @@ impl Convention {
             Self::GptOss => "gpt-oss",
             Self::Deepseek => "deepseek",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_conventions_quantize_writes_keep_their_report_names() {
+        let names = [ConventionArg::Modelopt, ConventionArg::CompressedTensors, ConventionArg::Native]
+            .map(|c| Convention::from(c).name());
+        assert_eq!(names, ["modelopt", "compressed-tensors", "native"]);
     }
 }

@@ -1,32 +1,12 @@
-//! What `quantize` shares: the quantization configs each convention declares.
+//! The quantization configs an output convention declares beside its tensors: ModelOpt's
+//! `hf_quant_config.json`, the `quantization_config` of config.json (or of a single
+//! file's metadata), and the layers they list as left unquantized.
 
 use blockscale::Scheme;
 
-use crate::checkpoint::Shard;
+use crate::checkpoint::TensorEntry;
 use crate::cli::ConventionArg;
 use crate::select::Selector;
-
-/// The name of a convention in reports and metadata.
-pub fn convention_name(c: ConventionArg) -> &'static str {
-    match c {
-        ConventionArg::Modelopt => "modelopt",
-        ConventionArg::CompressedTensors => "compressed-tensors",
-        ConventionArg::Native => "native",
-    }
-}
-
-/// Layer prefixes of the 2-D `.weight` tensors left unquantized (the `exclude_modules`
-/// / `ignore` lists of the configs).
-pub fn ignored_linear_layers(shards: &[Shard], selector: &Selector) -> Vec<String> {
-    let mut v: Vec<String> = shards
-        .iter()
-        .flat_map(|s| s.tensors())
-        .filter(|t| t.shape.len() == 2 && t.name.ends_with(".weight") && selector.skip_reason(t).is_some())
-        .map(|t| crate::convention::layer_prefix(&t.name).to_owned())
-        .collect();
-    v.sort();
-    v
-}
 
 /// The configuration a convention declares: entries for a single file's metadata, side
 /// files for a folder, and a `quantization_config` for its config.json.
@@ -39,7 +19,23 @@ pub struct Configs {
     pub config_json: Option<serde_json::Value>,
 }
 
-/// The configs of `convention` for `scheme`.
+/// Layer prefixes of the 2-D `.weight` tensors left unquantized (the `exclude_modules`
+/// / `ignore` lists of the configs), sorted.
+pub fn ignored_linear_layers<'a>(
+    tensors: impl IntoIterator<Item = &'a TensorEntry>,
+    selector: &Selector,
+) -> Vec<String> {
+    let mut v: Vec<String> = tensors
+        .into_iter()
+        .filter(|t| t.shape.len() == 2 && t.name.ends_with(".weight") && selector.skip_reason(t).is_some())
+        .map(|t| super::layer_prefix(&t.name).to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The configs of `convention` for `scheme`. `calibrated`: whether the layers carry
+/// activation scales; `ignore`: the layers left unquantized.
 pub fn quant_configs(convention: ConventionArg, scheme: Scheme, calibrated: bool, ignore: &[String]) -> Configs {
     use serde_json::json;
     let producer = json!({ "name": "blockscale", "version": env!("CARGO_PKG_VERSION") });
@@ -99,5 +95,52 @@ pub fn quant_configs(convention: ConventionArg, scheme: Scheme, calibrated: bool
             let qc = json!({ "quant_method": "blockscale", "scheme": scheme.name(), "ignore": ignore, "producer": producer });
             Configs { metadata: vec![], files: vec![], config_json: Some(qc) }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use safetensors::Dtype;
+
+    use super::*;
+
+    fn entry(name: &str, shape: &[usize]) -> TensorEntry {
+        TensorEntry { name: name.into(), dtype: Dtype::BF16, shape: shape.to_vec(), range: 0..0 }
+    }
+
+    #[test]
+    fn the_ignore_list_holds_the_skipped_linear_layers_sorted() {
+        let tensors = [
+            entry("model.norm.weight", &[8]),
+            entry("model.q.weight", &[8, 32]),
+            entry("lm_head.weight", &[8, 32]),
+            entry("model.embed_tokens.weight", &[8, 32]),
+            entry("model.q.bias", &[8, 32]),
+        ];
+        let selector = Selector::new(&[], &[], true).unwrap();
+        assert_eq!(ignored_linear_layers(&tensors, &selector), ["lm_head", "model.embed_tokens"]);
+    }
+
+    #[test]
+    fn each_convention_declares_its_config() {
+        let ignore = vec!["lm_head".to_owned()];
+        let m = quant_configs(ConventionArg::Modelopt, Scheme::NvFp4, false, &ignore);
+        assert_eq!(
+            m.metadata.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            ["hf_quant_config", "quantization_config"]
+        );
+        assert_eq!(m.files[0].0, "hf_quant_config.json");
+        assert_eq!(m.files[0].1["quantization"]["exclude_modules"], serde_json::json!(["lm_head"]));
+        assert_eq!(m.config_json.unwrap()["quant_method"], "modelopt");
+
+        let ct = |calibrated| quant_configs(ConventionArg::CompressedTensors, Scheme::NvFp4, calibrated, &ignore);
+        let group = |c: Configs| c.config_json.unwrap()["config_groups"]["group_0"].clone();
+        assert!(group(ct(false)).get("input_activations").is_none());
+        assert_eq!(group(ct(true))["input_activations"]["dynamic"], "local");
+        assert!(ct(false).files.is_empty());
+
+        let n = quant_configs(ConventionArg::Native, Scheme::MxFp4, false, &ignore);
+        assert!(n.metadata.is_empty() && n.files.is_empty());
+        assert_eq!(n.config_json.unwrap()["scheme"], "mxfp4");
     }
 }
