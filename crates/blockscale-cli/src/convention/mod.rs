@@ -10,7 +10,7 @@ mod detect;
 mod encode;
 
 pub use catalog::Catalog;
-pub use config::{ignored_linear_layers, quant_configs};
+pub use config::{Configs, ignored_linear_layers, quant_configs};
 pub use decode::decode;
 pub use detect::{Decode, Found, GlobalSource, detect};
 pub use encode::{encode, plan_outputs, prefix as layer_prefix};

@@ -1,0 +1,161 @@
+//! `quantize`, stage 2: one weight, quantized on the backend and encoded as the output
+//! convention's tensors. The same settings serve every weight of a run.
+
+use std::path::Path;
+
+use blockscale::{Backend, QuantizeOptions, ScaleData, Scheme};
+use indicatif::ProgressBar;
+
+use crate::checkpoint::TensorEntry;
+use crate::cli::ConventionArg;
+use crate::convention::encode;
+use crate::error::CliError;
+use crate::values::FloatValues;
+
+use super::plan::WeightPlan;
+
+/// How every weight of a run is quantized and stored.
+pub struct Job {
+    /// Where to compute.
+    pub backend: Backend,
+    /// The scheme.
+    pub scheme: Scheme,
+    /// The output convention.
+    pub convention: ConventionArg,
+    /// Scale layout, NaN/Inf handling and the per-tensor scale's source.
+    pub options: QuantizeOptions,
+}
+
+/// One weight to quantize: where it comes from, its bytes and its plan.
+pub struct Weight<'a> {
+    /// The shard it is read from (for messages).
+    pub path: &'a Path,
+    /// Its header entry (name, dtype, shape).
+    pub tensor: &'a TensorEntry,
+    /// Its data, little-endian, in its dtype.
+    pub bytes: &'a [u8],
+    /// Its shape and calibration, as planned.
+    pub plan: &'a WeightPlan,
+}
+
+/// One weight quantized: its output tensors, ready to write.
+pub struct Quantized {
+    /// `(name, bytes)` of the convention's tensors, in plan order.
+    pub tensors: Vec<(String, Vec<u8>)>,
+    /// Blocks stored as NaN because they held NaN/Inf (`--non-finite poison`).
+    pub poisoned_blocks: usize,
+}
+
+impl Job {
+    /// Quantizes `w` and encodes it; poisoned blocks are reported on stderr as a
+    /// warning (with `progress` suspended so the line stays readable).
+    ///
+    /// # Errors
+    /// [`CliError::NonFinite`] naming the row and column of a NaN/Inf under
+    /// `--non-finite error`; [`CliError::Tensor`] for any other backend error.
+    pub fn run(&self, w: Weight<'_>, progress: &ProgressBar) -> Result<Quantized, CliError> {
+        let Weight { path, tensor: t, bytes, plan } = w;
+        let values = FloatValues::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
+        let q = values.quantize(&self.backend, (plan.rows, plan.k), self.scheme, &self.options).map_err(|e| {
+            match non_finite_at(&e) {
+                Some((row, col, value)) => {
+                    CliError::NonFinite { path: path.to_owned(), tensor: t.name.clone(), row, col, value }
+                }
+                None => CliError::tensor(path, &t.name, e.to_string()),
+            }
+        })?;
+        drop(values);
+        let poisoned_blocks = poisoned(q.scales(), self.scheme);
+        if poisoned_blocks > 0 {
+            progress.suspend(|| {
+                eprintln!(
+                    "warning: {}: tensor {:?}: {poisoned_blocks} blocks held NaN/Inf and are stored as NaN blocks",
+                    path.display(),
+                    t.name
+                )
+            });
+        }
+        let tensors = encode(self.convention, &t.name, q, plan.input_scale).tensors;
+        Ok(Quantized { tensors, poisoned_blocks })
+    }
+}
+
+/// Blocks whose scale is the scale format's NaN.
+fn poisoned(scales: &ScaleData, scheme: Scheme) -> usize {
+    match scales {
+        ScaleData::Bytes(b) => {
+            let nan = if scheme == Scheme::NvFp4 { 0x7f } else { 0xff };
+            b.iter().filter(|&&x| x == nan).count()
+        }
+        ScaleData::F32(v) => v.iter().filter(|x| x.is_nan()).count(),
+        ScaleData::F16(v) => v.iter().filter(|x| x.is_nan()).count(),
+    }
+}
+
+/// Where a NaN/Inf stopped quantizing under `NonFinite::Error`, on either backend.
+fn non_finite_at(e: &blockscale::Error) -> Option<(usize, usize, f32)> {
+    match e {
+        blockscale::Error::Cpu(blockscale::CpuError::NonFinite { row, col, value }) => Some((*row, *col, *value)),
+        #[cfg(feature = "cuda")]
+        blockscale::Error::Cuda(blockscale::cuda::CudaError::NonFinite { row, col, value }) => {
+            Some((*row, *col, *value))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::quantize::plan::plan;
+    use crate::commands::quantize::testing::{args, write_bf16};
+
+    #[test]
+    fn poisoned_blocks_are_counted_by_the_scale_formats_nan() {
+        assert_eq!(poisoned(&ScaleData::Bytes(vec![0x7f, 0xff, 0x7f]), Scheme::NvFp4), 2);
+        assert_eq!(poisoned(&ScaleData::Bytes(vec![0x7f, 0xff, 0x7f]), Scheme::MxFp4), 1);
+        assert_eq!(poisoned(&ScaleData::F32(vec![f32::NAN, 1.0]), Scheme::Int4G32), 1);
+    }
+
+    /// The job and the one weight's plan for a 2 x 32 weight holding `values`, with `extra` options.
+    fn job_for(values: &[f32], extra: &[&str], test: impl FnOnce(&Job, Weight<'_>)) {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("m.safetensors");
+        let bytes: Vec<u8> = values.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect();
+        write_bf16(&input, &[("l.weight", vec![2, 32], bytes.clone())]);
+        let out = dir.path().join("o.safetensors");
+        let mut argv = vec![input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "mxfp4"];
+        argv.extend(extra);
+        let (job, plan) = plan(&args(&argv)).unwrap();
+        let shard = &plan.shards[0];
+        let tensor = &shard.shard.tensors()[0];
+        let weight = Weight { path: &input, tensor, bytes: &bytes, plan: shard.weights[0].as_ref().unwrap() };
+        test(&job, weight);
+    }
+
+    #[test]
+    fn a_weight_becomes_its_planned_tensors() {
+        let values: Vec<f32> = (0..64).map(|i| i as f32 / 8.0).collect();
+        job_for(&values, &[], |job, w| {
+            let outputs = w.plan.outputs.clone();
+            let q = job.run(w, &ProgressBar::hidden()).unwrap();
+            assert_eq!(q.tensors.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(), outputs);
+            // 64 FP4 codes in 32 bytes, one UE8M0 scale per row.
+            assert_eq!(q.tensors.iter().map(|(_, b)| b.len()).collect::<Vec<_>>(), [32, 2]);
+            assert_eq!(q.poisoned_blocks, 0);
+        });
+    }
+
+    #[test]
+    fn nan_is_an_error_naming_its_place_unless_poisoned() {
+        let mut values = vec![1.0; 64];
+        values[40] = f32::NAN;
+        job_for(&values, &[], |job, w| {
+            let e = job.run(w, &ProgressBar::hidden()).err().unwrap();
+            assert!(matches!(e, CliError::NonFinite { row: 1, col: 8, .. }), "{e:?}");
+        });
+        job_for(&values, &["--non-finite", "poison"], |job, w| {
+            assert_eq!(job.run(w, &ProgressBar::hidden()).unwrap().poisoned_blocks, 1);
+        });
+    }
+}

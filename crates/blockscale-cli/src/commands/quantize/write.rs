@@ -1,0 +1,168 @@
+//! `quantize`, stage 3: the output shards written tensor by tensor as the plan says
+//! (copied tensors as they are, each weight through the per-tensor job as its turn
+//! comes, so one weight at most is held in memory), then the folder's index and side
+//! files; the destination is renamed into place and the report made.
+
+use std::collections::BTreeMap;
+
+use indicatif::ProgressBar;
+
+use crate::checkpoint::{Checkpoint, ShardWriter, copy_others, tensor_bytes, write_index};
+use crate::cli::QuantizeArgs;
+use crate::convention::Convention;
+use crate::error::CliError;
+use crate::progress::bytes_bar;
+
+use super::job::{Quantized, Weight};
+use super::plan::Plan;
+use super::report::{QuantizeReport, QuantizedEntry};
+
+/// Writes the output `plan` describes, quantizing each weight with `job`, commits it,
+/// and returns the report.
+///
+/// # Errors
+/// The first error of `job`; [`CliError::Write`] and the writer's errors; the side
+/// files' errors (an unusable config.json); [`CliError::OutputExists`] if the
+/// destination appeared meanwhile.
+pub fn write(
+    args: &QuantizeArgs,
+    plan: Plan,
+    mut job: impl FnMut(Weight<'_>, &ProgressBar) -> Result<Quantized, CliError>,
+) -> Result<QuantizeReport, CliError> {
+    let Plan { start, scheme, convention, backend, checkpoint, output, shards, configs, skipped, unused_calibration } =
+        plan;
+    let total: u64 = shards.iter().map(|s| s.shard.file_len() as u64).sum();
+    let pb = bytes_bar(total, args.out.quiet || args.out.json);
+    let n_tensors: usize = shards.iter().map(|s| s.shard.tensors().len()).sum();
+    let mut done = 0usize;
+    let mut quantized = Vec::new();
+    let mut weight_map = BTreeMap::new();
+    let mut bytes_out = 0u64;
+    let mut total_size = 0u64;
+    for sp in &shards {
+        let shard = &sp.shard;
+        let file_name = Checkpoint::file_name(shard.path());
+        let path = output.path(checkpoint.is_dir.then_some(file_name.as_str()));
+        let mut w = ShardWriter::create(&path, &sp.tensors, &sp.metadata)?;
+        for p in &sp.tensors {
+            weight_map.insert(p.name.clone(), file_name.clone());
+            total_size += tensor_bytes(p.dtype, &p.shape).unwrap_or(0) as u64;
+        }
+        for (t, weight) in shard.tensors().iter().zip(&sp.weights) {
+            done += 1;
+            pb.set_message(format!("[{done}/{n_tensors}] {}", t.name));
+            let bytes = shard.bytes(t);
+            match weight {
+                None => w.write(&t.name, bytes)?,
+                Some(plan) => {
+                    let q = job(Weight { path: shard.path(), tensor: t, bytes, plan }, &pb)?;
+                    let mut out_bytes = 0;
+                    for (name, b) in &q.tensors {
+                        w.write(name, b)?;
+                        out_bytes += b.len();
+                    }
+                    quantized.push(QuantizedEntry {
+                        name: t.name.clone(),
+                        shape: t.shape.clone(),
+                        dtype: format!("{:?}", t.dtype),
+                        outputs: plan.outputs.clone(),
+                        bytes_in: t.nbytes(),
+                        bytes_out: out_bytes,
+                        poisoned_blocks: q.poisoned_blocks,
+                    });
+                }
+            }
+            shard.release(t);
+            pb.inc(t.nbytes() as u64);
+        }
+        bytes_out += w.finish()?;
+    }
+    pb.finish_and_clear();
+    if checkpoint.is_dir {
+        if checkpoint.index.is_some() {
+            write_index(&output, checkpoint.index.as_deref(), &weight_map, total_size)?;
+        }
+        copy_others(&output, &checkpoint, configs.config_json.as_ref(), &configs.files, &[])?;
+    }
+    output.commit()?;
+
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(QuantizeReport {
+        version: 1,
+        input: args.input.clone(),
+        output: args.output.clone(),
+        scheme: scheme.name().into(),
+        convention: Convention::from(convention).name().into(),
+        backend: backend.into(),
+        quantized,
+        skipped,
+        unused_calibration,
+        bytes_in: total,
+        bytes_out,
+        seconds,
+        throughput_gb_s: total as f64 / seconds / 1e9,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::checkpoint::Shard;
+    use crate::commands::quantize::plan::plan;
+    use crate::commands::quantize::testing::{args, bf16_values, small_model};
+
+    #[test]
+    fn weights_go_through_the_job_and_the_rest_is_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("m.safetensors");
+        small_model(&input);
+        let out = dir.path().join("o.safetensors");
+        let a = args(&[input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "mxfp8-e4m3", "-q"]);
+        let (_, plan) = plan(&a).unwrap();
+        let sizes: HashMap<String, usize> =
+            plan.shards[0].tensors.iter().map(|t| (t.name.clone(), tensor_bytes(t.dtype, &t.shape).unwrap())).collect();
+        let mut seen = Vec::new();
+        // A stand-in for the per-tensor job: fixed bytes of the planned sizes.
+        let report = write(&a, plan, |w, _| {
+            seen.push(w.tensor.name.clone());
+            let tensors = w.plan.outputs.iter().map(|n| (n.clone(), vec![0xab; sizes[n]])).collect();
+            Ok(Quantized { tensors, poisoned_blocks: 3 })
+        })
+        .unwrap();
+        assert_eq!(seen, ["l.weight"]);
+        assert_eq!(report.quantized.len(), 1);
+        let q = &report.quantized[0];
+        assert_eq!((q.name.as_str(), q.poisoned_blocks, q.bytes_in), ("l.weight", 3, 256));
+        assert_eq!(q.bytes_out, sizes["l.weight.codes"] + sizes["l.weight.scales"]);
+        assert_eq!(report.skipped.len(), 1);
+        assert_eq!(
+            (report.scheme.as_str(), report.convention.as_str(), report.backend.as_str()),
+            ("mxfp8-e4m3", "native", "cpu")
+        );
+
+        let written = Shard::open(&out).unwrap();
+        let bytes = |name: &str| {
+            let t = written.tensors().iter().find(|t| t.name == name).unwrap();
+            written.bytes(t).to_vec()
+        };
+        assert_eq!(bytes("l.weight.codes"), vec![0xab; sizes["l.weight.codes"]]);
+        assert_eq!(bytes("norm"), bf16_values(4));
+        assert_eq!(report.bytes_out, written.file_len() as u64);
+    }
+
+    #[test]
+    fn a_failing_job_leaves_no_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("m.safetensors");
+        small_model(&input);
+        let out = dir.path().join("o.safetensors");
+        let a = args(&[input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "nvfp4", "-q"]);
+        let (_, plan) = plan(&a).unwrap();
+        let e = write(&a, plan, |w, _| Err(CliError::tensor(w.path, &w.tensor.name, "stop"))).unwrap_err();
+        assert!(e.to_string().contains("stop"), "{e}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["m.safetensors"]);
+    }
+}
