@@ -386,7 +386,7 @@ fn bad_input_is_a_typed_error_on_every_backend() {
         // A vector whose length is not the weights' K.
         let q =
             backend.quantize(Array2::<f32>::ones((16, 64)).view(), Scheme::MxFp4, &QuantizeOptions::default()).unwrap();
-        let x = vec![bf16::ONE; 32];
+        let x = [bf16::ONE; 32];
         let e = backend.gemv::<bf16, f32>(ArrayView1::from(&x[..]), &q, &Epilogue::default()).unwrap_err();
         assert!(e.to_string().contains("32") && e.to_string().contains("64"), "{name}: {e}");
     }
