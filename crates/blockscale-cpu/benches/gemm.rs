@@ -4,6 +4,11 @@
 //! `cargo bench -p blockscale-cpu --bench gemm` runs criterion, then prints a best-of-N
 //! summary with the ratios; `-- --summary-only` skips criterion; `-- --reference` also
 //! times the exact reference on 2048^3; `-- --only TEXT` keeps the cases naming TEXT.
+//!
+//! Why this bench stays beside the facade's (benches/backend.rs, which times every scheme
+//! through `Backend::Cpu` with default options): it times the crate's own paths, which the
+//! facade does not choose between: one thread against all, the forced `Simd::Avx2`
+//! kernels, int8 against exact activations, f32 activations, and the exact reference.
 
 use std::hint::black_box;
 use std::sync::Mutex;

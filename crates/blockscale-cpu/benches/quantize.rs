@@ -4,6 +4,12 @@
 //!
 //! `cargo bench -p blockscale-cpu --bench quantize` runs criterion, then prints a
 //! best-of-5 summary table with the ratios; `-- --summary-only` skips criterion.
+//!
+//! Why this bench stays beside the facade's (benches/backend.rs, every scheme through
+//! `Backend::Cpu` at 1024 x 4096): it times the crate's slice entry points on a matrix
+//! larger than the L3, one thread against all, the NVFP4 amax pass against a given scale,
+//! and dequantization into a preallocated buffer (`dequantize_slice`), which the facade's
+//! allocating `dequantize` does not reach.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -10,6 +10,11 @@
 //! outputs are bf16. Times are CUDA-event medians (7 repetitions of 10 launches after
 //! 3 warm-up launches). `BLOCKSCALE_BENCH_FILTER=text` keeps the cases whose label
 //! contains `text`.
+//!
+//! Why this bench stays beside the facade's (benches/backend.rs): the facade's
+//! `Backend::Cuda` calls take host arrays and copy them over PCIe on every call; this bench
+//! times the GEMM kernels alone on device buffers (`gemm_into`, `gemm_weight_only_into`,
+//! preallocated outputs and workspace) against cuBLAS, which only this crate exposes.
 
 mod common;
 

@@ -12,6 +12,11 @@
 //! Run on a GPU machine: `gpu-bundle/run.sh bench` (the `cargo xtask bench --backend
 //! cuda` flow), with cuBLAS on the library path. `BLOCKSCALE_BENCH_FILTER=text` keeps the
 //! cases whose label contains `text`.
+//!
+//! Why this bench stays beside the facade's (benches/backend.rs): the facade's
+//! `Backend::Cuda` calls take host arrays and copy them over PCIe on every call; this bench
+//! times the GEMV kernels alone on device buffers (cold L2, graph replay, the fused
+//! epilogue and the gated form), which only this crate exposes.
 
 mod common;
 

@@ -8,6 +8,11 @@
 //! Small cases (1, 16, 128 rows x 4096) show the per-launch cost. Times are CUDA-event
 //! times of back-to-back launches into preallocated buffers, median of 7 repetitions of
 //! 20 launches.
+//!
+//! Why this bench stays beside the facade's (benches/backend.rs): the facade's
+//! `Backend::Cuda` calls take host arrays and copy them over PCIe on every call, which
+//! costs far more than the kernels at any size; this bench times the kernels on device
+//! buffers (`quantize_into`, `dequantize_into`), which only this crate exposes.
 
 mod common;
 

@@ -3,6 +3,10 @@
 //!
 //! `cargo bench -p blockscale-formats --bench encode` runs criterion and then prints a
 //! summary table (best of several runs) with the ratio to memcpy.
+//!
+//! Why this bench stays beside the facade's (benches/backend.rs): it times the element
+//! encoders alone, the scalar kernels below every quantizer, which no `Backend` call
+//! reaches on their own.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
