@@ -14,6 +14,9 @@ use crate::minifloat::{Spec, Specials, minifloat_type};
 /// values that round to zero keep their sign (code `0x8`). NVIDIA has no
 /// non-saturating E2M1 conversion, so neither do we.
 ///
+/// - [`E2M1::from_f64`] rounds once from the f64 value (`__nv_cvt_double_to_fp4`),
+///   with the same saturation and NaN rule.
+///
 /// Two codes pack into a byte with the even-indexed element in the low nibble; see
 /// [`crate::pack`].
 ///
@@ -23,6 +26,9 @@ use crate::minifloat::{Spec, Specials, minifloat_type};
 /// assert_eq!(E2M1::from_f32(2.6).to_f32(), 3.0);
 /// assert_eq!(E2M1::from_f32(100.0), E2M1::MAX);
 /// assert_eq!(E2M1::from_f32(f32::NAN), E2M1::MAX);
+/// // 1.25 + 2^-40 is above the tie between 1 and 1.5; narrowing it to f32 first
+/// // would land on the tie and round to 1.
+/// assert_eq!(E2M1::from_f64(1.25 + 2f64.powi(-40)).to_f32(), 1.5);
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(transparent)]

@@ -13,6 +13,9 @@ use crate::minifloat::{Spec, Specials, minifloat_type};
 /// Negative values that round to zero keep their sign (code `0x20`). There is no
 /// non-saturating variant (NVIDIA has none).
 ///
+/// - [`E2M3::from_f64`] rounds once from the f64 value (`__nv_cvt_double_to_fp6`),
+///   with the same saturation and NaN rule.
+///
 /// In memory four codes pack into three bytes; see [`crate::pack`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(transparent)]

@@ -16,6 +16,10 @@ use crate::minifloat::{Spec, Specials, minifloat_nosat, minifloat_type};
 ///   input's sign (`0x7f` / `0xff`).
 /// - NaN input becomes `0x7f` in both modes, whatever its sign, as NVIDIA's functions do.
 /// - Negative values that round to zero keep their sign (`0x80`).
+/// - [`E4M3::from_f64`] and [`E4M3::from_f64_nosat`] round once from the f64 value
+///   (`__nv_cvt_double_to_fp8`) with the same saturation rules. NaN follows NVIDIA's
+///   double conversion, which differs from its float one: an f64 NaN keeps its sign
+///   (`0x7f` / `0xff`). (The float conversion makes every NaN positive first.)
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(transparent)]
 pub struct E4M3(u8);

@@ -14,6 +14,13 @@ use crate::minifloat::{Spec, Specials, minifloat_nosat, minifloat_type};
 ///   57344 (|x| >= 61440) and ±Inf become ±Inf.
 /// - NaN input becomes `0x7f` in both modes, whatever its sign, as NVIDIA's functions do.
 /// - Negative values that round to zero keep their sign (`0x80`).
+/// - [`E5M2::from_f64`] and [`E5M2::from_f64_nosat`] round once from the f64 value
+///   (`__nv_cvt_double_to_fp8`) with the same saturation rules. NaN follows NVIDIA's
+///   double conversion, which differs from its float one: an f64 NaN keeps its sign
+///   and the top two bits of its fraction with the quiet bit forced on, so it becomes
+///   `0x7e | b` (`0xfe | b` if negative) where `b` is bit 50 of the f64, the
+///   fraction's second bit; `f64::NAN` gives `0x7e`. (The float conversion makes every
+///   NaN `0x7fff_ffff` first, hence `0x7f` from f32.)
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(transparent)]
 pub struct E5M2(u8);

@@ -123,6 +123,88 @@ pub(crate) fn encode<S: Spec>(x: f32, saturate: bool) -> u8 {
     if abs > 0x7f80_0000 { S::NAN_CODE } else { code as u8 }
 }
 
+/// Bits of an f64's fraction field.
+const F64_FRAC: u64 = (1 << 52) - 1;
+/// Bits of +Inf as an f64 (the largest non-NaN magnitude).
+const F64_INF: u64 = 0x7ff0_0000_0000_0000;
+
+/// Rounds a non-NaN f64 magnitude (`bits & !(1 << 63)`) once to the format's magnitude
+/// code, to nearest even or (`toward_zero`) by truncation, without range checks: the
+/// result may exceed `MAX_CODE` (+Inf gives a code far above it).
+///
+/// Integer arithmetic only, so the result does not depend on the FPU's rounding mode.
+/// The f32 encoder above keeps its own (vectorisable) form; this one serves the f64
+/// inputs and every round-toward-zero conversion (an f32, f16 or bf16 widens to f64
+/// exactly, as NVIDIA's host functions widen it).
+const fn round_magnitude_f64<S: Spec>(abs: u64, toward_zero: bool) -> u64 {
+    let biased = (abs >> 52) as i32;
+    // Biased f64 exponent of the format's smallest normal value, 2^(1 - bias).
+    let min_normal = 1023 + 1 - S::BIAS;
+    if biased >= min_normal {
+        // Normal range of the target: keep MAN_BITS of the f64 fraction, rounding the
+        // rest away (nearest even, or dropping it), then re-bias the exponent. A carry
+        // out of the fraction moves to the next binade, as it should.
+        let shift = 52 - S::MAN_BITS;
+        let kept = if toward_zero { abs } else { abs + (1 << (shift - 1)) - 1 + ((abs >> shift) & 1) };
+        (kept >> shift) - (((1023 - S::BIAS) as u64) << S::MAN_BITS)
+    } else {
+        // Subnormal range of the target: the code counts multiples of its smallest
+        // subnormal 2^(1 - bias - man). |x| = sig * 2^(e - 1075) (e = 1 for f64
+        // subnormals), so the code is sig / 2^s, rounded, with s >= 53 - MAN_BITS.
+        // Shifting by at most 63 keeps the arithmetic in range and still gives 0 for
+        // everything below half the smallest subnormal. A result of 2^MAN_BITS is the
+        // smallest normal code.
+        let sig = (abs & F64_FRAC) | (((biased != 0) as u64) << 52);
+        let e = if biased == 0 { 1 } else { biased };
+        let s = 1075 + 1 - S::BIAS - S::MAN_BITS as i32 - e;
+        let s = if s > 63 { 63 } else { s as u32 };
+        if toward_zero { sig >> s } else { (sig + (1 << (s - 1)) - 1 + ((sig >> s) & 1)) >> s }
+    }
+}
+
+/// The code an f64 NaN becomes, as NVIDIA's double conversions give it: formats
+/// without NaN give +MAX (`__nv_cvt_double_to_fp4/fp6`); `__nv_cvt_double_to_fp8`
+/// keeps the NaN's sign, and for E5M2 also the top two bits of its payload with the
+/// quiet bit set (`0x7e | payload`, so `0x7e` or `0x7f`). Unsigned formats (UE4M3,
+/// no NVIDIA conversion) give their positive NaN, as from f32.
+const fn nan_code_f64<S: Spec>(bits: u64) -> u8 {
+    let sign = ((bits >> 63) as u8) << S::MAG_BITS;
+    match S::SPECIALS {
+        Specials::None => S::NAN_CODE,
+        _ if !S::SIGNED => S::NAN_CODE,
+        Specials::NanOnly => S::NAN_CODE | sign,
+        Specials::Ieee => {
+            let quiet = 1 << (S::MAN_BITS - 1);
+            let payload = (bits >> (52 - S::MAN_BITS)) as u32 & ((1 << S::MAN_BITS) - 1);
+            (S::OVERFLOW_CODE | quiet | payload) as u8 | sign
+        }
+    }
+}
+
+/// Encodes an f64 with one rounding from its exact value: to nearest even, or toward
+/// zero (`toward_zero`, NVIDIA's `cudaRoundZero`). `saturate` as in [`encode`]
+/// (overflow and infinities become ±MAX, else the format's overflow code); NaN as
+/// [`nan_code_f64`]. Unsigned formats encode negative numbers (and -0) as +0.
+pub(crate) const fn encode_f64<S: Spec>(x: f64, saturate: bool, toward_zero: bool) -> u8 {
+    let bits = x.to_bits();
+    let abs = bits & !(1 << 63);
+    if abs > F64_INF {
+        return nan_code_f64::<S>(bits);
+    }
+    let negative = bits >> 63 == 1;
+    let mag = round_magnitude_f64::<S>(abs, toward_zero);
+    let overflow = if saturate { S::MAX_CODE } else { S::OVERFLOW_CODE };
+    let mag = if mag > S::MAX_CODE as u64 { overflow } else { mag as u32 };
+    let code = if S::SIGNED {
+        mag | ((negative as u32) << S::MAG_BITS)
+    } else if negative {
+        0
+    } else {
+        mag
+    };
+    code as u8
+}
+
 /// Implements the methods every minifloat element type shares. The type must be a
 /// `#[repr(transparent)]` tuple struct over `u8`.
 macro_rules! minifloat_type {
@@ -197,6 +279,15 @@ macro_rules! minifloat_type {
             pub fn from_bf16(x: half::bf16) -> Self {
                 Self::from_f32($crate::source::bf16_to_f32(x))
             }
+
+            /// Converts an f64 with round-to-nearest-even and `satfinite` saturation,
+            /// rounding once from the f64 value (`__nv_cvt_double_to_*`).
+            /// `Self::from_f32(x as f32)` would round twice and can differ near a
+            /// rounding midpoint. See the type's documentation for NaN.
+            #[inline]
+            pub const fn from_f64(x: f64) -> Self {
+                Self($crate::minifloat::encode_f64::<$spec>(x, true, false))
+            }
         }
 
         impl core::fmt::Display for $T {
@@ -236,6 +327,14 @@ macro_rules! minifloat_nosat {
             #[inline]
             pub fn from_bf16_nosat(x: half::bf16) -> Self {
                 Self::from_f32_nosat($crate::source::bf16_to_f32(x))
+            }
+
+            /// Converts an f64 with round-to-nearest-even and no saturation
+            /// (`__nv_cvt_double_to_fp8(x, __NV_NOSAT, ..)`), rounding once from the f64
+            /// value. See the type's documentation for overflow and NaN.
+            #[inline]
+            pub const fn from_f64_nosat(x: f64) -> Self {
+                Self($crate::minifloat::encode_f64::<$spec>(x, false, false))
             }
         }
     };

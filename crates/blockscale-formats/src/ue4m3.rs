@@ -13,6 +13,9 @@ use crate::minifloat::{Spec, Specials, minifloat_type};
 /// to nearest even, values past 448 and +Inf become 448); negative inputs, -0
 /// included, become +0, the bottom of the unsigned range; NaN becomes `0x7f`. For
 /// x >= 0 the byte equals `E4M3::from_f32(x)`, which is how NVFP4 quantizers compute it.
+///
+/// [`UE4M3::from_f64`] rounds once from the f64 value by the same rules (any NaN gives
+/// `0x7f`); for non-NaN x >= 0 it equals `E4M3::from_f64(x)`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(transparent)]
 pub struct UE4M3(u8);

@@ -18,6 +18,12 @@ use crate::source::bf16_to_f32;
 /// becomes `0xff`. Rounding up an f32 subnormal gives 2^-126 (`0x01`) only when the
 /// value exceeds 2^-127, since `0x00` already represents 2^-127.
 ///
+/// [`UE8M0::from_f64`] and [`UE8M0::from_f64_nosat`] round the f64's absolute value
+/// once, by the same rules (`__nv_cvt_double_to_e8m0`). An f64 can exceed the f32
+/// range, which adds one case: rounding toward zero never overflows a finite value
+/// (as in IEEE 754), so with [`E8M0Rounding::Zero`] every finite |x| >= 2^127 gives
+/// 2^127 (`0xfe`) even without saturation; only ±Inf (and NaN) give `0xff` there.
+///
 /// To choose a block scale from a block's amax, use [`crate::ScaleRule`].
 ///
 /// ```
@@ -26,6 +32,9 @@ use crate::source::bf16_to_f32;
 /// assert_eq!(UE8M0::from_f32(1.5, E8M0Rounding::PosInf).to_f32(), 2.0);
 /// assert_eq!(UE8M0::from_f32(1.5, E8M0Rounding::Zero).to_f32(), 1.0);
 /// assert_eq!(UE8M0::from_f32(0.0, E8M0Rounding::PosInf), UE8M0::MIN);
+/// // 2^-10 * (1 + 2^-40) is above 2^-10, but narrowing it to f32 would give 2^-10.
+/// let x = 2f64.powi(-10) * (1.0 + 2f64.powi(-40));
+/// assert_eq!(UE8M0::from_f64(x, E8M0Rounding::PosInf).exponent(), Some(-9));
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(transparent)]
@@ -65,6 +74,40 @@ pub(crate) fn encode_e8m0(x: f32, rounding: E8M0Rounding, saturate: bool) -> u8 
     // exp == 255 is Inf (an overflow) or NaN (always 0xff).
     let byte = if byte >= 255 { overflow } else { byte };
     if abs > 0x7f80_0000 { 0xff } else { byte as u8 }
+}
+
+/// The f64 conversion: `__nv_cvt_double_to_e8m0`'s result, computed from the f64's
+/// exponent field directly (NVIDIA rounds to an f32 with a sticky bit first, which is
+/// the same thing).
+#[inline]
+const fn encode_e8m0_f64(x: f64, rounding: E8M0Rounding, saturate: bool) -> u8 {
+    let abs = x.to_bits() & !(1 << 63);
+    let overflow = if saturate { 0xfe } else { 0xff };
+    if abs > 0x7ff0_0000_0000_0000 {
+        return 0xff;
+    }
+    if abs == 0x7ff0_0000_0000_0000 {
+        return overflow;
+    }
+    let biased = (abs >> 52) as i32;
+    // Zero and the f64 subnormals (below 2^-1022) clip to 2^-127 in either direction.
+    if biased == 0 {
+        return 0;
+    }
+    // floor(log2 |x|), and ceil(log2 |x|) unless |x| is a power of two.
+    let floor = biased - 1023;
+    let exact = abs & ((1 << 52) - 1) == 0;
+    let (k, finite_overflow) = match rounding {
+        E8M0Rounding::Zero => (floor, 0xfe),
+        E8M0Rounding::PosInf => (if exact { floor } else { floor + 1 }, overflow),
+    };
+    if k < -127 {
+        0
+    } else if k > 127 {
+        finite_overflow
+    } else {
+        (k + 127) as u8
+    }
 }
 
 impl UE8M0 {
@@ -158,6 +201,21 @@ impl UE8M0 {
     #[inline]
     pub fn from_f32_nosat(x: f32, rounding: E8M0Rounding) -> Self {
         Self(encode_e8m0(x, rounding, false))
+    }
+
+    /// Converts an f64 with `__NV_SATFINITE`, rounding |x| once
+    /// (`__nv_cvt_double_to_e8m0`): overflow and ±Inf give 2^127. See the type docs.
+    #[inline]
+    pub const fn from_f64(x: f64, rounding: E8M0Rounding) -> Self {
+        Self(encode_e8m0_f64(x, rounding, true))
+    }
+
+    /// Converts an f64 with `__NV_NOSAT`, rounding |x| once: ±Inf gives NaN, and so does
+    /// a finite overflow when rounding toward +Inf (toward zero, a finite value gives at
+    /// most 2^127). See the type docs.
+    #[inline]
+    pub const fn from_f64_nosat(x: f64, rounding: E8M0Rounding) -> Self {
+        Self(encode_e8m0_f64(x, rounding, false))
     }
 
     /// [`Self::from_f32`] of the f16's exact value.
