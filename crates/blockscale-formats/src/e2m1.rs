@@ -1,6 +1,6 @@
 //! E2M1: the 4-bit float of NVFP4 and MXFP4.
 
-use crate::minifloat::{Spec, Specials, minifloat_type};
+use crate::minifloat::{Spec, Specials, minifloat_rz, minifloat_type};
 
 /// E2M1, the 4-bit element of NVFP4 and MXFP4 (OCP MX v1.0 "FP4").
 ///
@@ -16,6 +16,9 @@ use crate::minifloat::{Spec, Specials, minifloat_type};
 ///
 /// - [`E2M1::from_f64`] rounds once from the f64 value (`__nv_cvt_double_to_fp4`),
 ///   with the same saturation and NaN rule.
+/// - [`E2M1::from_f32_rz`] (and `from_f16_rz`, `from_bf16_rz`, `from_f64_rz`) round
+///   toward zero instead (`cudaRoundZero`): the magnitude is truncated to the next
+///   code at or below it, |x| >= 6 and ±Inf give ±6, NaN gives +6.
 ///
 /// Two codes pack into a byte with the even-indexed element in the low nibble; see
 /// [`crate::pack`].
@@ -26,6 +29,8 @@ use crate::minifloat::{Spec, Specials, minifloat_type};
 /// assert_eq!(E2M1::from_f32(2.6).to_f32(), 3.0);
 /// assert_eq!(E2M1::from_f32(100.0), E2M1::MAX);
 /// assert_eq!(E2M1::from_f32(f32::NAN), E2M1::MAX);
+/// assert_eq!(E2M1::from_f32_rz(2.9).to_f32(), 2.0); // toward zero
+/// assert_eq!(E2M1::from_f32_rz(-5.9).to_f32(), -4.0);
 /// // 1.25 + 2^-40 is above the tie between 1 and 1.5; narrowing it to f32 first
 /// // would land on the tie and round to 1.
 /// assert_eq!(E2M1::from_f64(1.25 + 2f64.powi(-40)).to_f32(), 1.5);
@@ -44,6 +49,7 @@ impl Spec for E2M1Spec {
 }
 
 minifloat_type!(E2M1, E2M1Spec, 0x0f, "E2M1");
+minifloat_rz!(E2M1, E2M1Spec);
 
 impl E2M1 {
     /// +0.

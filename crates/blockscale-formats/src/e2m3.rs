@@ -1,6 +1,6 @@
 //! E2M3: the FP6 element of MXFP6 (E2M3 flavour).
 
-use crate::minifloat::{Spec, Specials, minifloat_type};
+use crate::minifloat::{Spec, Specials, minifloat_rz, minifloat_type};
 
 /// E2M3, a 6-bit float (OCP MX v1.0 "FP6 E2M3").
 ///
@@ -15,6 +15,9 @@ use crate::minifloat::{Spec, Specials, minifloat_type};
 ///
 /// - [`E2M3::from_f64`] rounds once from the f64 value (`__nv_cvt_double_to_fp6`),
 ///   with the same saturation and NaN rule.
+/// - [`E2M3::from_f32_rz`] (and `from_f16_rz`, `from_bf16_rz`, `from_f64_rz`) round
+///   toward zero instead (`cudaRoundZero`): the magnitude is truncated to the next
+///   code at or below it, |x| >= 7.5 and ±Inf give ±7.5, NaN gives +7.5.
 ///
 /// In memory four codes pack into three bytes; see [`crate::pack`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -31,6 +34,7 @@ impl Spec for E2M3Spec {
 }
 
 minifloat_type!(E2M3, E2M3Spec, 0x3f, "E2M3");
+minifloat_rz!(E2M3, E2M3Spec);
 
 impl E2M3 {
     /// +0.

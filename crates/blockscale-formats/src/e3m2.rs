@@ -1,6 +1,6 @@
 //! E3M2: the FP6 element of MXFP6 (E3M2 flavour).
 
-use crate::minifloat::{Spec, Specials, minifloat_type};
+use crate::minifloat::{Spec, Specials, minifloat_rz, minifloat_type};
 
 /// E3M2, a 6-bit float (OCP MX v1.0 "FP6 E3M2").
 ///
@@ -14,6 +14,9 @@ use crate::minifloat::{Spec, Specials, minifloat_type};
 ///
 /// - [`E3M2::from_f64`] rounds once from the f64 value (`__nv_cvt_double_to_fp6`),
 ///   with the same saturation and NaN rule.
+/// - [`E3M2::from_f32_rz`] (and `from_f16_rz`, `from_bf16_rz`, `from_f64_rz`) round
+///   toward zero instead (`cudaRoundZero`): the magnitude is truncated to the next
+///   code at or below it, |x| >= 28 and ±Inf give ±28, NaN gives +28.
 ///
 /// In memory four codes pack into three bytes; see [`crate::pack`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -30,6 +33,7 @@ impl Spec for E3M2Spec {
 }
 
 minifloat_type!(E3M2, E3M2Spec, 0x3f, "E3M2");
+minifloat_rz!(E3M2, E3M2Spec);
 
 impl E3M2 {
     /// +0.

@@ -340,3 +340,40 @@ macro_rules! minifloat_nosat {
     };
 }
 pub(crate) use minifloat_nosat;
+
+/// Adds the round-toward-zero constructors NVIDIA offers for FP4 and FP6
+/// (`cudaRoundZero`), all saturating: these formats have no Inf or NaN.
+macro_rules! minifloat_rz {
+    ($T:ident, $spec:ty) => {
+        impl $T {
+            /// Converts an f32 rounding toward zero (truncating the magnitude) with
+            /// `satfinite` saturation: NVIDIA's `cudaRoundZero` mode. Out-of-range values
+            /// and infinities become ±MAX; NaN becomes +MAX.
+            #[inline]
+            pub const fn from_f32_rz(x: f32) -> Self {
+                // f32 -> f64 is exact, as in NVIDIA's host function.
+                Self::from_f64_rz(x as f64)
+            }
+
+            /// [`Self::from_f32_rz`] of the f16's exact value.
+            #[inline]
+            pub fn from_f16_rz(x: half::f16) -> Self {
+                Self::from_f32_rz(x.to_f32())
+            }
+
+            /// [`Self::from_f32_rz`] of the bf16's exact value.
+            #[inline]
+            pub fn from_bf16_rz(x: half::bf16) -> Self {
+                Self::from_f32_rz($crate::source::bf16_to_f32(x))
+            }
+
+            /// Converts an f64 rounding toward zero once from its value, with `satfinite`
+            /// saturation (`cudaRoundZero`); as [`Self::from_f32_rz`] otherwise.
+            #[inline]
+            pub const fn from_f64_rz(x: f64) -> Self {
+                Self($crate::minifloat::encode_f64::<$spec>(x, true, true))
+            }
+        }
+    };
+}
+pub(crate) use minifloat_rz;
