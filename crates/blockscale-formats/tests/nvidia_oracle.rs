@@ -1,8 +1,10 @@
 //! Our encoders and decoders against NVIDIA's own host conversion functions
 //! (`cuda_fp8.h`, `cuda_fp6.h`, `cuda_fp4.h` from the pinned PyPI toolchain), compiled
 //! with g++ into a small program (tests/oracle/nvidia_oracle.cpp): byte equality for
-//! every f16 and every bf16 input, for over a million chosen f32 inputs, and for the
-//! decoded value of every code.
+//! every f16 and every bf16 input, for over a million chosen f32 inputs, for several
+//! million f64 inputs aimed at double rounding (`__nv_cvt_double_to_*`), in every
+//! rounding mode the headers accept (round-to-nearest-even, and round-toward-zero for
+//! FP4/FP6 and E8M0), and for the decoded value of every code.
 //!
 //! The headers come from `cargo xtask setup-cuda` (or `BLOCKSCALE_CUDA_HOME`,
 //! `CUDA_HOME`, `CUDA_PATH`). Without them the tests skip with a message, except under
@@ -14,10 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use blockscale_formats::{E2M1, E2M3, E3M2, E4M3, E5M2, E8M0Rounding, UE8M0};
+use blockscale_formats::{E2M1, E2M3, E3M2, E4M3, E5M2, E8M0Rounding, UE4M3, UE8M0};
 use half::{bf16, f16};
 
-const COLUMNS: [&str; 11] = [
+/// The oracle's output columns, in its order (tests/oracle/nvidia_oracle.cpp).
+const COLUMNS: [&str; N] = [
     "e4m3 satfinite",
     "e4m3 nosat",
     "e5m2 satfinite",
@@ -29,7 +32,13 @@ const COLUMNS: [&str; 11] = [
     "e8m0 rz nosat",
     "e8m0 rp satfinite",
     "e8m0 rp nosat",
+    "e2m1 rz",
+    "e2m3 rz",
+    "e3m2 rz",
 ];
+const N: usize = 14;
+/// Columns whose NaN rule differs between NVIDIA's float and double conversions.
+const FP8_COLUMNS: [usize; 4] = [0, 1, 2, 3];
 
 fn cuda_home() -> Option<PathBuf> {
     let mut candidates: Vec<PathBuf> = ["BLOCKSCALE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"]
@@ -84,7 +93,7 @@ fn run_oracle(bin: &Path, mode: &str, input: &[u8]) -> Vec<u8> {
     out
 }
 
-fn ours_f32(x: f32) -> [u8; 11] {
+fn ours_f32(x: f32) -> [u8; N] {
     [
         E4M3::from_f32(x).to_bits(),
         E4M3::from_f32_nosat(x).to_bits(),
@@ -97,10 +106,32 @@ fn ours_f32(x: f32) -> [u8; 11] {
         UE8M0::from_f32_nosat(x, E8M0Rounding::Zero).to_bits(),
         UE8M0::from_f32(x, E8M0Rounding::PosInf).to_bits(),
         UE8M0::from_f32_nosat(x, E8M0Rounding::PosInf).to_bits(),
+        E2M1::from_f32_rz(x).to_bits(),
+        E2M3::from_f32_rz(x).to_bits(),
+        E3M2::from_f32_rz(x).to_bits(),
     ]
 }
 
-fn ours_f16(x: f16) -> [u8; 11] {
+fn ours_f64(x: f64) -> [u8; N] {
+    [
+        E4M3::from_f64(x).to_bits(),
+        E4M3::from_f64_nosat(x).to_bits(),
+        E5M2::from_f64(x).to_bits(),
+        E5M2::from_f64_nosat(x).to_bits(),
+        E2M1::from_f64(x).to_bits(),
+        E2M3::from_f64(x).to_bits(),
+        E3M2::from_f64(x).to_bits(),
+        UE8M0::from_f64(x, E8M0Rounding::Zero).to_bits(),
+        UE8M0::from_f64_nosat(x, E8M0Rounding::Zero).to_bits(),
+        UE8M0::from_f64(x, E8M0Rounding::PosInf).to_bits(),
+        UE8M0::from_f64_nosat(x, E8M0Rounding::PosInf).to_bits(),
+        E2M1::from_f64_rz(x).to_bits(),
+        E2M3::from_f64_rz(x).to_bits(),
+        E3M2::from_f64_rz(x).to_bits(),
+    ]
+}
+
+fn ours_f16(x: f16) -> [u8; N] {
     [
         E4M3::from_f16(x).to_bits(),
         E4M3::from_f16_nosat(x).to_bits(),
@@ -113,10 +144,13 @@ fn ours_f16(x: f16) -> [u8; 11] {
         UE8M0::from_f16_nosat(x, E8M0Rounding::Zero).to_bits(),
         UE8M0::from_f16(x, E8M0Rounding::PosInf).to_bits(),
         UE8M0::from_f16_nosat(x, E8M0Rounding::PosInf).to_bits(),
+        E2M1::from_f16_rz(x).to_bits(),
+        E2M3::from_f16_rz(x).to_bits(),
+        E3M2::from_f16_rz(x).to_bits(),
     ]
 }
 
-fn ours_bf16(x: bf16) -> [u8; 11] {
+fn ours_bf16(x: bf16) -> [u8; N] {
     [
         E4M3::from_bf16(x).to_bits(),
         E4M3::from_bf16_nosat(x).to_bits(),
@@ -129,29 +163,66 @@ fn ours_bf16(x: bf16) -> [u8; 11] {
         UE8M0::from_bf16_nosat(x, E8M0Rounding::Zero).to_bits(),
         UE8M0::from_bf16(x, E8M0Rounding::PosInf).to_bits(),
         UE8M0::from_bf16_nosat(x, E8M0Rounding::PosInf).to_bits(),
+        E2M1::from_bf16_rz(x).to_bits(),
+        E2M3::from_bf16_rz(x).to_bits(),
+        E3M2::from_bf16_rz(x).to_bits(),
     ]
 }
 
-/// Compares column by column and panics with the first mismatches of each.
-fn compare(what: &str, inputs: &[u32], theirs: &[u8], ours: impl Fn(u32) -> [u8; 11]) {
-    assert_eq!(theirs.len(), inputs.len() * 11, "oracle output length for {what}");
-    let mut report = String::new();
-    let mut mismatches = [0usize; 11];
-    for (i, &input) in inputs.iter().enumerate() {
+/// Counts, per column, the inputs where `ours` differs from the oracle's bytes, with
+/// the first few of each written to `report`. `skip(input, column)` leaves a cell out.
+fn mismatches<T: Copy + std::fmt::LowerHex>(
+    what: &str,
+    inputs: &[T],
+    theirs: &[u8],
+    ours: impl Fn(T) -> [u8; N],
+    skip: impl Fn(T, usize) -> bool,
+    report: &mut String,
+) -> [usize; N] {
+    assert_eq!(theirs.len(), inputs.len() * N, "oracle output length for {what}");
+    let mut counts = [0usize; N];
+    for (&input, t) in inputs.iter().zip(theirs.chunks_exact(N)) {
         let o = ours(input);
-        for c in 0..11 {
-            let t = theirs[i * 11 + c];
-            if o[c] != t {
-                mismatches[c] += 1;
-                if mismatches[c] <= 5 {
-                    report +=
-                        &format!("  {what} {:#010x} {}: NVIDIA {t:#04x}, ours {:#04x}\n", input, COLUMNS[c], o[c]);
+        for c in 0..N {
+            if o[c] != t[c] && !skip(input, c) {
+                counts[c] += 1;
+                if counts[c] <= 5 {
+                    *report +=
+                        &format!("  {what} {input:#x} {}: NVIDIA {:#04x}, ours {:#04x}\n", COLUMNS[c], t[c], o[c]);
                 }
             }
         }
     }
-    let total: usize = mismatches.iter().sum();
+    counts
+}
+
+/// Compares column by column and panics with the first mismatches of each.
+fn compare<T: Copy + std::fmt::LowerHex>(what: &str, inputs: &[T], theirs: &[u8], ours: impl Fn(T) -> [u8; N]) {
+    compare_except(what, inputs, theirs, ours, |_, _| false);
+}
+
+/// [`compare`], leaving out the cells `skip` names.
+fn compare_except<T: Copy + std::fmt::LowerHex>(
+    what: &str,
+    inputs: &[T],
+    theirs: &[u8],
+    ours: impl Fn(T) -> [u8; N],
+    skip: impl Fn(T, usize) -> bool,
+) {
+    let mut report = String::new();
+    let total: usize = mismatches(what, inputs, theirs, ours, skip, &mut report).iter().sum();
     assert!(total == 0, "{total} mismatches against NVIDIA ({what}):\n{report}");
+}
+
+/// The f64 inputs and NVIDIA's double conversions of them, computed once per process.
+fn f64_results(bin: &Path) -> &'static (Vec<u64>, Vec<u8>) {
+    static RESULTS: OnceLock<(Vec<u64>, Vec<u8>)> = OnceLock::new();
+    RESULTS.get_or_init(|| {
+        let inputs = common::f64_oracle_inputs();
+        let bytes: Vec<u8> = inputs.iter().flat_map(|b| b.to_le_bytes()).collect();
+        let theirs = run_oracle(bin, "D", &bytes);
+        (inputs, theirs)
+    })
 }
 
 #[test]
@@ -161,8 +232,17 @@ fn every_f16_matches_nvidia() {
     let bytes: Vec<u8> = inputs.iter().flat_map(|&b| (b as u16).to_le_bytes()).collect();
     let theirs = run_oracle(bin, "h", &bytes);
     compare("f16", &inputs, &theirs, |b| ours_f16(f16::from_bits(b as u16)));
-    // The f32 path on the same (exact) values must agree too.
+    // The f32 path on the same (exact) values must agree too, and so must the f64 path
+    // (NVIDIA's host functions widen to double themselves), except for the sign and
+    // payload of an FP8 NaN, where the f64 rule is the double conversion's.
     compare("f16 as f32", &inputs, &theirs, |b| ours_f32(f16::from_bits(b as u16).to_f32()));
+    compare_except(
+        "f16 as f64",
+        &inputs,
+        &theirs,
+        |b| ours_f64(f16::from_bits(b as u16).to_f64()),
+        |b, c| f16::from_bits(b as u16).is_nan() && FP8_COLUMNS.contains(&c),
+    );
 }
 
 #[test]
@@ -173,6 +253,13 @@ fn every_bf16_matches_nvidia() {
     let theirs = run_oracle(bin, "b", &bytes);
     compare("bf16", &inputs, &theirs, |b| ours_bf16(bf16::from_bits(b as u16)));
     compare("bf16 as f32", &inputs, &theirs, |b| ours_f32(bf16::from_bits(b as u16).to_f32()));
+    compare_except(
+        "bf16 as f64",
+        &inputs,
+        &theirs,
+        |b| ours_f64(bf16::from_bits(b as u16).to_f64()),
+        |b, c| bf16::from_bits(b as u16).is_nan() && FP8_COLUMNS.contains(&c),
+    );
 }
 
 #[test]
@@ -183,6 +270,81 @@ fn f32_inputs_match_nvidia() {
     let bytes: Vec<u8> = inputs.iter().flat_map(|b| b.to_le_bytes()).collect();
     let theirs = run_oracle(bin, "f", &bytes);
     compare("f32", &inputs, &theirs, |b| ours_f32(f32::from_bits(b)));
+    compare_except(
+        "f32 as f64",
+        &inputs,
+        &theirs,
+        |b| ours_f64(f32::from_bits(b) as f64),
+        |b, c| f32::from_bits(b).is_nan() && FP8_COLUMNS.contains(&c),
+    );
+}
+
+#[test]
+fn f64_inputs_match_nvidia() {
+    let Some(bin) = oracle() else { return };
+    let (inputs, theirs) = f64_results(bin);
+    assert!(inputs.len() >= 5_000_000, "only {} f64 oracle inputs", inputs.len());
+    compare("f64", inputs, theirs, |b| ours_f64(f64::from_bits(b)));
+    // UE4M3 has no NVIDIA conversion: it is E4M3's saturating one for x >= +0.
+    for (&b, t) in inputs.iter().zip(theirs.chunks_exact(N)) {
+        let x = f64::from_bits(b);
+        let want = if x.is_nan() {
+            0x7f
+        } else if x.is_sign_negative() {
+            0
+        } else {
+            t[0]
+        };
+        assert_eq!(UE4M3::from_f64(x).to_bits(), want, "ue4m3 from f64 {b:#x}");
+    }
+}
+
+/// The issue this API fixes: narrowing an f64 to f32 and converting that rounds twice.
+/// Against NVIDIA's double conversions it goes wrong on thousands of the oracle's f64
+/// inputs in every column, counting only inputs inside the f32 range (whose f32 is
+/// finite: a genuine second rounding, not an overflow to Inf) and not NaN (which
+/// differs by rule, see the E4M3 and E5M2 docs), while `from_f64` goes wrong on none.
+/// The per-column assertion also keeps the input set honest: if it stopped holding
+/// double-rounding hazards, the narrowed path would stop failing and this test would
+/// say so.
+#[test]
+fn narrowing_f64_to_f32_first_differs_from_nvidia() {
+    let Some(bin) = oracle() else { return };
+    let (inputs, theirs) = f64_results(bin);
+    let in_f32_range = |b: u64| (f64::from_bits(b) as f32).is_finite();
+    let via_f32 = |b: u64| ours_f32(f64::from_bits(b) as f32);
+    let mut report = String::new();
+    let rounding = mismatches("f64 via f32", inputs, theirs, via_f32, |b, _| !in_f32_range(b), &mut report);
+    let range = mismatches(
+        "f64 via f32",
+        inputs,
+        theirs,
+        via_f32,
+        |b, _| {
+            let x = f64::from_bits(b);
+            in_f32_range(b) || x.is_nan()
+        },
+        &mut report,
+    );
+    let direct = mismatches("f64", inputs, theirs, |b| ours_f64(f64::from_bits(b)), |_, _| false, &mut report);
+    let mut table = format!("  {:<18} {:>16} {:>16} {:>9}\n", "", "via f32: rounding", "via f32: range", "from_f64");
+    for c in 0..N {
+        table += &format!("  {:<18} {:>16} {:>16} {:>9}\n", COLUMNS[c], rounding[c], range[c], direct[c]);
+    }
+    let finite = inputs.iter().filter(|&&b| in_f32_range(b)).count();
+    eprintln!(
+        "{} f64 inputs ({finite} narrow to a finite f32), mismatches against NVIDIA's double conversions:\n{table}",
+        inputs.len()
+    );
+    assert_eq!(direct, [0; N], "from_f64 differs from NVIDIA:\n{report}");
+    for c in 0..N {
+        assert!(
+            rounding[c] >= 1000,
+            "narrowing to f32 first differs on only {} in-range inputs for {}:\n{table}",
+            rounding[c],
+            COLUMNS[c]
+        );
+    }
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Test support: independent reference conversions written from the format
 //! definitions (value lists and nearest-value search in f64, not the crate's bit
-//! manipulation), seeded random numbers, the f32 input set the oracles are run on, and
-//! the oracle-location helpers.
+//! manipulation), seeded random numbers, the f32 and f64 input sets the oracles are
+//! run on, and the oracle-location helpers.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -295,6 +295,133 @@ pub fn f32_oracle_inputs() -> Vec<u32> {
     let n = v.len();
     for i in 0..n {
         v.push(v[i] ^ 0x8000_0000);
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn push_around64(v: &mut Vec<u64>, x: f64, ulps: u64) {
+    let b = x.to_bits();
+    for d in 0..=ulps {
+        v.push(b.wrapping_add(d));
+        v.push(b.wrapping_sub(d));
+    }
+}
+
+/// The f64 interval that narrows (round to nearest even) to the f32 value `m`: the
+/// midpoints to its f32 neighbours, exact in f64. `m` must be a positive normal f32
+/// with an even mantissa (ties then go to `m`), which every format value, midpoint and
+/// power of two in the f32 normal range is.
+fn f32_rounding_interval(m: f32) -> (f64, f64) {
+    let b = m.to_bits();
+    let (below, above) = (f32::from_bits(b - 1) as f64, f32::from_bits(b + 1) as f64);
+    ((below + m as f64) / 2.0, (above + m as f64) / 2.0)
+}
+
+/// The rounding points of a format: every finite value, every midpoint between
+/// neighbours, the overflow midpoint above MAX and the next grid value after MAX.
+fn rounding_points(fmt: &Fmt) -> Vec<f64> {
+    let vals: Vec<f64> = fmt.finite().iter().map(|&(_, x)| x).collect();
+    let mut points = vals.clone();
+    points.extend(vals.windows(2).map(|w| (w[0] + w[1]) / 2.0));
+    let max = *vals.last().unwrap();
+    points.push(max + fmt.top_ulp() / 2.0);
+    points.push(max + fmt.top_ulp());
+    points
+}
+
+/// The f64 inputs the NVIDIA oracle's double conversions are run on (several
+/// million), aimed at double rounding: an f64 that narrows to an f32 lying exactly on
+/// a rounding boundary is where converting through f32 goes wrong.
+///
+/// - Every value and midpoint of every format (including the overflow midpoint),
+///   with 4 f64 ulps either side, and the edges of the f64 interval that narrows to
+///   it in f32 (the widest hazard), with 2 ulps either side.
+/// - Those points scaled by 2^e, e in -24..=24, 2 ulps either side (every binade
+///   the formats reach, from underflow to overflow).
+/// - For UE8M0, every power of two of f64 (2^-1074 .. 2^1023) with 4 ulps either
+///   side, the edges of its f32 narrowing interval, and 1.5 * 2^k.
+/// - Specials: ±0, ±Inf, NaNs with chosen and random payloads, f64 subnormals, the
+///   f64 and f32 extremes and the f32 overflow threshold.
+/// - Both signs of everything above; then seeded random samples: 3 million f64 bit
+///   patterns, 1 million values spread over the formats' ranges (2^-20 .. 2^18), and
+///   1 million points inside the f32 narrowing interval of a random format midpoint
+///   or power of two (each one a double-rounding hazard), random signs.
+pub fn f64_oracle_inputs() -> Vec<u64> {
+    let mut v = Vec::new();
+    let formats = [E2M1, E2M3, E3M2, E4M3, E5M2];
+    // Midpoints (and powers of two) whose f32 narrowing interval the random part samples.
+    let mut hazards: Vec<f64> = Vec::new();
+    for fmt in formats {
+        for p in rounding_points(&fmt) {
+            if p == 0.0 {
+                continue;
+            }
+            push_around64(&mut v, p, 4);
+            let (lo, hi) = f32_rounding_interval(p as f32);
+            push_around64(&mut v, lo, 2);
+            push_around64(&mut v, hi, 2);
+            for e in -24..=24 {
+                push_around64(&mut v, p * 2f64.powi(e), 2);
+            }
+            hazards.push(p);
+        }
+    }
+    for k in -1074..=1023 {
+        let p = 2f64.powi(k);
+        push_around64(&mut v, p, 4);
+        push_around64(&mut v, 1.5 * p, 1);
+        if (-126..=127).contains(&k) {
+            let (lo, hi) = f32_rounding_interval(p as f32);
+            push_around64(&mut v, lo, 2);
+            push_around64(&mut v, hi, 2);
+            hazards.push(p);
+        }
+    }
+    for m in 0..4096u64 {
+        v.push(m); // smallest f64 subnormals
+        v.push(0x000f_ffff_ffff_ffff - m); // largest f64 subnormals
+    }
+    let f32_overflow = f32::MAX as f64 + 2f64.powi(103); // rounds to Inf in f32 (a tie, odd MAX)
+    for x in [f64::MAX, f64::MIN_POSITIVE, f32::MAX as f64, f32_overflow, f32::MIN_POSITIVE as f64] {
+        push_around64(&mut v, x, 4);
+    }
+    v.extend([
+        0x0000_0000_0000_0000,
+        0x7ff0_0000_0000_0000, // Inf
+        0x7ff0_0000_0000_0001, // signalling NaNs, payload bits 51/50 = 00
+        0x7ff4_0000_0000_0000, // 01
+        0x7ff8_0000_0000_0000, // quiet NaN, 10
+        0x7ffc_0000_0000_0000, // 11
+        0x7ff8_0000_0000_0001,
+        0x7fff_ffff_ffff_ffff,
+        0x7ff7_ffff_ffff_ffff,
+        0x7ffb_ffff_ffff_ffff,
+        f64::NAN.to_bits(),
+    ]);
+    let mut rng = Rng(0x5eed_b10c_5ca1_e064);
+    for _ in 0..1000 {
+        // Random NaN payloads.
+        v.push(0x7ff0_0000_0000_0000 | (rng.next_u64() & 0x000f_ffff_ffff_ffff).max(1));
+    }
+    let n = v.len();
+    for i in 0..n {
+        v.push(v[i] ^ (1 << 63));
+    }
+    let sign = |rng: &mut Rng| (rng.next_u64() & 1) << 63;
+    for _ in 0..3_000_000 {
+        v.push(rng.next_u64());
+    }
+    for _ in 0..1_000_000 {
+        let x = 2f64.powf(rng.unit() * 38.0 - 20.0) * (1.0 + rng.unit());
+        v.push(x.to_bits() | sign(&mut rng));
+    }
+    for _ in 0..1_000_000 {
+        let p = hazards[rng.below(hazards.len())];
+        let (lo, hi) = f32_rounding_interval(p as f32);
+        let x = lo + (hi - lo) * rng.unit();
+        v.push(x.to_bits() | sign(&mut rng));
     }
     v.sort_unstable();
     v.dedup();

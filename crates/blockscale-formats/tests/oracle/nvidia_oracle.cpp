@@ -5,12 +5,15 @@
 //
 // usage: nvidia_oracle MODE IN OUT
 //   MODE f: IN holds u32 f32 bit patterns     (little-endian)
+//   MODE D: IN holds u64 f64 (double) bit patterns, converted by the double entry
+//           points (__nv_cvt_double_to_fp8/fp6/fp4/e8m0), never narrowed to float
 //   MODE h: IN holds u16 f16 bit patterns
 //   MODE b: IN holds u16 bf16 bit patterns
 //     OUT gets, per input, RESULTS bytes in this order:
 //       e4m3 satfinite, e4m3 nosat, e5m2 satfinite, e5m2 nosat,
 //       e2m1 rn, e2m3 rn, e3m2 rn,
-//       e8m0 rz satfinite, e8m0 rz nosat, e8m0 rp satfinite, e8m0 rp nosat
+//       e8m0 rz satfinite, e8m0 rz nosat, e8m0 rp satfinite, e8m0 rp nosat,
+//       e2m1 rz, e2m3 rz, e3m2 rz   (cudaRoundZero; FP4/FP6 always saturate)
 //   MODE d: IN is ignored; OUT gets the decoded value of every code as u16 bit
 //     patterns: e4m3 (256 codes) and e5m2 (256) as f16, e2m3 (64) and e3m2 (64) as
 //     f16, e2m1 (16) as f16, e8m0 (256) as bf16.
@@ -24,7 +27,7 @@
 #include <cstring>
 #include <vector>
 
-static const int RESULTS = 11;
+static const int RESULTS = 14;
 
 static std::vector<unsigned char> read_all(const char *path) {
     std::vector<unsigned char> data;
@@ -51,6 +54,26 @@ static void convert_float(float x, unsigned char *out) {
     out[8] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundZero);
     out[9] = __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf);
     out[10] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf);
+    out[11] = __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundZero);
+    out[12] = __nv_cvt_float_to_fp6(x, __NV_E2M3, cudaRoundZero);
+    out[13] = __nv_cvt_float_to_fp6(x, __NV_E3M2, cudaRoundZero);
+}
+
+static void convert_double(double x, unsigned char *out) {
+    out[0] = __nv_cvt_double_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    out[1] = __nv_cvt_double_to_fp8(x, __NV_NOSAT, __NV_E4M3);
+    out[2] = __nv_cvt_double_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
+    out[3] = __nv_cvt_double_to_fp8(x, __NV_NOSAT, __NV_E5M2);
+    out[4] = __nv_cvt_double_to_fp4(x, __NV_E2M1, cudaRoundNearest);
+    out[5] = __nv_cvt_double_to_fp6(x, __NV_E2M3, cudaRoundNearest);
+    out[6] = __nv_cvt_double_to_fp6(x, __NV_E3M2, cudaRoundNearest);
+    out[7] = __nv_cvt_double_to_e8m0(x, __NV_SATFINITE, cudaRoundZero);
+    out[8] = __nv_cvt_double_to_e8m0(x, __NV_NOSAT, cudaRoundZero);
+    out[9] = __nv_cvt_double_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf);
+    out[10] = __nv_cvt_double_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf);
+    out[11] = __nv_cvt_double_to_fp4(x, __NV_E2M1, cudaRoundZero);
+    out[12] = __nv_cvt_double_to_fp6(x, __NV_E2M3, cudaRoundZero);
+    out[13] = __nv_cvt_double_to_fp6(x, __NV_E3M2, cudaRoundZero);
 }
 
 static void convert_half(uint16_t bits, unsigned char *out) {
@@ -69,6 +92,9 @@ static void convert_half(uint16_t bits, unsigned char *out) {
     out[8] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundZero);
     out[9] = __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf);
     out[10] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf);
+    out[11] = __nv_cvt_halfraw_to_fp4(h, __NV_E2M1, cudaRoundZero);
+    out[12] = __nv_cvt_halfraw_to_fp6(h, __NV_E2M3, cudaRoundZero);
+    out[13] = __nv_cvt_halfraw_to_fp6(h, __NV_E3M2, cudaRoundZero);
 }
 
 static void convert_bf16(uint16_t bits, unsigned char *out) {
@@ -85,6 +111,9 @@ static void convert_bf16(uint16_t bits, unsigned char *out) {
     out[8] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_NOSAT, cudaRoundZero);
     out[9] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_SATFINITE, cudaRoundPosInf);
     out[10] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_NOSAT, cudaRoundPosInf);
+    out[11] = __nv_cvt_bfloat16raw_to_fp4(b, __NV_E2M1, cudaRoundZero);
+    out[12] = __nv_cvt_bfloat16raw_to_fp6(b, __NV_E2M3, cudaRoundZero);
+    out[13] = __nv_cvt_bfloat16raw_to_fp6(b, __NV_E3M2, cudaRoundZero);
 }
 
 static void push16(std::vector<unsigned char> &out, uint16_t v) {
@@ -94,7 +123,7 @@ static void push16(std::vector<unsigned char> &out, uint16_t v) {
 
 int main(int argc, char **argv) {
     if (argc != 4 || std::strlen(argv[1]) != 1) {
-        std::fprintf(stderr, "usage: %s f|h|b|d IN OUT\n", argv[0]);
+        std::fprintf(stderr, "usage: %s f|D|h|b|d IN OUT\n", argv[0]);
         return 2;
     }
     char mode = argv[1][0];
@@ -108,6 +137,16 @@ int main(int argc, char **argv) {
             float x;
             std::memcpy(&x, &bits, 4);
             convert_float(x, &out[i * RESULTS]);
+        }
+    } else if (mode == 'D') {
+        size_t n = in.size() / 8;
+        out.resize(n * RESULTS);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t bits = 0;
+            for (int k = 7; k >= 0; k--) bits = (bits << 8) | in[8 * i + k];
+            double x;
+            std::memcpy(&x, &bits, 8);
+            convert_double(x, &out[i * RESULTS]);
         }
     } else if (mode == 'h' || mode == 'b') {
         size_t n = in.size() / 2;
