@@ -1,8 +1,10 @@
 //! Every element type against the independent reference in `common` (value lists and
 //! nearest-value search in f64, written from the format definitions): every code
-//! decodes as defined, every f16 and bf16 input encodes as defined, the constants are
-//! the values the definitions give. `all_f32_inputs_*` sweeps all 2^32 f32 patterns
-//! (ignored by default; `cargo xtask test` runs it).
+//! decodes as defined, every f16 and bf16 input encodes as defined (to nearest even and,
+//! for FP4/FP6, toward zero), the f64 conversions round once as defined on the NVIDIA
+//! oracle's f64 inputs, the constants are the values the definitions give.
+//! `all_f32_inputs_*` sweeps all 2^32 f32 patterns (ignored by default; `cargo xtask
+//! test` runs it).
 
 mod common;
 
@@ -18,6 +20,17 @@ struct Case {
     nosat: Option<fn(f32) -> u8>,
     from_f16: fn(f16) -> u8,
     from_bf16: fn(bf16) -> u8,
+    f64: fn(f64) -> u8,
+    f64_nosat: Option<fn(f64) -> u8>,
+    /// Round toward zero from f32, f16, bf16 and f64 (FP4/FP6 only).
+    rz: Option<Rz>,
+}
+
+struct Rz {
+    f32: fn(f32) -> u8,
+    f16: fn(f16) -> u8,
+    bf16: fn(bf16) -> u8,
+    f64: fn(f64) -> u8,
 }
 
 fn cases() -> Vec<Case> {
@@ -29,6 +42,14 @@ fn cases() -> Vec<Case> {
             nosat: None,
             from_f16: |x| E2M1::from_f16(x).to_bits(),
             from_bf16: |x| E2M1::from_bf16(x).to_bits(),
+            f64: |x| E2M1::from_f64(x).to_bits(),
+            f64_nosat: None,
+            rz: Some(Rz {
+                f32: |x| E2M1::from_f32_rz(x).to_bits(),
+                f16: |x| E2M1::from_f16_rz(x).to_bits(),
+                bf16: |x| E2M1::from_bf16_rz(x).to_bits(),
+                f64: |x| E2M1::from_f64_rz(x).to_bits(),
+            }),
         },
         Case {
             fmt: common::E2M3,
@@ -37,6 +58,14 @@ fn cases() -> Vec<Case> {
             nosat: None,
             from_f16: |x| E2M3::from_f16(x).to_bits(),
             from_bf16: |x| E2M3::from_bf16(x).to_bits(),
+            f64: |x| E2M3::from_f64(x).to_bits(),
+            f64_nosat: None,
+            rz: Some(Rz {
+                f32: |x| E2M3::from_f32_rz(x).to_bits(),
+                f16: |x| E2M3::from_f16_rz(x).to_bits(),
+                bf16: |x| E2M3::from_bf16_rz(x).to_bits(),
+                f64: |x| E2M3::from_f64_rz(x).to_bits(),
+            }),
         },
         Case {
             fmt: common::E3M2,
@@ -45,6 +74,14 @@ fn cases() -> Vec<Case> {
             nosat: None,
             from_f16: |x| E3M2::from_f16(x).to_bits(),
             from_bf16: |x| E3M2::from_bf16(x).to_bits(),
+            f64: |x| E3M2::from_f64(x).to_bits(),
+            f64_nosat: None,
+            rz: Some(Rz {
+                f32: |x| E3M2::from_f32_rz(x).to_bits(),
+                f16: |x| E3M2::from_f16_rz(x).to_bits(),
+                bf16: |x| E3M2::from_bf16_rz(x).to_bits(),
+                f64: |x| E3M2::from_f64_rz(x).to_bits(),
+            }),
         },
         Case {
             fmt: common::E4M3,
@@ -53,6 +90,9 @@ fn cases() -> Vec<Case> {
             nosat: Some(|x| E4M3::from_f32_nosat(x).to_bits()),
             from_f16: |x| E4M3::from_f16(x).to_bits(),
             from_bf16: |x| E4M3::from_bf16(x).to_bits(),
+            f64: |x| E4M3::from_f64(x).to_bits(),
+            f64_nosat: Some(|x| E4M3::from_f64_nosat(x).to_bits()),
+            rz: None,
         },
         Case {
             fmt: common::E5M2,
@@ -61,6 +101,9 @@ fn cases() -> Vec<Case> {
             nosat: Some(|x| E5M2::from_f32_nosat(x).to_bits()),
             from_f16: |x| E5M2::from_f16(x).to_bits(),
             from_bf16: |x| E5M2::from_bf16(x).to_bits(),
+            f64: |x| E5M2::from_f64(x).to_bits(),
+            f64_nosat: Some(|x| E5M2::from_f64_nosat(x).to_bits()),
+            rz: None,
         },
         Case {
             fmt: common::UE4M3,
@@ -69,6 +112,9 @@ fn cases() -> Vec<Case> {
             nosat: None,
             from_f16: |x| UE4M3::from_f16(x).to_bits(),
             from_bf16: |x| UE4M3::from_bf16(x).to_bits(),
+            f64: |x| UE4M3::from_f64(x).to_bits(),
+            f64_nosat: None,
+            rz: None,
         },
     ]
 }
@@ -105,6 +151,18 @@ fn every_f16_and_bf16_encodes_as_defined() {
                 if let Some(nosat) = case.nosat {
                     assert_eq!(nosat(x as f32), r.encode(x, false), "{} nosat {x}", case.fmt.name);
                 }
+                // NaN: the f64 rule differs for FP8 (tested in `f64_nan_rules`).
+                if !x.is_nan() {
+                    assert_eq!((case.f64)(x), want, "{} from f64 {x}", case.fmt.name);
+                }
+            }
+            if let Some(rz) = &case.rz {
+                let (h, bh) = (f16::from_bits(b), bf16::from_bits(b));
+                let name = case.fmt.name;
+                assert_eq!((rz.f16)(h), r.encode_rz(h.to_f64()), "{name} rz from f16 {b:#06x}");
+                assert_eq!((rz.bf16)(bh), r.encode_rz(bh.to_f64()), "{name} rz from bf16 {b:#06x}");
+                assert_eq!((rz.f32)(h.to_f32()), r.encode_rz(h.to_f64()), "{name} rz from f32 {h}");
+                assert_eq!((rz.f64)(bh.to_f64()), r.encode_rz(bh.to_f64()), "{name} rz from f64 {bh}");
             }
         }
     }
@@ -121,8 +179,78 @@ fn chosen_f32_inputs_encode_as_defined() {
             if let Some(nosat) = case.nosat {
                 assert_eq!(nosat(x), r.encode(x as f64, false), "{} nosat {b:#010x}", case.fmt.name);
             }
+            if let Some(rz) = &case.rz {
+                assert_eq!((rz.f32)(x), r.encode_rz(x as f64), "{} rz {b:#010x}", case.fmt.name);
+            }
         }
     }
+}
+
+#[test]
+fn f64_inputs_round_once_as_defined() {
+    let inputs = common::f64_oracle_inputs();
+    for case in cases() {
+        let r = case.fmt.reference();
+        let name = case.fmt.name;
+        for &b in &inputs {
+            let x = f64::from_bits(b);
+            if x.is_nan() {
+                continue; // `f64_nan_rules`
+            }
+            assert_eq!((case.f64)(x), r.encode(x, true), "{name} from f64 {b:#018x}");
+            if let Some(nosat) = case.f64_nosat {
+                assert_eq!(nosat(x), r.encode(x, false), "{name} nosat from f64 {b:#018x}");
+            }
+            if let Some(rz) = &case.rz {
+                assert_eq!((rz.f64)(x), r.encode_rz(x), "{name} rz from f64 {b:#018x}");
+            }
+        }
+    }
+    for &b in &inputs {
+        let x = f64::from_bits(b);
+        for (up, rounding) in [(false, E8M0Rounding::Zero), (true, E8M0Rounding::PosInf)] {
+            assert_eq!(UE8M0::from_f64(x, rounding).to_bits(), e8m0_reference(x, up, true), "{b:#018x} {rounding:?}");
+            let nosat = UE8M0::from_f64_nosat(x, rounding).to_bits();
+            assert_eq!(nosat, e8m0_reference(x, up, false), "{b:#018x} {rounding:?} nosat");
+        }
+    }
+}
+
+/// What an f64 NaN becomes: NVIDIA's double conversions (read off the headers and
+/// checked against them by the oracle test) keep an FP8 NaN's sign, and for E5M2 the
+/// payload bit below the quiet bit; FP4/FP6 give +MAX in both rounding modes.
+#[test]
+fn f64_nan_rules() {
+    let nans: [(u64, u8); 6] = [
+        (0x7ff8_0000_0000_0000, 0x7e), // f64::NAN
+        (0x7ffc_0000_0000_0000, 0x7f),
+        (0x7ff4_0000_0000_0000, 0x7f), // signalling, bit 50 set
+        (0x7ff0_0000_0000_0001, 0x7e),
+        (0x7fff_ffff_ffff_ffff, 0x7f),
+        (0x7ff8_0000_0000_0001, 0x7e),
+    ];
+    for (bits, e5m2) in nans {
+        for sign in [0, 1u64 << 63] {
+            let x = f64::from_bits(bits | sign);
+            let s = if sign == 0 { 0 } else { 0x80 };
+            assert_eq!(E4M3::from_f64(x).to_bits(), 0x7f | s, "e4m3 {bits:#x}");
+            assert_eq!(E4M3::from_f64_nosat(x).to_bits(), 0x7f | s, "e4m3 nosat {bits:#x}");
+            assert_eq!(E5M2::from_f64(x).to_bits(), e5m2 | s, "e5m2 {bits:#x}");
+            assert_eq!(E5M2::from_f64_nosat(x).to_bits(), e5m2 | s, "e5m2 nosat {bits:#x}");
+            assert_eq!(UE4M3::from_f64(x), UE4M3::NAN);
+            assert_eq!(UE8M0::from_f64(x, E8M0Rounding::Zero), UE8M0::NAN);
+            assert_eq!(UE8M0::from_f64_nosat(x, E8M0Rounding::PosInf), UE8M0::NAN);
+            assert_eq!(E2M1::from_f64(x), E2M1::MAX);
+            assert_eq!(E2M1::from_f64_rz(x), E2M1::MAX);
+            assert_eq!(E2M3::from_f64(x), E2M3::MAX);
+            assert_eq!(E2M3::from_f64_rz(x), E2M3::MAX);
+            assert_eq!(E3M2::from_f64(x), E3M2::MAX);
+            assert_eq!(E3M2::from_f64_rz(x), E3M2::MAX);
+        }
+    }
+    // From f32 (NVIDIA's float conversions) every NaN is positive, and RZ agrees.
+    assert_eq!(E4M3::from_f32(-f32::NAN), E4M3::NAN);
+    assert_eq!(E2M1::from_f32_rz(-f32::NAN), E2M1::MAX);
 }
 
 /// All 2^32 f32 bit patterns, split over the available cores.
@@ -166,6 +294,11 @@ fn all_f32_inputs_e2m1_and_e4m3() {
         if got != want {
             return Some(format!("e4m3 {b:#010x}: want {want:#x}, got {got:#x}"));
         }
+        let got = E2M1::from_f32_rz(x).to_bits();
+        let want = e2m1.encode_rz(xd);
+        if got != want {
+            return Some(format!("e2m1 rz {b:#010x}: want {want:#x}, got {got:#x}"));
+        }
         let got = E4M3::from_f32_nosat(x).to_bits();
         let want = e4m3.encode(xd, false);
         (got != want).then(|| format!("e4m3 nosat {b:#010x}: want {want:#x}, got {got:#x}"))
@@ -182,6 +315,8 @@ fn all_f32_inputs_fp6_e5m2_e8m0() {
         let checks = [
             ("e2m3", E2M3::from_f32(x).to_bits(), e2m3.encode(xd, true)),
             ("e3m2", E3M2::from_f32(x).to_bits(), e3m2.encode(xd, true)),
+            ("e2m3 rz", E2M3::from_f32_rz(x).to_bits(), e2m3.encode_rz(xd)),
+            ("e3m2 rz", E3M2::from_f32_rz(x).to_bits(), e3m2.encode_rz(xd)),
             ("e5m2", E5M2::from_f32(x).to_bits(), e5m2.encode(xd, true)),
             ("e5m2 nosat", E5M2::from_f32_nosat(x).to_bits(), e5m2.encode(xd, false)),
             ("e8m0 rp", UE8M0::from_f32(x, E8M0Rounding::PosInf).to_bits(), e8m0_reference(xd, true, true)),

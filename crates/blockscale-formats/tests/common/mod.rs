@@ -157,6 +157,24 @@ impl Reference {
         let sign = if fmt.signed && neg { 1u32 << fmt.mag_bits() } else { 0 };
         (mag | sign) as u8
     }
+
+    /// Round toward zero with saturation (CUDA's `cudaRoundZero` for FP4/FP6): the
+    /// largest value not above |x|, sign kept, ±Inf to ±MAX, NaN to the NaN code.
+    pub fn encode_rz(&self, x: f64) -> u8 {
+        let fmt = &self.fmt;
+        if x.is_nan() {
+            return fmt.nan_code();
+        }
+        let neg = x.is_sign_negative();
+        if neg && !fmt.signed {
+            return 0;
+        }
+        let a = x.abs();
+        // The last value not above a (vals[0] is 0, so there is one; Inf gives MAX).
+        let mag = self.vals[self.vals.partition_point(|&(_, v)| v <= a) - 1].0;
+        let sign = if fmt.signed && neg { 1u32 << fmt.mag_bits() } else { 0 };
+        (mag | sign) as u8
+    }
 }
 
 /// `floor(log2 a)` for finite a > 0, exactly (checked with exact powers of two).
@@ -173,7 +191,9 @@ pub fn floor_log2(a: f64) -> i32 {
 
 /// UE8M0 from the CUDA documentation of `__nv_cvt_float_to_e8m0`: |x| rounded to a
 /// power of two toward zero (`up = false`) or +Inf (`up = true`), clipped below at
-/// 2^-127, above 2^127 saturated (0xfe) or NaN (0xff); NaN -> 0xff.
+/// 2^-127, above 2^127 saturated (0xfe) or NaN (0xff); NaN -> 0xff. Rounding toward
+/// zero, a finite value never overflows (IEEE 754 gives the largest finite value;
+/// only f64 inputs reach this, and NVIDIA's double conversion agrees).
 pub fn e8m0_reference(x: f64, up: bool, saturate: bool) -> u8 {
     if x.is_nan() {
         return 0xff;
@@ -191,7 +211,7 @@ pub fn e8m0_reference(x: f64, up: bool, saturate: bool) -> u8 {
     if k < -127 {
         0
     } else if k > 127 {
-        overflow
+        if up { overflow } else { 0xfe }
     } else {
         (k + 127) as u8
     }
