@@ -7,10 +7,11 @@
 //! dependencies (`half`, and `libm` for the reference activations).
 //!
 //! - Element types, each a `Copy` newtype over its bits: [`E2M1`], [`E2M3`], [`E3M2`],
-//!   [`E4M3`], [`E5M2`], [`UE4M3`], [`UE8M0`], [`Int4`]. Conversions from f32, f16 and
-//!   bf16 are bit-identical to NVIDIA's host conversion functions (`cuda_fp8.h`,
-//!   `cuda_fp6.h`, `cuda_fp4.h`) for every f16 and bf16 input; the tests check this
-//!   against those functions themselves.
+//!   [`E4M3`], [`E5M2`], [`UE4M3`], [`UE8M0`], [`Int4`]. Conversions from f32, f16,
+//!   bf16 and f64 (rounded once from the f64, `from_f64`), in every rounding mode
+//!   NVIDIA offers (round-toward-zero for FP4/FP6 is `from_f32_rz` and friends), are
+//!   bit-identical to NVIDIA's host conversion functions (`cuda_fp8.h`, `cuda_fp6.h`,
+//!   `cuda_fp4.h`); the tests check this against those functions themselves.
 //! - [`ScaleRule`]: UE8M0 scale selection (`Rceil`, `Floor`, `Ceil`, `Even`).
 //! - [`pack`]: FP4 nibble order, FP6 bitstream, INT4 words, the block-interleaved
 //!   GEMV layout.
