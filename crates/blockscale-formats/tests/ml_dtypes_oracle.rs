@@ -22,7 +22,7 @@ use half::{bf16, f16};
 fn python_path() -> Option<PathBuf> {
     let mut candidates: Vec<PathBuf> =
         std::env::var_os("BLOCKSCALE_PYTHONPATH").map(PathBuf::from).into_iter().collect();
-    candidates.push(common::workspace_root().join("target/python-oracles"));
+    candidates.push(common::target_dir().join("python-oracles"));
     candidates.into_iter().find(|p| p.join("ml_dtypes").is_dir())
 }
 

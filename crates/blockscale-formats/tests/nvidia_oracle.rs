@@ -45,7 +45,7 @@ fn cuda_home() -> Option<PathBuf> {
         .iter()
         .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
         .collect();
-    candidates.push(common::workspace_root().join("target/cuda-13.0/nvidia/cu13"));
+    candidates.push(common::target_dir().join("cuda-13.0/nvidia/cu13"));
     candidates.into_iter().find(|p| p.join("include/cuda_fp4.h").is_file())
 }
 

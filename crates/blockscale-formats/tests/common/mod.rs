@@ -448,9 +448,10 @@ pub fn f64_oracle_inputs() -> Vec<u64> {
     v
 }
 
-/// The workspace root.
-pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+/// The target directory these tests were built in (`CARGO_TARGET_DIR` when set), where
+/// `cargo xtask setup-cuda` installs the oracles.
+pub fn target_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("..")
 }
 
 /// Whether a missing oracle must fail the test (`CI` set and not false) rather than
