@@ -55,18 +55,19 @@ impl Backend {
     }
 
     /// CUDA device `ordinal` when this build has the CUDA backend and the machine has a
-    /// driver and that device; the CPU otherwise.
+    /// driver and that device, of an architecture blockscale has kernels for (Hopper
+    /// SM90, Blackwell GeForce SM120); the CPU otherwise.
     ///
     /// # Errors
-    /// Only a GPU that exists but cannot be used: one of an unsupported architecture, or
-    /// a driver failure while opening it (`Error::Cuda`).
+    /// Only a supported GPU that fails while being opened (a driver error,
+    /// `Error::Cuda`): that is a fault to report, not a reason to run elsewhere.
     pub fn cuda_if_available(ordinal: usize) -> Result<Self, Error> {
         #[cfg(feature = "cuda")]
         {
             use blockscale_cuda::CudaError;
             match blockscale_cuda::Device::new(ordinal) {
                 Ok(dev) => Ok(Self::Cuda(dev)),
-                Err(CudaError::NoDriver | CudaError::NoDevice { .. }) => Ok(Self::Cpu),
+                Err(CudaError::NoDriver | CudaError::NoDevice { .. } | CudaError::Unsupported { .. }) => Ok(Self::Cpu),
                 Err(e) => Err(e.into()),
             }
         }
