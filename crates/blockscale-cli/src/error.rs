@@ -18,6 +18,9 @@ pub mod exit {
     pub const OUTPUT: u8 = 5;
     /// A backend, scheme or convention this build or machine does not support.
     pub const UNSUPPORTED: u8 = 6;
+    /// Interrupted by Ctrl-C or SIGTERM (the unfinished output removed): 128 + SIGINT,
+    /// as shells report an interrupted command.
+    pub const INTERRUPTED: u8 = 130;
 }
 
 /// A failed `blockscale` command.

@@ -23,6 +23,7 @@ use crate::error::CliError;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    checkpoint::interrupt::install();
     let json = match &cli.command {
         Command::Quantize(a) => a.out.json,
         Command::Dequantize(a) => a.out.json,

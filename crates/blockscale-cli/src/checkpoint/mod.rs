@@ -2,6 +2,7 @@
 //! them through memory maps tensor by tensor, and writing new ones that appear
 //! complete or not at all, with a folder's index and side files.
 
+pub mod interrupt;
 mod output;
 mod shard;
 mod side_files;

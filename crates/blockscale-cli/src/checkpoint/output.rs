@@ -1,13 +1,15 @@
 //! Outputs that appear complete or not at all: everything is written into a temporary
 //! file or folder next to the destination and renamed into place at the end. An error
-//! or an interrupted run leaves the destination as it was (the temporary is removed on
-//! error; a killed process may leave a hidden `.blockscale-*` temporary behind, never a
-//! half-written destination).
+//! or an interrupted run leaves the destination as it was: the temporary is removed on
+//! error and on Ctrl-C / SIGTERM (`interrupt`); only a process killed outright (SIGKILL,
+//! power loss) may leave a hidden `.blockscale-*` temporary behind, never a half-written
+//! destination.
 
 use std::path::{Path, PathBuf};
 
 use tempfile::{NamedTempFile, TempDir};
 
+use super::interrupt::Registration;
 use crate::error::CliError;
 
 /// Refuses an output that is the input (the same file or folder, however named).
@@ -41,6 +43,8 @@ pub struct Output {
     dest: PathBuf,
     force: bool,
     temp: Temp,
+    /// Removes the temporary on Ctrl-C / SIGTERM until the output is committed or dropped.
+    _interrupt: Registration,
 }
 
 impl Output {
@@ -74,7 +78,11 @@ impl Output {
             OutputKind::File => Temp::File(b.tempfile_in(&parent).map_err(write_err)?),
             OutputKind::Dir => Temp::Dir(b.tempdir_in(&parent).map_err(write_err)?),
         };
-        Ok(Self { dest: dest.to_owned(), force, temp })
+        let temp_path = match &temp {
+            Temp::File(f) => f.path().to_owned(),
+            Temp::Dir(d) => d.path().to_owned(),
+        };
+        Ok(Self { dest: dest.to_owned(), force, temp, _interrupt: Registration::new(&temp_path, dest) })
     }
 
     /// Where to write: the temporary file, or a path inside the temporary folder.
