@@ -198,3 +198,38 @@ fn unsupported_requests_are_refused_before_reading() {
     }
     assert!(!out.exists());
 }
+
+#[test]
+fn dequantize_refuses_what_it_would_hand_back_still_quantized() {
+    let dir = tempfile::tempdir().unwrap();
+    // An FP8 E5M2 weight no convention explains: refused, not copied as FP8.
+    let fp8 = dir.path().join("e5m2.safetensors");
+    let mut tensors = model_tensors(3);
+    tensors.push(("model.layers.0.mlp.up_proj.weight".into(), Dtype::F8_E5M2, vec![4, 32], vec![0x3c; 128]));
+    write(&fp8, &tensors);
+    let out = dir.path().join("out.safetensors");
+    let o = run(&["dequantize", s(&fp8), "-o", s(&out)]);
+    assert_eq!(code(&o), 6, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("\"model.layers.0.mlp.up_proj.weight\"") && e.contains("F8_E5M2"), "{e}");
+    assert!(e.contains("supported:") && e.contains("nothing was written"), "{e}");
+    assert_eq!(leftovers(dir.path(), &["e5m2.safetensors"]), Vec::<String>::new());
+
+    // A folder whose config declares a quantization of which nothing is found.
+    let folder = dir.path().join("bnb");
+    std::fs::create_dir(&folder).unwrap();
+    write(&folder.join("model.safetensors"), &model_tensors(4));
+    std::fs::write(folder.join("config.json"), r#"{"quantization_config": {"quant_method": "bitsandbytes"}}"#).unwrap();
+    let out = dir.path().join("bnb-out");
+    let o = run(&["dequantize", s(&folder), "-o", s(&out)]);
+    assert_eq!(code(&o), 6, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("config.json declares a quantization (quant_method: \"bitsandbytes\")"), "{e}");
+    assert!(!out.exists());
+    assert_eq!(leftovers(dir.path(), &["e5m2.safetensors", "bnb"]), Vec::<String>::new());
+
+    // The same folder without the declaration is plain bf16: copied, as before.
+    std::fs::write(folder.join("config.json"), r#"{"hidden_size": 256}"#).unwrap();
+    let o = run(&["dequantize", s(&folder), "-o", s(&out)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}

@@ -456,3 +456,8 @@ fn gpt_oss_mxfp4_dequantizes_as_the_oracle() {
 fn deepseek_fp8_dequantizes_as_the_oracle() {
     third_party("write-deepseek", 2);
 }
+
+#[test]
+fn modelopt_fp8_per_tensor_dequantizes_as_the_oracle() {
+    third_party("write-modelopt-fp8", 3);
+}

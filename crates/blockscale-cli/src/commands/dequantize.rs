@@ -14,7 +14,7 @@ use crate::checkpoint::{
     write_index,
 };
 use crate::cli::{DequantizeArgs, DtypeArg};
-use crate::convention::{Catalog, Found, decode, detect};
+use crate::convention::{Catalog, Found, check_coverage, declared_quantization, decode, detect};
 use crate::error::CliError;
 use crate::progress::bytes_bar;
 
@@ -63,11 +63,16 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let start = Instant::now();
     let ckpt = Checkpoint::open(&args.input)?;
     same_path_check(&args.input, &args.output)?;
-    let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
-    let output = Output::create(&args.output, kind, args.out.force)?;
+    if args.output.exists() && !args.out.force {
+        return Err(CliError::OutputExists { path: args.output.clone() });
+    }
     let shards = ckpt.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
     let catalog = Catalog::new(&shards)?;
     let (found, consumed) = detect(&catalog)?;
+    // Refused before the output exists: nothing is written.
+    check_coverage(&catalog, &found, &consumed, declared_quantization(&catalog, &ckpt.others))?;
+    let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
+    let output = Output::create(&args.output, kind, args.out.force)?;
     let by_main: BTreeMap<&str, &Found> = found.iter().map(|f| (f.main.as_str(), f)).collect();
     let dtype = match args.dtype {
         DtypeArg::Bf16 => Dtype::BF16,
@@ -122,7 +127,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
                 dequantized.push(DequantizedEntry {
                     name: f.output.clone(),
                     convention: f.convention.name().into(),
-                    scheme: f.scheme.name().into(),
+                    scheme: f.format.into(),
                     shape: f.out_shape.clone(),
                     from: f.parts.clone(),
                 });

@@ -82,7 +82,7 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
                 bytes: t.nbytes(),
                 convention: owner.map_or(Convention::Plain, |f| f.convention),
                 weight: main.map(|f| f.output.clone()),
-                scheme: main.map(|f| f.scheme.name().to_owned()),
+                scheme: main.map(|f| f.format.to_owned()),
                 logical_shape: main.map(|f| [f.rows, f.k]),
                 bits_per_weight: main.map(|f| f.bits_per_weight(&catalog)),
             });

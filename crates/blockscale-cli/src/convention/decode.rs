@@ -22,9 +22,9 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
         |name: &str| catalog.bytes(name).ok_or_else(|| CliError::tensor(catalog.path_of(name), name, "missing"));
     let bad = |name: &str, why: String| CliError::tensor(catalog.path_of(name), name, why);
     match &f.decode {
-        Decode::Matrix { scales, layout, global, transpose_experts } => {
+        Decode::Matrix { scheme, scales, layout, global, transpose_experts } => {
             let sbytes = bytes(scales)?;
-            let scale_data = scales_from(f.scheme.scale_format(), sbytes);
+            let scale_data = scales_from(scheme.scale_format(), sbytes);
             let scalar = |name: &str| -> Result<f32, CliError> { Ok(f32s(bytes(name)?)[0]) };
             let global_scale = match global {
                 GlobalSource::None => None,
@@ -38,7 +38,7 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
                 ),
             };
             let q = QuantizedMatrix::from_parts(QuantizedParts {
-                scheme: f.scheme,
+                scheme: *scheme,
                 rows: f.rows,
                 k: f.k,
                 data: bytes(&f.main)?.to_vec(),
@@ -47,7 +47,7 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
                 scale_layout: *layout,
                 global_scale,
             })
-            .map_err(|e| bad(&f.main, format!("its parts do not form a valid {} matrix: {e}", f.scheme)))?;
+            .map_err(|e| bad(&f.main, format!("its parts do not form a valid {scheme} matrix: {e}")))?;
             let mut out = vec![O::default(); f.rows * f.k];
             dequantize_slice(&q, &mut out, &DequantizeOptions::default())
                 .map_err(|e| bad(&f.main, format!("dequantizing failed: {e}")))?;
@@ -65,6 +65,20 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
                 let srow = &s[(n / 128) * kb..(n / 128 + 1) * kb];
                 for (c, (o, &b)) in o.iter_mut().zip(w).enumerate() {
                     *o = O::from_f32(E4M3::from_bits(b).to_f32() * srow[c / 128]);
+                }
+            });
+            Ok(out)
+        }
+        Decode::PerTensorFp8 { scale } => {
+            let s = f32s(bytes(scale)?)[0];
+            if !s.is_finite() {
+                return Err(bad(scale, format!("the per-tensor scale is {s}, not a finite number")));
+            }
+            let w = bytes(&f.main)?;
+            let mut out = vec![O::default(); w.len()];
+            out.par_chunks_mut(4096).zip(w.par_chunks(4096)).for_each(|(o, w)| {
+                for (o, &b) in o.iter_mut().zip(w) {
+                    *o = O::from_f32(E4M3::from_bits(b).to_f32() * s);
                 }
             });
             Ok(out)

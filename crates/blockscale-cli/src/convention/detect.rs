@@ -29,6 +29,8 @@ pub enum Decode {
     /// A `rows x k` block-scaled matrix the library decodes (native, ModelOpt,
     /// compressed-tensors; gpt-oss with `transpose_experts`).
     Matrix {
+        /// The scheme.
+        scheme: Scheme,
         /// The scale tensor.
         scales: String,
         /// Its layout.
@@ -43,6 +45,11 @@ pub enum Decode {
         /// The `weight_scale_inv` tensor.
         scales: String,
     },
+    /// ModelOpt FP8: `w * weight_scale`, one f32 scale for the whole tensor.
+    PerTensorFp8 {
+        /// The `weight_scale` tensor (one f32).
+        scale: String,
+    },
 }
 
 /// A quantized weight found in a checkpoint.
@@ -56,8 +63,8 @@ pub struct Found {
     pub main: String,
     /// Every tensor it consumes (the data first).
     pub parts: Vec<String>,
-    /// The scheme.
-    pub scheme: Scheme,
+    /// The format's name (a scheme's name, or `fp8-per-tensor`).
+    pub format: &'static str,
     /// Logical rows of the 2-D matrix.
     pub rows: usize,
     /// Logical K.
@@ -192,11 +199,11 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             output: p.to_owned(),
             main: name.to_owned(),
             parts,
-            scheme,
+            format: scheme.name(),
             rows,
             k,
             out_shape: vec![rows, k],
-            decode: Decode::Matrix { scales, layout, global, transpose_experts: None },
+            decode: Decode::Matrix { scheme, scales, layout, global, transpose_experts: None },
         }));
     }
     // ModelOpt NVFP4: U8 `weight` + `weight_scale` + `weight_scale_2`.
@@ -217,11 +224,17 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             output: name.to_owned(),
             main: name.to_owned(),
             parts,
-            scheme: Scheme::NvFp4,
+            format: Scheme::NvFp4.name(),
             rows,
             k,
             out_shape: vec![rows, k],
-            decode: Decode::Matrix { scales, layout, global: GlobalSource::DecodeTensor(ws2), transpose_experts: None },
+            decode: Decode::Matrix {
+                scheme: Scheme::NvFp4,
+                scales,
+                layout,
+                global: GlobalSource::DecodeTensor(ws2),
+                transpose_experts: None,
+            },
         }));
     }
     // compressed-tensors NVFP4: `weight_packed` + `weight_scale` + `weight_global_scale`.
@@ -249,11 +262,17 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             output: format!("{p}.weight"),
             main: name.to_owned(),
             parts,
-            scheme: Scheme::NvFp4,
+            format: Scheme::NvFp4.name(),
             rows,
             k,
             out_shape: vec![rows, k],
-            decode: Decode::Matrix { scales, layout, global: GlobalSource::EncodeTensor(g), transpose_experts: None },
+            decode: Decode::Matrix {
+                scheme: Scheme::NvFp4,
+                scales,
+                layout,
+                global: GlobalSource::EncodeTensor(g),
+                transpose_experts: None,
+            },
         }));
     }
     // gpt-oss MXFP4: `{p}_blocks` U8 [..., out, K/32, 16] + `{p}_scales` U8 [..., out, K/32].
@@ -281,11 +300,12 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             output: p.to_owned(),
             main: name.to_owned(),
             parts: vec![name.to_owned(), scales.clone()],
-            scheme: Scheme::MxFp4,
+            format: Scheme::MxFp4.name(),
             rows,
             k,
             out_shape,
             decode: Decode::Matrix {
+                scheme: Scheme::MxFp4,
                 scales,
                 layout: ScaleLayout::Linear,
                 global: GlobalSource::None,
@@ -309,11 +329,40 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             output: name.to_owned(),
             main: name.to_owned(),
             parts: vec![name.to_owned(), scales.clone()],
-            scheme: Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128),
+            format: Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128).name(),
             rows,
             k,
             out_shape: vec![rows, k],
             decode: Decode::DeepseekFp8 { scales },
+        }));
+    }
+    // ModelOpt FP8 per tensor: F8_E4M3 `weight` + one F32 `weight_scale` (+ `input_scale`).
+    if let Some(p) = name.strip_suffix(".weight")
+        && t.dtype == Dtype::F8_E4M3
+        && catalog.get(&format!("{p}.weight_scale")).is_some()
+    {
+        let scale = format!("{p}.weight_scale");
+        if t.shape.len() != 2 {
+            return Err(err(catalog, name, format!("has shape {:?}, expected [N, K]", t.shape)));
+        }
+        scalar_f32(catalog, &scale)?;
+        let (rows, k) = (t.shape[0], t.shape[1]);
+        let mut parts = vec![name.to_owned(), scale.clone()];
+        let input_scale = format!("{p}.input_scale");
+        if catalog.get(&input_scale).is_some() {
+            scalar_f32(catalog, &input_scale)?;
+            parts.push(input_scale);
+        }
+        return Ok(Some(Found {
+            convention: Convention::Modelopt,
+            output: name.to_owned(),
+            main: name.to_owned(),
+            parts,
+            format: "fp8-per-tensor",
+            rows,
+            k,
+            out_shape: vec![rows, k],
+            decode: Decode::PerTensorFp8 { scale },
         }));
     }
     Ok(None)

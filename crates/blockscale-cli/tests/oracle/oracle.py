@@ -1,6 +1,7 @@
 """An independent checkpoint oracle for tests/oracle.rs: dequantizers for the NVFP4
 conventions `blockscale quantize` writes, and writers of the third-party layouts
-`blockscale dequantize` reads (OpenAI gpt-oss MXFP4, DeepSeek-V3 FP8) together with
+`blockscale dequantize` reads (OpenAI gpt-oss MXFP4, DeepSeek-V3 FP8, ModelOpt FP8 per
+tensor) together with
 the values a correct dequantizer must produce.
 
 Written from the formats' published descriptions only, with numpy, ml_dtypes and
@@ -11,6 +12,7 @@ usage:
   oracle.py dequantize-compressed IN OUT
   oracle.py write-gptoss OUT EXPECTED --seed S
   oracle.py write-deepseek OUT EXPECTED --seed S
+  oracle.py write-modelopt-fp8 OUT EXPECTED --seed S
   oracle.py selftest
 
 Every file this script writes as a result has the metadata key `dequantized`: a JSON
@@ -85,7 +87,8 @@ def write(path, tensors, dequantized=None, metadata=None):
     meta = dict(metadata or {})
     if dequantized is not None:
         meta["dequantized"] = json.dumps(sorted(dequantized))
-    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path, metadata=meta or None)
+    # (np.ascontiguousarray would turn a 0-d scalar, ModelOpt's scale shape [], into [1].)
+    save_file({k: np.require(v, requirements="C") for k, v in tensors.items()}, path, metadata=meta or None)
 
 
 def to_f32_exact(name, dtype, array):
@@ -265,6 +268,36 @@ def write_deepseek(out_path, expected_path, seed):
     write(expected_path, expected, dequantized)
 
 
+def write_modelopt_fp8(out_path, expected_path, seed):
+    """NVIDIA ModelOpt FP8 (quant_algo FP8, per-tensor): `weight` F8_E4M3 [N, K],
+    `weight_scale` F32 of shape [] (one value: amax / 448 at export) and `input_scale` F32
+    [] for the activations; W[n, k] = float(weight[n, k]) * weight_scale, one float32
+    multiply. The layer's other tensors stay in bf16."""
+    rng = np.random.default_rng(seed)
+    quantized, expected, dequantized = {}, {}, []
+    for name, (n, k) in (
+        ("model.layers.0.self_attn.q_proj.weight", (96, 160)),
+        ("model.layers.0.mlp.down_proj.weight", (64, 200)),
+    ):
+        w = random_e4m3(rng, (n, k))
+        scale = np.array(rng.uniform(1e-4, 3e-2), dtype=np.float32)
+        quantized[name] = w
+        quantized[name[: -len("weight")] + "weight_scale"] = scale
+        quantized[name[: -len("weight")] + "input_scale"] = np.array(rng.uniform(1e-3, 1e-1), dtype=np.float32)
+        expected[name] = w.astype(np.float32) * scale
+        dequantized.append(name)
+    others = {
+        "model.layers.0.input_layernorm.weight": bf16(rng, (160,)) + ml_dtypes.bfloat16(1),
+        "lm_head.weight": bf16(rng, (32, 160), 0.02),
+    }
+    for name, array in others.items():
+        quantized[name] = array
+        expected[name] = array.astype(np.float32)
+    write(out_path, quantized, metadata={"format": "pt"})
+    # ModelOpt's own input scales are not weights: a dequantized checkpoint drops them.
+    write(expected_path, expected, dequantized)
+
+
 def selftest():
     """Checks the pieces above against ml_dtypes and element-by-element Python loops."""
     # The code tables against ml_dtypes' own decoders.
@@ -346,6 +379,19 @@ def selftest():
         assert json.loads(safetensors.safe_open(path("d.exp"), "np").metadata()["dequantized"]) == sorted(
             ["model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.o_proj.weight"]
         )
+
+        # ModelOpt FP8: one scale per tensor, one float32 multiply.
+        write_modelopt_fp8(path("m"), path("m.exp"), seed=1)
+        m, mx = read(path("m")), read(path("m.exp"))
+        name = "model.layers.0.mlp.down_proj.weight"
+        assert m[name][0] == "F8_E4M3" and m[name][1].shape == (64, 200)
+        scale = m["model.layers.0.mlp.down_proj.weight_scale"]
+        assert scale[0] == "F32" and scale[1].shape == ()
+        w, want = m[name][1], mx[name][1]
+        for _ in range(2000):
+            r, c = int(rng.integers(0, 64)), int(rng.integers(0, 200))
+            assert want[r, c].tobytes() == (np.float32(float(w[r, c])) * scale[1]).tobytes()
+        assert sorted(mx) == sorted(n for n in m if not n.endswith(("_scale",)))
     print("oracle selftest: ok")
 
 
@@ -356,7 +402,7 @@ def main():
         p = sub.add_parser(command)
         p.add_argument("input")
         p.add_argument("output")
-    for command in ("write-gptoss", "write-deepseek"):
+    for command in ("write-gptoss", "write-deepseek", "write-modelopt-fp8"):
         p = sub.add_parser(command)
         p.add_argument("output")
         p.add_argument("expected")
@@ -371,6 +417,8 @@ def main():
         write_gptoss(args.output, args.expected, args.seed)
     elif args.command == "write-deepseek":
         write_deepseek(args.output, args.expected, args.seed)
+    elif args.command == "write-modelopt-fp8":
+        write_modelopt_fp8(args.output, args.expected, args.seed)
     else:
         selftest()
 

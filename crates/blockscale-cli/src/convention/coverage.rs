@@ -1,0 +1,100 @@
+//! What `dequantize` refuses rather than copy: low-precision tensors that no convention
+//! it reads explains, and a checkpoint whose config declares a quantization of which it
+//! found no weight. Either would hand back quantized bytes to a user who asked for
+//! floats (a ModelOpt FP8 checkpoint once came back unchanged, "dequantized 0 weights").
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use safetensors::Dtype;
+
+use super::{Catalog, Found};
+use crate::error::CliError;
+
+/// What `dequantize` and `inspect` read, for messages.
+pub const SUPPORTED: &str = "native (blockscale), ModelOpt NVFP4 and FP8 per tensor, compressed-tensors \
+                             nvfp4-pack-quantized, gpt-oss MXFP4, DeepSeek-V3 FP8 (128x128 weight_scale_inv)";
+
+/// Dtypes that only quantized weights and their scales use.
+fn low_precision(d: Dtype) -> bool {
+    matches!(d, Dtype::F8_E4M3 | Dtype::F8_E5M2 | Dtype::F8_E8M0 | Dtype::F4 | Dtype::F6_E2M3 | Dtype::F6_E3M2)
+}
+
+/// The quantization a checkpoint declares: `quantization_config` of the folder's
+/// config.json, ModelOpt's hf_quant_config.json, or either key of a shard's metadata;
+/// `(where, what)` of the first found.
+pub fn declared_quantization(catalog: &Catalog<'_>, side_files: &[std::path::PathBuf]) -> Option<(String, String)> {
+    let describe = |v: &serde_json::Value| -> String {
+        let keys = ["quant_method", "format", "quant_algo", "quantization"];
+        let parts: Vec<String> = keys
+            .iter()
+            .filter_map(|k| {
+                v.get(k).map(|x| format!("{k}: {}", if x.is_object() { describe_short(x) } else { x.to_string() }))
+            })
+            .collect();
+        if parts.is_empty() { v.to_string().chars().take(120).collect() } else { parts.join(", ") }
+    };
+    for path in side_files {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let key = match name {
+            "config.json" => "quantization_config",
+            "hf_quant_config.json" => "",
+            _ => continue,
+        };
+        let Some(json) = read_json(path) else { continue };
+        let v = if key.is_empty() { Some(&json) } else { json.get(key) };
+        if let Some(v) = v.filter(|v| !v.is_null()) {
+            return Some((name.to_owned(), describe(v)));
+        }
+    }
+    for key in ["quantization_config", "hf_quant_config"] {
+        if let Some(text) = catalog.meta(key)
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(text)
+        {
+            return Some((format!("the safetensors metadata key {key:?}"), describe(&v)));
+        }
+    }
+    None
+}
+
+fn describe_short(v: &serde_json::Value) -> String {
+    v.get("quant_algo").map_or_else(|| "{...}".into(), |a| format!("{{quant_algo: {a}}}"))
+}
+
+fn read_json(path: &Path) -> Option<serde_json::Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// Refuses a checkpoint `dequantize` would return partly quantized.
+///
+/// # Errors
+/// [`CliError::Unsupported`] naming the first low-precision tensor no convention
+/// explains, or the declared quantization when no quantized weight was found.
+pub fn check_coverage(
+    catalog: &Catalog<'_>,
+    found: &[Found],
+    consumed: &HashSet<String>,
+    declared: Option<(String, String)>,
+) -> Result<(), CliError> {
+    for shard in catalog.shards() {
+        if let Some(t) = shard.tensors().iter().find(|t| low_precision(t.dtype) && !consumed.contains(&t.name)) {
+            return Err(CliError::Unsupported(format!(
+                "{}: tensor {:?} is {:?} {:?}, and no convention blockscale reads explains it (supported: {SUPPORTED}); \
+                 nothing was written",
+                shard.path().display(),
+                t.name,
+                t.dtype,
+                t.shape
+            )));
+        }
+    }
+    if found.is_empty()
+        && let Some((source, what)) = declared
+    {
+        return Err(CliError::Unsupported(format!(
+            "{source} declares a quantization ({what}), but no weight of a convention blockscale reads was found \
+             (supported: {SUPPORTED}); nothing was written"
+        )));
+    }
+    Ok(())
+}
