@@ -233,3 +233,55 @@ fn dequantize_refuses_what_it_would_hand_back_still_quantized() {
     let o = run(&["dequantize", s(&folder), "-o", s(&out)]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+#[test]
+fn fp8_block_configs_are_checked_against_the_weights() {
+    // DeepSeek-V3.1 layout: F8_E4M3 weight [200, 300], F32 weight_scale_inv [2, 3].
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("ds");
+    std::fs::create_dir(&folder).unwrap();
+    let weight =
+        ("model.layers.0.mlp.down_proj.weight".to_string(), Dtype::F8_E4M3, vec![200, 300], vec![0x38; 60_000]);
+    let scales = |s: [f32; 6]| -> Tensor {
+        let bytes = s.iter().flat_map(|v| v.to_le_bytes()).collect();
+        ("model.layers.0.mlp.down_proj.weight_scale_inv".into(), Dtype::F32, vec![2, 3], bytes)
+    };
+    let config = |qc: &str| std::fs::write(folder.join("config.json"), format!(r#"{{"quantization_config": {qc}}}"#));
+    let pow2 = [0.5, 0.25, 2.0f32.powi(-7), 1.0, 2.0f32.powi(-12), 4.0];
+    write(&folder.join("model.safetensors"), &[weight.clone(), scales(pow2)]);
+    let out = dir.path().join("out");
+    let dequantize = |out: &std::path::Path| run(&["dequantize", s(&folder), "-o", s(out), "--force"]);
+
+    // Powers of two under scale_fmt "ue8m0", 128 x 128 blocks: read.
+    config(r#"{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}"#).unwrap();
+    let o = dequantize(&out);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    // Qwen3 FP8 writes the same without scale_fmt: float32 scales, any value.
+    let mut not_pow2 = pow2;
+    not_pow2[5] = 0.75;
+    write(&folder.join("model.safetensors"), &[weight.clone(), scales(not_pow2)]);
+    config(r#"{"quant_method": "fp8", "weight_block_size": [128, 128]}"#).unwrap();
+    assert_eq!(code(&dequantize(&out)), 0);
+
+    // The same scale under "ue8m0": the tensor and the scale's position are named.
+    config(r#"{"quant_method": "fp8", "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}"#).unwrap();
+    let out2 = dir.path().join("out2");
+    let o = dequantize(&out2);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("weight_scale_inv") && e.contains("scale [1, 2] is 7.5e-1, not a power of two"), "{e}");
+    assert!(!out2.exists());
+
+    // Another block size or scale format: refused, nothing written.
+    for qc in [
+        r#"{"quant_method": "fp8", "weight_block_size": [64, 64]}"#,
+        r#"{"quant_method": "fp8", "weight_block_size": [128, 128], "scale_fmt": "e5m2"}"#,
+    ] {
+        config(qc).unwrap();
+        let o = dequantize(&out2);
+        assert_eq!(code(&o), 6, "{qc}: {}", stderr(&o));
+        assert!(stderr(&o).contains("nothing was written"), "{}", stderr(&o));
+        assert!(!out2.exists());
+    }
+}

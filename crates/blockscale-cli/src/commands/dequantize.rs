@@ -14,7 +14,9 @@ use crate::checkpoint::{
     write_index,
 };
 use crate::cli::{DequantizeArgs, DtypeArg};
-use crate::convention::{Catalog, Found, check_coverage, declared_quantization, decode, detect};
+use crate::convention::{
+    Catalog, Found, check_coverage, check_fp8_block_config, declared_quantization, decode, detect,
+};
 use crate::error::CliError;
 use crate::progress::bytes_bar;
 
@@ -71,6 +73,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let (found, consumed) = detect(&catalog)?;
     // Refused before the output exists: nothing is written.
     check_coverage(&catalog, &found, &consumed, declared_quantization(&catalog, &ckpt.others))?;
+    check_fp8_block_config(&catalog, &ckpt.others, &found)?;
     let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
     let output = Output::create(&args.output, kind, args.out.force)?;
     let by_main: BTreeMap<&str, &Found> = found.iter().map(|f| (f.main.as_str(), f)).collect();

@@ -20,6 +20,77 @@ fn low_precision(d: Dtype) -> bool {
     matches!(d, Dtype::F8_E4M3 | Dtype::F8_E5M2 | Dtype::F8_E8M0 | Dtype::F4 | Dtype::F6_E2M3 | Dtype::F6_E3M2)
 }
 
+/// The `quantization_config` object of the folder's config.json, or of a file's
+/// metadata.
+fn quantization_config(catalog: &Catalog<'_>, side_files: &[std::path::PathBuf]) -> Option<serde_json::Value> {
+    let from_file = side_files
+        .iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "config.json"))
+        .find_map(|p| read_json(p)?.get("quantization_config").filter(|v| v.is_object()).cloned());
+    from_file.or_else(|| serde_json::from_str(catalog.meta("quantization_config")?).ok())
+}
+
+/// Checks what a `quant_method: "fp8"` config (DeepSeek-V3/R1, Qwen3 FP8) says against
+/// the FP8 block weights found: the block must be 128 x 128, the one layout read; with
+/// `scale_fmt: "ue8m0"` (DeepSeek-V3.1) every `weight_scale_inv` must be a power of two.
+///
+/// # Errors
+/// [`CliError::Unsupported`] for another block size or scale format,
+/// [`CliError::Tensor`] naming a scale that is not a power of two, with its position.
+pub fn check_fp8_block_config(
+    catalog: &Catalog<'_>,
+    side_files: &[std::path::PathBuf],
+    found: &[Found],
+) -> Result<(), CliError> {
+    let Some(qc) = quantization_config(catalog, side_files) else { return Ok(()) };
+    if qc.get("quant_method").and_then(|m| m.as_str()) != Some("fp8") {
+        return Ok(());
+    }
+    if let Some(block) = qc.get("weight_block_size")
+        && block != &serde_json::json!([128, 128])
+    {
+        return Err(CliError::Unsupported(format!(
+            "the checkpoint's quantization_config declares FP8 weight_block_size {block}; blockscale reads \
+             128 x 128 blocks (weight_scale_inv per [128, 128] tile); nothing was written"
+        )));
+    }
+    let pow2 = match qc.get("scale_fmt").and_then(|f| f.as_str()) {
+        None => false,
+        Some("ue8m0") => true,
+        Some(other) => {
+            return Err(CliError::Unsupported(format!(
+                "the checkpoint's quantization_config declares scale_fmt {other:?}; blockscale reads FP8 block \
+                 scales as float32 (no scale_fmt) or powers of two (\"ue8m0\"); nothing was written"
+            )));
+        }
+    };
+    if !pow2 {
+        return Ok(());
+    }
+    for f in found {
+        let super::Decode::DeepseekFp8 { scales } = &f.decode else { continue };
+        let Some(bytes) = catalog.bytes(scales) else { continue };
+        let cols = f.k.div_ceil(128);
+        for (i, c) in bytes.chunks_exact(4).enumerate() {
+            let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            // A positive normal power of two: sign 0, mantissa 0, exponent neither 0 nor 255.
+            let bits = v.to_bits();
+            if bits & 0x807f_ffff != 0 || bits >> 23 == 0 || bits >> 23 == 255 {
+                return Err(CliError::tensor(
+                    catalog.path_of(scales),
+                    scales,
+                    format!(
+                        "scale [{}, {}] is {v:e}, not a power of two, but the config declares scale_fmt \"ue8m0\"",
+                        i / cols.max(1),
+                        i % cols.max(1)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The quantization a checkpoint declares: `quantization_config` of the folder's
 /// config.json, ModelOpt's hf_quant_config.json, or either key of a shard's metadata;
 /// `(where, what)` of the first found.
