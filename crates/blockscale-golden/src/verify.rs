@@ -554,8 +554,10 @@ fn ulp(x: f32) -> f64 {
     (f32::from_bits(a.to_bits() + 1) - a) as f64
 }
 
-/// `sum_k |A[i, k] B[j, k]|` over dequantized values (per-tensor factors included).
-fn abs_products(
+/// `sum_k |A[i, k] B[j, k]|` over dequantized values (per-tensor factors included), the
+/// scale of every product bound: `a` quantized or `x` high-precision, times `b`. (It
+/// returns no error today.)
+pub fn abs_products(
     a: Option<&QuantizedMatrix>,
     x: Option<&Values>,
     b: &QuantizedMatrix,
