@@ -36,9 +36,6 @@ impl<T> CudaElement for T {}
 /// the CUDA GEMV reads bf16 or f16 activations, and refuses f32 ones with
 /// [`Error::Unsupported`](crate::Error::Unsupported).
 pub trait Element: blockscale_cpu::Input + blockscale_cpu::Output + CudaElement + sealed::Sealed {
-    /// The type's name, as error messages spell it.
-    const NAME: &'static str;
-
     /// The CUDA GEMV of `x` (`m x k`, this type) by `w`: bf16 and f16 run the GEMV
     /// kernels, f32 is refused.
     #[doc(hidden)]
@@ -52,8 +49,6 @@ pub trait Element: blockscale_cpu::Input + blockscale_cpu::Output + CudaElement 
 }
 
 impl Element for f32 {
-    const NAME: &'static str = "f32";
-
     #[cfg(feature = "cuda")]
     fn cuda_gemv<O: Element>(
         _: &blockscale_cuda::Device,
@@ -70,10 +65,8 @@ impl Element for f32 {
 }
 
 macro_rules! gemv_element {
-    ($t:ty, $name:literal) => {
+    ($t:ty) => {
         impl Element for $t {
-            const NAME: &'static str = $name;
-
             #[cfg(feature = "cuda")]
             fn cuda_gemv<O: Element>(
                 dev: &blockscale_cuda::Device,
@@ -86,5 +79,5 @@ macro_rules! gemv_element {
         }
     };
 }
-gemv_element!(f16, "f16");
-gemv_element!(bf16, "bf16");
+gemv_element!(f16);
+gemv_element!(bf16);

@@ -48,6 +48,18 @@ pub struct Output {
 }
 
 impl Output {
+    /// Refuses an existing `dest` without `force`: what [`Output::create`] checks first,
+    /// for a command that wants to say so before other checks of its own.
+    ///
+    /// # Errors
+    /// [`CliError::OutputExists`].
+    pub fn refuse_existing(dest: &Path, force: bool) -> Result<(), CliError> {
+        if dest.exists() && !force {
+            return Err(CliError::OutputExists { path: dest.to_owned() });
+        }
+        Ok(())
+    }
+
     /// Prepares `dest`: refuses an existing destination without `force` (before any
     /// work is done) and creates the temporary next to it.
     ///
@@ -55,9 +67,7 @@ impl Output {
     /// [`CliError::OutputExists`], or [`CliError::Write`] when the temporary cannot be
     /// created (missing parent folder, permissions).
     pub fn create(dest: &Path, kind: OutputKind, force: bool) -> Result<Self, CliError> {
-        if dest.exists() && !force {
-            return Err(CliError::OutputExists { path: dest.to_owned() });
-        }
+        Self::refuse_existing(dest, force)?;
         if dest.is_dir() != (kind == OutputKind::Dir) && dest.exists() {
             let what = if kind == OutputKind::Dir { "a folder" } else { "a file" };
             return Err(CliError::Usage(format!(

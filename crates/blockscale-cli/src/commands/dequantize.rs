@@ -14,9 +14,7 @@ use crate::checkpoint::{
     write_index,
 };
 use crate::cli::{DequantizeArgs, DtypeArg};
-use crate::convention::{
-    Catalog, Found, check_coverage, check_fp8_block_config, declared_quantization, decode, detect,
-};
+use crate::convention::{Catalog, Declared, Found, check_coverage, check_fp8_block_config, decode, detect};
 use crate::error::CliError;
 use crate::progress::bytes_bar;
 
@@ -65,15 +63,14 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let start = Instant::now();
     let ckpt = Checkpoint::open(&args.input)?;
     same_path_check(&args.input, &args.output)?;
-    if args.output.exists() && !args.out.force {
-        return Err(CliError::OutputExists { path: args.output.clone() });
-    }
+    Output::refuse_existing(&args.output, args.out.force)?;
     let shards = ckpt.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
     let catalog = Catalog::new(&shards)?;
     let (found, consumed) = detect(&catalog)?;
     // Refused before the output exists: nothing is written.
-    check_coverage(&catalog, &found, &consumed, declared_quantization(&catalog, &ckpt.others))?;
-    check_fp8_block_config(&catalog, &ckpt.others, &found)?;
+    let declared = Declared::read(&catalog, &ckpt.others);
+    check_coverage(&catalog, &found, &consumed, &declared)?;
+    check_fp8_block_config(&catalog, &declared, &found)?;
     let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
     let output = Output::create(&args.output, kind, args.out.force)?;
     let by_main: BTreeMap<&str, &Found> = found.iter().map(|f| (f.main.as_str(), f)).collect();

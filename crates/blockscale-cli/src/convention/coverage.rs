@@ -20,14 +20,36 @@ fn low_precision(d: Dtype) -> bool {
     matches!(d, Dtype::F8_E4M3 | Dtype::F8_E5M2 | Dtype::F8_E8M0 | Dtype::F4 | Dtype::F6_E2M3 | Dtype::F6_E3M2)
 }
 
-/// The `quantization_config` object of the folder's config.json, or of a file's
+/// The quantization a checkpoint declares, read once: `quantization_config` of the
+/// folder's config.json, ModelOpt's hf_quant_config.json, and those keys of a file's
 /// metadata.
-fn quantization_config(catalog: &Catalog<'_>, side_files: &[std::path::PathBuf]) -> Option<serde_json::Value> {
-    let from_file = side_files
-        .iter()
-        .filter(|p| p.file_name().is_some_and(|n| n == "config.json"))
-        .find_map(|p| read_json(p)?.get("quantization_config").filter(|v| v.is_object()).cloned());
-    from_file.or_else(|| serde_json::from_str(catalog.meta("quantization_config")?).ok())
+pub struct Declared {
+    /// config.json's `quantization_config` object, else the metadata's.
+    quantization_config: Option<serde_json::Value>,
+    /// The first declaration of any kind, in the order above: `(where, what)`.
+    first: Option<(String, serde_json::Value)>,
+}
+
+impl Declared {
+    /// Reads the declarations of `catalog`'s shards and the folder's `side_files`.
+    pub fn read(catalog: &Catalog<'_>, side_files: &[std::path::PathBuf]) -> Self {
+        let file = |name: &str| side_files.iter().find(|p| p.file_name().is_some_and(|n| n == name));
+        let meta = |key: &str| -> Option<serde_json::Value> { serde_json::from_str(catalog.meta(key)?).ok() };
+        let config_qc = file("config.json")
+            .and_then(|p| read_json(p)?.get("quantization_config").filter(|v| !v.is_null()).cloned());
+        let hf = file("hf_quant_config.json").and_then(|p| read_json(p)).filter(|v| !v.is_null());
+        let meta_qc = meta("quantization_config");
+        let first = [
+            ("config.json".to_owned(), config_qc.clone()),
+            ("hf_quant_config.json".to_owned(), hf),
+            ("the safetensors metadata key \"quantization_config\"".to_owned(), meta_qc.clone()),
+            ("the safetensors metadata key \"hf_quant_config\"".to_owned(), meta("hf_quant_config")),
+        ]
+        .into_iter()
+        .find_map(|(source, v)| Some((source, v?)));
+        let quantization_config = config_qc.filter(|v| v.is_object()).or(meta_qc);
+        Self { quantization_config, first }
+    }
 }
 
 /// Checks what a `quant_method: "fp8"` config (DeepSeek-V3/R1, Qwen3 FP8) says against
@@ -37,12 +59,8 @@ fn quantization_config(catalog: &Catalog<'_>, side_files: &[std::path::PathBuf])
 /// # Errors
 /// [`CliError::Unsupported`] for another block size or scale format,
 /// [`CliError::Tensor`] naming a scale that is not a power of two, with its position.
-pub fn check_fp8_block_config(
-    catalog: &Catalog<'_>,
-    side_files: &[std::path::PathBuf],
-    found: &[Found],
-) -> Result<(), CliError> {
-    let Some(qc) = quantization_config(catalog, side_files) else { return Ok(()) };
+pub fn check_fp8_block_config(catalog: &Catalog<'_>, declared: &Declared, found: &[Found]) -> Result<(), CliError> {
+    let Some(qc) = &declared.quantization_config else { return Ok(()) };
     if qc.get("quant_method").and_then(|m| m.as_str()) != Some("fp8") {
         return Ok(());
     }
@@ -91,41 +109,17 @@ pub fn check_fp8_block_config(
     Ok(())
 }
 
-/// The quantization a checkpoint declares: `quantization_config` of the folder's
-/// config.json, ModelOpt's hf_quant_config.json, or either key of a shard's metadata;
-/// `(where, what)` of the first found.
-pub fn declared_quantization(catalog: &Catalog<'_>, side_files: &[std::path::PathBuf]) -> Option<(String, String)> {
-    let describe = |v: &serde_json::Value| -> String {
-        let keys = ["quant_method", "format", "quant_algo", "quantization"];
-        let parts: Vec<String> = keys
-            .iter()
-            .filter_map(|k| {
-                v.get(k).map(|x| format!("{k}: {}", if x.is_object() { describe_short(x) } else { x.to_string() }))
-            })
-            .collect();
-        if parts.is_empty() { v.to_string().chars().take(120).collect() } else { parts.join(", ") }
-    };
-    for path in side_files {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let key = match name {
-            "config.json" => "quantization_config",
-            "hf_quant_config.json" => "",
-            _ => continue,
-        };
-        let Some(json) = read_json(path) else { continue };
-        let v = if key.is_empty() { Some(&json) } else { json.get(key) };
-        if let Some(v) = v.filter(|v| !v.is_null()) {
-            return Some((name.to_owned(), describe(v)));
-        }
-    }
-    for key in ["quantization_config", "hf_quant_config"] {
-        if let Some(text) = catalog.meta(key)
-            && let Ok(v) = serde_json::from_str::<serde_json::Value>(text)
-        {
-            return Some((format!("the safetensors metadata key {key:?}"), describe(&v)));
-        }
-    }
-    None
+/// A declaration in a few words: its `quant_method`, `format`, `quant_algo` or
+/// ModelOpt's `quantization.quant_algo`, else the start of its JSON.
+fn describe(v: &serde_json::Value) -> String {
+    let keys = ["quant_method", "format", "quant_algo", "quantization"];
+    let parts: Vec<String> = keys
+        .iter()
+        .filter_map(|k| {
+            v.get(k).map(|x| format!("{k}: {}", if x.is_object() { describe_short(x) } else { x.to_string() }))
+        })
+        .collect();
+    if parts.is_empty() { v.to_string().chars().take(120).collect() } else { parts.join(", ") }
 }
 
 fn describe_short(v: &serde_json::Value) -> String {
@@ -145,7 +139,7 @@ pub fn check_coverage(
     catalog: &Catalog<'_>,
     found: &[Found],
     consumed: &HashSet<String>,
-    declared: Option<(String, String)>,
+    declared: &Declared,
 ) -> Result<(), CliError> {
     for shard in catalog.shards() {
         if let Some(t) = shard.tensors().iter().find(|t| low_precision(t.dtype) && !consumed.contains(&t.name)) {
@@ -160,11 +154,12 @@ pub fn check_coverage(
         }
     }
     if found.is_empty()
-        && let Some((source, what)) = declared
+        && let Some((source, v)) = &declared.first
     {
         return Err(CliError::Unsupported(format!(
-            "{source} declares a quantization ({what}), but no weight of a convention blockscale reads was found \
-             (supported: {SUPPORTED}); nothing was written"
+            "{source} declares a quantization ({}), but no weight of a convention blockscale reads was found \
+             (supported: {SUPPORTED}); nothing was written",
+            describe(v)
         )));
     }
     Ok(())

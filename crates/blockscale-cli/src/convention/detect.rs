@@ -117,6 +117,11 @@ fn expect(catalog: &Catalog<'_>, name: &str, dtype: Dtype, shape: Option<&[usize
     Ok(())
 }
 
+/// `name` when the checkpoint holds it: an optional companion (an activation scale).
+fn optional(catalog: &Catalog<'_>, name: String) -> Option<String> {
+    catalog.get(&name).is_some().then_some(name)
+}
+
 fn scalar_f32(catalog: &Catalog<'_>, name: &str) -> Result<(), CliError> {
     expect(catalog, name, Dtype::F32, None)?;
     let (_, t) = catalog.get(name).expect("checked");
@@ -215,10 +220,7 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
         let (rows, k, layout) = nvfp4_scales(catalog, t, &scales)?;
         scalar_f32(catalog, &ws2)?;
         let mut parts = vec![name.to_owned(), scales.clone(), ws2.clone()];
-        let input_scale = format!("{p}.input_scale");
-        if catalog.get(&input_scale).is_some() {
-            parts.push(input_scale);
-        }
+        parts.extend(optional(catalog, format!("{p}.input_scale")));
         return Ok(Some(Found {
             convention: Convention::Modelopt,
             output: name.to_owned(),
@@ -253,10 +255,7 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
         let (rows, k, layout) = nvfp4_scales(catalog, t, &scales)?;
         scalar_f32(catalog, &g)?;
         let mut parts = vec![name.to_owned(), scales.clone(), g.clone()];
-        let input = format!("{p}.input_global_scale");
-        if catalog.get(&input).is_some() {
-            parts.push(input);
-        }
+        parts.extend(optional(catalog, format!("{p}.input_global_scale")));
         return Ok(Some(Found {
             convention: Convention::CompressedTensors,
             output: format!("{p}.weight"),
@@ -348,8 +347,7 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
         scalar_f32(catalog, &scale)?;
         let (rows, k) = (t.shape[0], t.shape[1]);
         let mut parts = vec![name.to_owned(), scale.clone()];
-        let input_scale = format!("{p}.input_scale");
-        if catalog.get(&input_scale).is_some() {
+        if let Some(input_scale) = optional(catalog, format!("{p}.input_scale")) {
             scalar_f32(catalog, &input_scale)?;
             parts.push(input_scale);
         }

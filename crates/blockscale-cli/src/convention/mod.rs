@@ -12,7 +12,7 @@ mod encode;
 
 pub use catalog::Catalog;
 pub use config::{Configs, ignored_linear_layers, quant_configs};
-pub use coverage::{check_coverage, check_fp8_block_config, declared_quantization};
+pub use coverage::{Declared, check_coverage, check_fp8_block_config};
 pub use decode::decode;
 pub use detect::{Decode, Found, GlobalSource, detect};
 pub use encode::{encode, plan_outputs, prefix as layer_prefix};

@@ -188,6 +188,16 @@ def bf16(rng, shape, scale=1.0):
     return (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(ml_dtypes.bfloat16)
 
 
+def write_pair(out_path, expected_path, quantized, expected, dequantized, others):
+    """Writes a third-party checkpoint and its expected dequantization: `others` (plain
+    tensors) go unchanged into both, as float32 in the expected file."""
+    for name, array in others.items():
+        quantized[name] = array
+        expected[name] = array.astype(np.float32)
+    write(out_path, quantized, metadata={"format": "pt"})
+    write(expected_path, expected, dequantized)
+
+
 def mxfp4_expected(blocks, scales):
     """gpt-oss MXFP4 -> float32, as transformers' convert_moe_packed_tensors arranges it:
     blocks [E, R, G, 16] (32 FP4 values per block, low nibble = even element) and
@@ -221,11 +231,7 @@ def write_gptoss(out_path, expected_path, seed):
         "model.layers.0.input_layernorm.weight": bf16(rng, (h,)) + ml_dtypes.bfloat16(1),
         "model.layers.0.self_attn.q_proj.weight": bf16(rng, (64, h), 0.05),
     }
-    for name, array in others.items():
-        quantized[name] = array
-        expected[name] = array.astype(np.float32)
-    write(out_path, quantized, metadata={"format": "pt"})
-    write(expected_path, expected, dequantized)
+    write_pair(out_path, expected_path, quantized, expected, dequantized, others)
 
 
 def random_e4m3(rng, shape):
@@ -261,11 +267,7 @@ def write_deepseek(out_path, expected_path, seed):
         # A 2-D bf16 weight that is not quantized (the MoE router keeps full precision).
         "model.layers.0.mlp.gate.weight": bf16(rng, (8, 300), 0.02),
     }
-    for name, array in others.items():
-        quantized[name] = array
-        expected[name] = array.astype(np.float32)
-    write(out_path, quantized, metadata={"format": "pt"})
-    write(expected_path, expected, dequantized)
+    write_pair(out_path, expected_path, quantized, expected, dequantized, others)
 
 
 def write_modelopt_fp8(out_path, expected_path, seed):
@@ -290,12 +292,8 @@ def write_modelopt_fp8(out_path, expected_path, seed):
         "model.layers.0.input_layernorm.weight": bf16(rng, (160,)) + ml_dtypes.bfloat16(1),
         "lm_head.weight": bf16(rng, (32, 160), 0.02),
     }
-    for name, array in others.items():
-        quantized[name] = array
-        expected[name] = array.astype(np.float32)
-    write(out_path, quantized, metadata={"format": "pt"})
     # ModelOpt's own input scales are not weights: a dequantized checkpoint drops them.
-    write(expected_path, expected, dequantized)
+    write_pair(out_path, expected_path, quantized, expected, dequantized, others)
 
 
 def selftest():

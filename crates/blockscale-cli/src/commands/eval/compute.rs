@@ -183,11 +183,12 @@ pub fn summarize(schemes: &[Scheme], rows: &[EvalRow]) -> Vec<SchemeSummary> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use half::bf16;
 
-    fn tensor(rows: usize, k: usize, values: Vec<f32>) -> EvalTensor<'static> {
+    /// A tensor `w` of `rows x k` f32 values, for the tests here and in `eval`.
+    pub(in crate::commands::eval) fn tensor(rows: usize, k: usize, values: Vec<f32>) -> EvalTensor<'static> {
         EvalTensor {
             source: "t.safetensors".into(),
             name: "w".into(),

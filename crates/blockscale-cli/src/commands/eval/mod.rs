@@ -197,6 +197,7 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
 
 #[cfg(test)]
 mod tests {
+    use super::compute::tests::tensor;
     use super::*;
 
     fn args(extra: &[&str]) -> EvalArgs {
@@ -205,16 +206,6 @@ mod tests {
         match crate::cli::Cli::parse_from(argv).command {
             crate::cli::Command::Eval(a) => a,
             _ => unreachable!(),
-        }
-    }
-
-    fn tensor(rows: usize, k: usize, values: Vec<f32>) -> EvalTensor<'static> {
-        EvalTensor {
-            source: "t.safetensors".into(),
-            name: "w".into(),
-            rows,
-            k,
-            values: FloatValues::F32(values.into()),
         }
     }
 
