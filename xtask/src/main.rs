@@ -7,6 +7,7 @@ mod bench_checkpoint;
 mod golden;
 mod gpu_bundle;
 mod kernels;
+mod peers;
 mod setup_cuda;
 mod test;
 mod util;
@@ -31,6 +32,10 @@ tasks:
   bench-checkpoint
                   quantize a generated 2 GB bf16 checkpoint to NVFP4 with the release
                   CLI: throughput vs in-memory quantize, peak RSS (/usr/bin/time -v)
+  peers           check what `quantize` writes with the libraries that load it:
+                  compressed-tensors' dequantizers and ModelOpt's quantizers (installs
+                  PyTorch and them from PyPI under target/peers, ~6 GB; not in CI)
+    --force         reinstall the peers
   golden          write tests/golden/*.safetensors from the CPU reference (seeded)
     --seed N        the generator's seed (default 0x5eedb10c)
     --full          larger shapes, into target/golden-full/ (not committed)
@@ -88,6 +93,7 @@ fn main() -> Result<()> {
         "kernels" => kernels::run(),
         "bench" => bench::run(backend.as_deref().unwrap_or("cpu")),
         "bench-checkpoint" => bench_checkpoint::run(),
+        "peers" => peers::run_all(flag("--force")),
         "golden" => {
             let seed = match values.get("--seed") {
                 Some(s) => {

@@ -1,0 +1,228 @@
+"""The peer check behind `cargo xtask peers`: the libraries users load checkpoints with
+read what `blockscale quantize` writes as blockscale reads it, and ModelOpt's own
+NVFP4 quantizer gives the bytes `--recipe modelopt` writes.
+
+Runs with PYTHONPATH at target/peers (PyTorch, compressed-tensors, nvidia-modelopt,
+installed by the xtask from PyPI), on the CPU. Not part of CI.
+
+usage:
+  peers.py make-checkpoint DIR
+  peers.py ct-dequantize QDIR OUT [--dtype bf16|f16|f32]
+                                            compressed-tensors' CompressedTensorsDequantizer
+  peers.py fp8block-dequantize QDIR OUT [--dtype bf16|f16|f32]
+                                            compressed-tensors' FP8BlockDequantizer (DeepSeek layout)
+  peers.py compare PEER OURS                every weight of PEER, bit for bit in OURS
+  peers.py modelopt-nvfp4 ORIG QDIR         NVFP4QTensor.quantize vs the written bytes
+  peers.py modelopt-fp8 ORIG QDIR           FP8QTensor.quantize (per tensor) vs the written bytes
+
+Every comparison prints one JSON line {"same": bool, "detail": str} and exits 0; the
+xtask makes the table. Other failures (a peer that raises) exit nonzero.
+"""
+
+import argparse
+import glob
+import json
+import os
+import sys
+import warnings
+
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+# A transformer-like layer set: shapes that are multiples of every block (16, 32, 128),
+# plus the cases the recipes treat specially.
+SHAPES = {
+    "model.layers.0.self_attn.q_proj.weight": (256, 512),
+    "model.layers.0.self_attn.o_proj.weight": (256, 256),
+    "model.layers.0.mlp.up_proj.weight": (384, 256),
+    "model.layers.0.mlp.down_proj.weight": (256, 384),
+}
+
+
+def make_checkpoint(out_dir):
+    """bf16 weights with heavy tails and outlier channels, one all-zero 16x128 region
+    (ModelOpt's zero-block rule), one region a million times smaller than the tensor's
+    amax (its per-block scale floor), a norm and an embedding (never quantized)."""
+    g = torch.Generator().manual_seed(0x5EED)
+    tensors = {}
+    for name, (n, k) in SHAPES.items():
+        w = (torch.rand(n, k, generator=g) - 0.5) + (torch.rand(n, k, generator=g) - 0.5)
+        w *= 0.02
+        outliers = torch.rand(n, k, generator=g) < 1 / 512
+        w[outliers] *= 30
+        w[:, 7] *= 8  # an outlier input channel
+        if name.endswith("q_proj.weight"):
+            w[0:16, 0:128] = 0
+            w[16:32, 0:128] *= 1e-6
+        tensors[name] = w.to(torch.bfloat16)
+    tensors["model.layers.0.input_layernorm.weight"] = torch.ones(256, dtype=torch.bfloat16)
+    tensors["model.embed_tokens.weight"] = (torch.randn(64, 256, generator=g) * 0.02).to(torch.bfloat16)
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "num_hidden_layers": 1,
+        "torch_dtype": "bfloat16",
+    }
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def load_dir(path):
+    files = [path] if os.path.isfile(path) else sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise SystemExit(f"no .safetensors under {path}")
+    tensors = {}
+    for f in files:
+        tensors.update(load_file(f))
+    return tensors
+
+
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+def ct_dequantize(qdir, out, dtype):
+    from compressed_tensors.entrypoints.convert.converters.ct_dequantizer import CompressedTensorsDequantizer
+
+    conv = CompressedTensorsDequantizer(qdir, dtype=DTYPES[dtype])
+    save_file({k: v.contiguous() for k, v in conv.validate(load_dir(qdir)).items()}, out)
+
+
+def fp8block_dequantize(qdir, out, dtype):
+    from compressed_tensors.entrypoints.convert.converters.fp8block_dequantizer import FP8BlockDequantizer
+
+    conv = FP8BlockDequantizer.from_pretrained(qdir, dtype=DTYPES[dtype])
+    save_file({k: v.contiguous() for k, v in conv.validate(load_dir(qdir)).items()}, out)
+
+
+def report(same, detail):
+    print(json.dumps({"same": bool(same), "detail": detail}))
+
+
+def bits(t):
+    """The raw bits of a tensor as integers of its width (NaNs compare by pattern)."""
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.contiguous().view(view)
+
+
+def compare(peer_path, ours_path):
+    peer, ours = load_dir(peer_path), load_dir(ours_path)
+    weights = [n for n in peer if n.endswith(".weight") and n in SHAPES]
+    if not weights:
+        return report(False, "the peer produced none of the quantized weights")
+    diffs = []
+    total = 0
+    for name in sorted(weights):
+        if name not in ours:
+            diffs.append(f"{name}: missing from blockscale's output")
+            continue
+        p, o = peer[name], ours[name]
+        if p.dtype != o.dtype or p.shape != o.shape:
+            diffs.append(f"{name}: peer {p.dtype} {list(p.shape)}, blockscale {o.dtype} {list(o.shape)}")
+            continue
+        total += p.numel()
+        neq = bits(p) != bits(o)
+        if neq.any():
+            d = (p.double() - o.double()).abs()
+            diffs.append(f"{name}: {int(neq.sum())} of {p.numel()} differ (max |diff| {float(d.max()):.3g})")
+    if diffs:
+        return report(False, "; ".join(diffs))
+    report(True, f"{len(weights)} weights, {total} values bit for bit")
+
+
+def modelopt_tensors(qdir):
+    t = load_dir(qdir)
+    return t, [n for n in SHAPES if n in t]
+
+
+def modelopt_nvfp4(orig_path, qdir):
+    from modelopt.torch.quantization.qtensor import NVFP4QTensor
+
+    orig = load_dir(orig_path)
+    ours, names = modelopt_tensors(qdir)
+    if not names:
+        return report(False, "no quantized weight in blockscale's output")
+    diffs = []
+    for name in names:
+        p = name.removesuffix(".weight")
+        q, scale, scale2 = NVFP4QTensor.quantize(orig[name], 16)
+        checks = [
+            ("weight", q._quantized_data.to(torch.uint8), ours[f"{p}.weight"]),
+            ("weight_scale", scale.view(torch.uint8), ours[f"{p}.weight_scale"].view(torch.uint8)),
+            ("weight_scale_2", scale2.float().reshape(()), ours[f"{p}.weight_scale_2"].float().reshape(())),
+        ]
+        for part, want, got in checks:
+            if want.shape != got.shape:
+                diffs.append(f"{p}.{part}: ModelOpt {list(want.shape)}, blockscale {list(got.shape)}")
+            elif (bits(want) != bits(got)).any():
+                n = int((bits(want) != bits(got)).sum())
+                diffs.append(f"{p}.{part}: {n} of {want.numel()} bytes/values differ")
+    if diffs:
+        return report(False, "; ".join(diffs))
+    report(True, f"{len(names)} weights: packed E2M1, E4M3 block scales and weight_scale_2 identical")
+
+
+def modelopt_fp8(orig_path, qdir):
+    from modelopt.torch.quantization.qtensor import FP8QTensor
+
+    orig = load_dir(orig_path)
+    ours, names = modelopt_tensors(qdir)
+    if not names:
+        return report(False, "no quantized weight in blockscale's output")
+    diffs = []
+    for name in names:
+        p = name.removesuffix(".weight")
+        q, scale = FP8QTensor.quantize(orig[name])
+        want_w = q._quantized_data.view(torch.uint8)
+        got_w = ours[f"{p}.weight"].view(torch.uint8)
+        want_s = scale.float().reshape(())
+        got_s = ours[f"{p}.weight_scale"].float().reshape(())
+        if (bits(want_s) != bits(got_s)).any():
+            diffs.append(f"{p}.weight_scale: ModelOpt {float(want_s)!r}, blockscale {float(got_s)!r}")
+        if want_w.shape != got_w.shape:
+            diffs.append(f"{p}.weight: ModelOpt {list(want_w.shape)}, blockscale {list(got_w.shape)}")
+        elif (want_w != got_w).any():
+            diffs.append(f"{p}.weight: {int((want_w != got_w).sum())} of {want_w.numel()} bytes differ")
+    if diffs:
+        return report(False, "; ".join(diffs))
+    report(True, f"{len(names)} weights: E4M3 bytes and weight_scale identical")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("make-checkpoint").add_argument("dir")
+    for c in ["ct-dequantize", "fp8block-dequantize"]:
+        p = sub.add_parser(c)
+        p.add_argument("qdir")
+        p.add_argument("out")
+        p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    p = sub.add_parser("compare")
+    p.add_argument("peer")
+    p.add_argument("ours")
+    for c in ["modelopt-nvfp4", "modelopt-fp8"]:
+        p = sub.add_parser(c)
+        p.add_argument("orig")
+        p.add_argument("qdir")
+    a = ap.parse_args()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if a.cmd == "make-checkpoint":
+        make_checkpoint(a.dir)
+    elif a.cmd == "ct-dequantize":
+        ct_dequantize(a.qdir, a.out, a.dtype)
+    elif a.cmd == "fp8block-dequantize":
+        fp8block_dequantize(a.qdir, a.out, a.dtype)
+    elif a.cmd == "compare":
+        compare(a.peer, a.ours)
+    elif a.cmd == "modelopt-nvfp4":
+        modelopt_nvfp4(a.orig, a.qdir)
+    else:
+        modelopt_fp8(a.orig, a.qdir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
