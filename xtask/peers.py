@@ -6,13 +6,14 @@ Runs with PYTHONPATH at target/peers (PyTorch, compressed-tensors, nvidia-modelo
 installed by the xtask from PyPI), on the CPU. Not part of CI.
 
 usage:
-  peers.py make-checkpoint DIR
+  peers.py make-checkpoint DIR ACTS         weights and config.json in DIR, activations in ACTS
   peers.py ct-dequantize QDIR OUT [--dtype bf16|f16|f32]
                                             compressed-tensors' CompressedTensorsDequantizer
   peers.py fp8block-dequantize QDIR OUT [--dtype bf16|f16|f32]
                                             compressed-tensors' FP8BlockDequantizer (DeepSeek layout)
   peers.py compare PEER OURS                every weight of PEER, bit for bit in OURS
-  peers.py modelopt-nvfp4 ORIG QDIR         NVFP4QTensor.quantize vs the written bytes
+  peers.py modelopt-nvfp4 ORIG QDIR [--calibration ACTS]
+                                            NVFP4QTensor.quantize vs the written bytes
   peers.py modelopt-fp8 ORIG QDIR           FP8QTensor.quantize (per tensor) vs the written bytes
 
 Every comparison prints one JSON line {"same": bool, "detail": str} and exits 0; the
@@ -38,10 +39,11 @@ SHAPES = {
     "model.layers.0.self_attn.o_proj.weight": (256, 256),
     "model.layers.0.mlp.up_proj.weight": (384, 256),
     "model.layers.0.mlp.down_proj.weight": (256, 384),
+    "model.layers.1.mlp.gate_proj.weight": (1024, 2048),
 }
 
 
-def make_checkpoint(out_dir):
+def make_checkpoint(out_dir, acts_path):
     """bf16 weights with heavy tails and outlier channels, one all-zero 16x128 region
     (ModelOpt's zero-block rule), one region a million times smaller than the tensor's
     amax (its per-block scale floor), a norm and an embedding (never quantized)."""
@@ -61,6 +63,9 @@ def make_checkpoint(out_dir):
     tensors["model.embed_tokens.weight"] = (torch.randn(64, 256, generator=g) * 0.02).to(torch.bfloat16)
     os.makedirs(out_dir, exist_ok=True)
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    # Recorded activations for --calibration, one per layer.
+    acts = {name.removesuffix(".weight"): torch.randn(8, k, generator=g).to(torch.bfloat16) * (i + 1) for i, (name, (n, k)) in enumerate(SHAPES.items())}
+    save_file(acts, acts_path)
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -139,10 +144,11 @@ def modelopt_tensors(qdir):
     return t, [n for n in SHAPES if n in t]
 
 
-def modelopt_nvfp4(orig_path, qdir):
+def modelopt_nvfp4(orig_path, qdir, acts_path):
     from modelopt.torch.quantization.qtensor import NVFP4QTensor
 
     orig = load_dir(orig_path)
+    acts = load_file(acts_path) if acts_path else {}
     ours, names = modelopt_tensors(qdir)
     if not names:
         return report(False, "no quantized weight in blockscale's output")
@@ -155,6 +161,11 @@ def modelopt_nvfp4(orig_path, qdir):
             ("weight_scale", scale.view(torch.uint8), ours[f"{p}.weight_scale"].view(torch.uint8)),
             ("weight_scale_2", scale2.float().reshape(()), ours[f"{p}.weight_scale_2"].float().reshape(())),
         ]
+        if p in acts:
+            # ModelOpt's activation scale: amax / (maxbound * 448), maxbound 6 for NVFP4
+            # (NVFP4QTensor.get_activation_scaling_factor).
+            want_input = (acts[p].abs().amax().float() / (6.0 * 448.0)).reshape(())
+            checks.append(("input_scale", want_input, ours[f"{p}.input_scale"].float().reshape(())))
         for part, want, got in checks:
             if want.shape != got.shape:
                 diffs.append(f"{p}.{part}: ModelOpt {list(want.shape)}, blockscale {list(got.shape)}")
@@ -163,7 +174,8 @@ def modelopt_nvfp4(orig_path, qdir):
                 diffs.append(f"{p}.{part}: {n} of {want.numel()} bytes/values differ")
     if diffs:
         return report(False, "; ".join(diffs))
-    report(True, f"{len(names)} weights: packed E2M1, E4M3 block scales and weight_scale_2 identical")
+    extra = ", input_scale" if acts else ""
+    report(True, f"{len(names)} weights: packed E2M1, E4M3 block scales, weight_scale_2{extra} identical")
 
 
 def modelopt_fp8(orig_path, qdir):
@@ -195,7 +207,9 @@ def modelopt_fp8(orig_path, qdir):
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("make-checkpoint").add_argument("dir")
+    p = sub.add_parser("make-checkpoint")
+    p.add_argument("dir")
+    p.add_argument("acts")
     for c in ["ct-dequantize", "fp8block-dequantize"]:
         p = sub.add_parser(c)
         p.add_argument("qdir")
@@ -208,10 +222,11 @@ def main():
         p = sub.add_parser(c)
         p.add_argument("orig")
         p.add_argument("qdir")
+        p.add_argument("--calibration", help="the activations quantize was calibrated with")
     a = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if a.cmd == "make-checkpoint":
-        make_checkpoint(a.dir)
+        make_checkpoint(a.dir, a.acts)
     elif a.cmd == "ct-dequantize":
         ct_dequantize(a.qdir, a.out, a.dtype)
     elif a.cmd == "fp8block-dequantize":
@@ -219,7 +234,7 @@ def main():
     elif a.cmd == "compare":
         compare(a.peer, a.ours)
     elif a.cmd == "modelopt-nvfp4":
-        modelopt_nvfp4(a.orig, a.qdir)
+        modelopt_nvfp4(a.orig, a.qdir, a.calibration)
     else:
         modelopt_fp8(a.orig, a.qdir)
 

@@ -63,8 +63,17 @@ const CASES: &[Case] = &[
         peer: Peer::Fp8Block,
     },
     Case {
-        name: "modelopt nvfp4 --recipe modelopt",
-        args: &["--scheme", "nvfp4", "--convention", "modelopt", "--recipe", "modelopt"],
+        name: "modelopt nvfp4 --recipe modelopt (calibrated)",
+        args: &[
+            "--scheme",
+            "nvfp4",
+            "--convention",
+            "modelopt",
+            "--recipe",
+            "modelopt",
+            "--calibration",
+            "acts.safetensors",
+        ],
         peer: Peer::ModeloptNvfp4,
     },
     Case {
@@ -104,7 +113,7 @@ pub fn run_all(force: bool) -> Result<()> {
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     };
-    python(&["make-checkpoint", "orig"])?;
+    python(&["make-checkpoint", "orig", "acts.safetensors"])?;
     let mut rows = Vec::new();
     for case in CASES {
         let verdict = run_case(case, &cli, &work, &python).unwrap_or_else(|e| (false, format!("{e:#}")));
@@ -162,7 +171,7 @@ fn run_case(
             blockscale(cli, work, &["dequantize", &q, "-o", &ours, "--dtype", "bf16", "-q"])?;
             python(&["compare", &peer_out, &ours])?
         }
-        Peer::ModeloptNvfp4 => python(&["modelopt-nvfp4", "orig", &q])?,
+        Peer::ModeloptNvfp4 => python(&["modelopt-nvfp4", "orig", &q, "--calibration", "acts.safetensors"])?,
         Peer::ModeloptFp8 => python(&["modelopt-fp8", "orig", &q])?,
     };
     let v: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("peers.py printed {line:?}"))?;

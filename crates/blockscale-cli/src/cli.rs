@@ -93,6 +93,17 @@ pub enum DtypeArg {
     F32,
 }
 
+/// Whose scale choices NVFP4 quantization follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RecipeArg {
+    /// blockscale's: the encode scale `2688 / amax`, zero blocks stored with scale 0
+    /// (docs/NUMERICS.md).
+    Blockscale,
+    /// NVIDIA ModelOpt's, byte for byte: `amax / 2688` decode scale, zero blocks with
+    /// scale 1.0, block scales floored at 2^-9 (CPU only; `cargo xtask peers` checks it).
+    Modelopt,
+}
+
 /// What NaN and Inf in a weight do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum NonFiniteArg {
@@ -151,6 +162,9 @@ pub struct QuantizeArgs {
     /// dtype and shape; its amax gives `input_scale` / `input_global_scale` (NVFP4).
     #[arg(long, value_name = "ACTS")]
     pub calibration: Option<PathBuf>,
+    /// Whose NVFP4 scale choices to follow (NVFP4 only).
+    #[arg(long, value_enum, default_value_t = RecipeArg::Blockscale)]
+    pub recipe: RecipeArg,
     /// Where to compute.
     #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
     pub backend: BackendArg,

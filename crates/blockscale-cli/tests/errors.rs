@@ -200,6 +200,33 @@ fn unsupported_requests_are_refused_before_reading() {
 }
 
 #[test]
+fn the_modelopt_recipe_is_refused_where_it_does_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    write(&input, &model_tensors(2));
+    let out = dir.path().join("o.safetensors");
+    let base = ["quantize", s(&input), "-o", s(&out), "--recipe", "modelopt"];
+    for (extra, why) in [
+        (&["--scheme", "mxfp4"][..], "an NVFP4 recipe"),
+        (&["--scheme", "nvfp4", "--backend", "cuda"][..], "CPU only"),
+        (&["--scheme", "nvfp4", "--non-finite", "poison"][..], "no NaN blocks"),
+        (&["--scheme", "nvfp4", "--scale-layout", "swizzled"][..], "linear scales"),
+    ] {
+        let o = run(&[&base[..], extra].concat());
+        assert_eq!(code(&o), 6, "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--recipe modelopt") && stderr(&o).contains(why), "{extra:?}: {}", stderr(&o));
+    }
+    // NaN/Inf is an error naming its place, as with blockscale's recipe.
+    let mut w = weights(3, 16, 64);
+    w[5 * 64 + 17] = f32::NAN;
+    write(&input, &[("bad.weight".into(), Dtype::BF16, vec![16, 64], bf16_bytes(&w))]);
+    let o = run(&[&base[..], &["--scheme", "nvfp4"]].concat());
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(stderr(&o).contains("\"bad.weight\"") && stderr(&o).contains("row 5, column 17"), "{}", stderr(&o));
+    assert!(!out.exists());
+}
+
+#[test]
 fn dequantize_refuses_what_it_would_hand_back_still_quantized() {
     let dir = tempfile::tempdir().unwrap();
     // An FP8 E5M2 weight no convention explains: refused, not copied as FP8.

@@ -9,6 +9,7 @@ mod coverage;
 mod decode;
 mod detect;
 mod encode;
+mod modelopt_recipe;
 
 pub use catalog::Catalog;
 pub use config::{Configs, ignored_linear_layers, quant_configs};
@@ -16,6 +17,7 @@ pub use coverage::{Declared, check_coverage, check_fp8_block_config};
 pub use decode::decode;
 pub use detect::{Decode, Found, GlobalSource, detect};
 pub use encode::{encode, plan_outputs, prefix as layer_prefix};
+pub use modelopt_recipe::quantize as quantize_modelopt_nvfp4;
 
 use crate::cli::ConventionArg;
 

@@ -7,8 +7,8 @@ use blockscale::{Backend, QuantizeOptions, ScaleData, Scheme};
 use indicatif::ProgressBar;
 
 use crate::checkpoint::TensorEntry;
-use crate::cli::ConventionArg;
-use crate::convention::encode;
+use crate::cli::{ConventionArg, RecipeArg};
+use crate::convention::{encode, quantize_modelopt_nvfp4};
 use crate::error::CliError;
 use crate::values::FloatValues;
 
@@ -24,6 +24,8 @@ pub struct Job {
     pub convention: ConventionArg,
     /// Scale layout, NaN/Inf handling and the per-tensor scale's source.
     pub options: QuantizeOptions,
+    /// Whose NVFP4 scale choices (`--recipe modelopt` quantizes on the CPU, in the CLI).
+    pub recipe: RecipeArg,
 }
 
 /// One weight to quantize: where it comes from, its bytes and its plan.
@@ -56,14 +58,18 @@ impl Job {
     pub fn run(&self, w: Weight<'_>, progress: &ProgressBar) -> Result<Quantized, CliError> {
         let Weight { path, tensor: t, bytes, plan } = w;
         let values = FloatValues::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
-        let q = values.quantize(&self.backend, (plan.rows, plan.k), self.scheme, &self.options).map_err(|e| {
-            match non_finite_at(&e) {
-                Some((row, col, value)) => {
-                    CliError::NonFinite { path: path.to_owned(), tensor: t.name.clone(), row, col, value }
-                }
-                None => CliError::tensor(path, &t.name, e.to_string()),
-            }
-        })?;
+        let non_finite =
+            |(row, col, value)| CliError::NonFinite { path: path.to_owned(), tensor: t.name.clone(), row, col, value };
+        let q = match self.recipe {
+            RecipeArg::Modelopt => quantize_modelopt_nvfp4(&values, plan.rows, plan.k)
+                .map_err(|at| non_finite((at.row, at.col, at.value)))?,
+            RecipeArg::Blockscale => values
+                .quantize(&self.backend, (plan.rows, plan.k), self.scheme, &self.options)
+                .map_err(|e| match non_finite_at(&e) {
+                    Some(at) => non_finite(at),
+                    None => CliError::tensor(path, &t.name, e.to_string()),
+                })?,
+        };
         drop(values);
         let poisoned_blocks = poisoned(q.scales(), self.scheme);
         if poisoned_blocks > 0 {

@@ -9,7 +9,7 @@ use std::time::Instant;
 use blockscale::{GlobalScale, GlobalScaleSource, NonFinite, QuantizeOptions, ScaleLayout, Scheme};
 
 use crate::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, same_path_check};
-use crate::cli::{ConventionArg, LayoutArg, NonFiniteArg, QuantizeArgs};
+use crate::cli::{BackendArg, ConventionArg, LayoutArg, NonFiniteArg, QuantizeArgs, RecipeArg};
 use crate::convention::{Configs, Convention, ignored_linear_layers, layer_prefix, plan_outputs, quant_configs};
 use crate::error::CliError;
 use crate::scheme_arg::parse_scheme;
@@ -102,6 +102,7 @@ pub fn plan(args: &QuantizeArgs) -> Result<(Job, Plan), CliError> {
         .with_global_scale(GlobalScaleSource::TensorAmax);
 
     let mut planner = Planner {
+        recipe: args.recipe,
         convention: args.convention,
         scheme,
         layout,
@@ -133,7 +134,7 @@ pub fn plan(args: &QuantizeArgs) -> Result<(Job, Plan), CliError> {
         skipped,
         unused_calibration,
     };
-    Ok((Job { backend, scheme, convention: args.convention, options }, plan))
+    Ok((Job { backend, scheme, convention: args.convention, options, recipe: args.recipe }, plan))
 }
 
 /// The scheme and scale layout, once the options are known to go together: a layout
@@ -155,6 +156,22 @@ fn check_options(args: &QuantizeArgs) -> Result<(Scheme, ScaleLayout), CliError>
     }
     // Fails early for a scheme the convention cannot store.
     plan_outputs(args.convention, scheme, layout, "probe.weight", 128, 256, false)?;
+    if args.recipe == RecipeArg::Modelopt {
+        let why = if scheme != Scheme::NvFp4 {
+            Some(format!("is an NVFP4 recipe, not one for {scheme}"))
+        } else if args.backend != BackendArg::Cpu {
+            Some("runs on the CPU only".to_owned())
+        } else if args.non_finite == NonFiniteArg::Poison {
+            Some("has no NaN blocks: NaN/Inf in a weight is an error (drop --non-finite poison)".to_owned())
+        } else if layout != ScaleLayout::Linear {
+            Some("writes linear scales (drop --scale-layout swizzled)".to_owned())
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(CliError::Unsupported(format!("--recipe modelopt {why}")));
+        }
+    }
     if args.calibration.is_some() && (args.convention == ConventionArg::Native || scheme != Scheme::NvFp4) {
         return Err(CliError::Usage(
             "--calibration gives NVFP4 activation scales: use it with --scheme nvfp4 and the modelopt or \
@@ -167,6 +184,7 @@ fn check_options(args: &QuantizeArgs) -> Result<(Scheme, ScaleLayout), CliError>
 
 /// Plans shard after shard, collecting what the report needs across them.
 struct Planner<'a> {
+    recipe: RecipeArg,
     convention: ConventionArg,
     scheme: Scheme,
     layout: ScaleLayout,
@@ -237,7 +255,14 @@ impl Planner<'_> {
             self.used_calibration.insert(if self.calibration.contains_key(prefix) { prefix } else { name }.to_owned());
         }
         amax.map(|a| {
-            GlobalScale::from_amax(a).map_err(|e| CliError::tensor(&self.calibration_path, prefix, e.to_string()))
+            match self.recipe {
+                // ModelOpt's activation scale is the decode scale `amax / 2688` itself.
+                RecipeArg::Modelopt if a > 0.0 && a.is_finite() => {
+                    GlobalScale::from_decode(a / blockscale::NVFP4_AMAX_TO_SCALE)
+                }
+                _ => GlobalScale::from_amax(a),
+            }
+            .map_err(|e| CliError::tensor(&self.calibration_path, prefix, e.to_string()))
         })
         .transpose()
     }
