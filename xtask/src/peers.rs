@@ -78,7 +78,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "modelopt fp8 (per tensor)",
-        args: &["--scheme", "fp8", "--convention", "modelopt"],
+        args: &["--scheme", "fp8-per-tensor", "--convention", "modelopt"],
         peer: Peer::ModeloptFp8,
     },
 ];
