@@ -35,12 +35,15 @@ pub enum Command {
 /// Output conventions of `quantize`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ConventionArg {
-    /// NVIDIA ModelOpt NVFP4 (`weight`, `weight_scale`, `weight_scale_2`, hf_quant_config.json).
+    /// NVIDIA ModelOpt: NVFP4 (`weight`, `weight_scale`, `weight_scale_2`) or FP8 per
+    /// tensor (`weight`, `weight_scale`), with hf_quant_config.json.
     Modelopt,
     /// compressed-tensors `nvfp4-pack-quantized` (`weight_packed`, `weight_scale`, `weight_global_scale`).
     CompressedTensors,
     /// blockscale's own tensors and metadata: any scheme, either scale layout.
     Native,
+    /// DeepSeek-V3 FP8 (`weight` E4M3, `weight_scale_inv` f32 per 128x128 tile): fp8-block only.
+    Deepseek,
 }
 
 /// Scale layouts for the native convention.
@@ -137,7 +140,8 @@ pub struct QuantizeArgs {
     #[arg(short, long)]
     pub output: PathBuf,
     /// The scheme: nvfp4, mxfp4, mxfp6-e2m3, mxfp6-e3m2, mxfp8-e4m3, mxfp8-e5m2,
-    /// fp8-block (128x128 weight tiles), int4-g32.
+    /// fp8-block (128x128 weight tiles), int4-g32, or fp8-per-tensor (E4M3 with one f32
+    /// scale per tensor; modelopt convention only).
     #[arg(long)]
     pub scheme: String,
     /// How the quantized tensors are named and scaled on disk.
@@ -159,7 +163,8 @@ pub struct QuantizeArgs {
     pub no_default_excludes: bool,
     /// Activations recorded for calibration: a safetensors file with one tensor per
     /// layer, named as the layer (the weight's name without `.weight`), any float
-    /// dtype and shape; its amax gives `input_scale` / `input_global_scale` (NVFP4).
+    /// dtype and shape; its amax gives `input_scale` / `input_global_scale` (NVFP4),
+    /// or `input_scale` = amax / 448 (fp8-per-tensor).
     #[arg(long, value_name = "ACTS")]
     pub calibration: Option<PathBuf>,
     /// Whose NVFP4 scale choices to follow (NVFP4 only).

@@ -1,17 +1,49 @@
-//! Scheme names on the command line: `quantize --scheme` (one scheme) and
-//! `eval --schemes` (`all` or a list). Both name the valid schemes when they refuse one.
+//! Scheme names on the command line: `quantize --scheme` (one scheme, a library scheme
+//! or the CLI's own FP8 per tensor) and `eval --schemes` (`all` or a list of library
+//! schemes). Both name the valid schemes when they refuse one.
 
 use blockscale::Scheme;
 
 use crate::error::CliError;
 
-/// Parses `--scheme`.
+/// What `quantize --scheme` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantizeScheme {
+    /// A block-scaled scheme of the library.
+    Block(Scheme),
+    /// `fp8-per-tensor`: E4M3 with one f32 scale per tensor (ModelOpt's FP8), which only
+    /// the CLI implements.
+    Fp8PerTensor,
+}
+
+impl QuantizeScheme {
+    /// The name of FP8 per tensor (as `inspect` reports the format too).
+    pub const FP8_PER_TENSOR: &'static str = "fp8-per-tensor";
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Block(s) => s.name(),
+            Self::Fp8PerTensor => Self::FP8_PER_TENSOR,
+        }
+    }
+}
+
+/// Parses `--scheme` (case-insensitive, `_` accepted for `-`).
 ///
 /// # Errors
 /// [`CliError::Usage`] naming the valid schemes.
-pub fn parse_scheme(s: &str) -> Result<Scheme, CliError> {
-    s.parse()
-        .map_err(|_| CliError::Usage(format!("unknown scheme {s:?}; expected one of: {}, fp8-block", valid_names())))
+pub fn parse_scheme(s: &str) -> Result<QuantizeScheme, CliError> {
+    if s.to_ascii_lowercase().replace('_', "-") == QuantizeScheme::FP8_PER_TENSOR {
+        return Ok(QuantizeScheme::Fp8PerTensor);
+    }
+    s.parse().map(QuantizeScheme::Block).map_err(|_| {
+        CliError::Usage(format!(
+            "unknown scheme {s:?}; expected one of: {}, fp8-block, {}",
+            valid_names(),
+            QuantizeScheme::FP8_PER_TENSOR
+        ))
+    })
 }
 
 /// Parses `--schemes`: `all` (every scheme, in [`Scheme::ALL`] order) or a
@@ -73,15 +105,21 @@ mod tests {
 
     #[test]
     fn one_scheme_parses_or_names_the_valid_ones() {
-        assert_eq!(parse_scheme("nvfp4").unwrap(), Scheme::NvFp4);
-        assert_eq!(parse_scheme("fp8-block").unwrap(), Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128));
+        let block = |s| QuantizeScheme::Block(s);
+        assert_eq!(parse_scheme("nvfp4").unwrap(), block(Scheme::NvFp4));
+        assert_eq!(parse_scheme("fp8-block").unwrap(), block(Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128)));
+        assert_eq!(parse_scheme("FP8_per_tensor").unwrap(), QuantizeScheme::Fp8PerTensor);
+        assert_eq!(QuantizeScheme::Fp8PerTensor.name(), "fp8-per-tensor");
         let e = parse_scheme("nvfp5").unwrap_err();
         assert!(matches!(e, CliError::Usage(_)), "{e:?}");
         let names: Vec<&str> = Scheme::ALL.iter().map(|s| s.name()).collect();
         assert_eq!(
             e.to_string(),
-            CliError::Usage(format!("unknown scheme \"nvfp5\"; expected one of: {}, fp8-block", names.join(", ")))
-                .to_string()
+            CliError::Usage(format!(
+                "unknown scheme \"nvfp5\"; expected one of: {}, fp8-block, fp8-per-tensor",
+                names.join(", ")
+            ))
+            .to_string()
         );
     }
 }

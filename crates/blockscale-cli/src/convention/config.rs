@@ -91,6 +91,7 @@ pub fn quant_configs(convention: ConventionArg, scheme: Scheme, calibrated: bool
                 config_json: Some(qc),
             }
         }
+        ConventionArg::Deepseek => super::deepseek::quant_configs(ignore),
         ConventionArg::Native => {
             let qc = json!({ "quant_method": "blockscale", "scheme": scheme.name(), "ignore": ignore, "producer": producer });
             Configs { metadata: vec![], files: vec![], config_json: Some(qc) }

@@ -53,6 +53,11 @@ pub fn plan_outputs(
         v
     };
     match convention {
+        ConventionArg::Deepseek => super::deepseek::plan_outputs(scheme, name, rows, k),
+        ConventionArg::Modelopt if scheme != Scheme::NvFp4 => Err(CliError::Unsupported(format!(
+            "the modelopt convention stores NVFP4 and (with --scheme fp8-per-tensor) FP8 per tensor, not {scheme}; \
+             use --convention native for other schemes"
+        ))),
         ConventionArg::Modelopt | ConventionArg::CompressedTensors if scheme != Scheme::NvFp4 => {
             Err(CliError::Unsupported(format!(
                 "the {} convention stores NVFP4 only, not {scheme}; use --convention native for other schemes",
@@ -123,6 +128,7 @@ pub fn encode(
                 tensors.push((format!("{p}.input_global_scale"), f32b(i.encode())));
             }
         }
+        ConventionArg::Deepseek => tensors = super::deepseek::encode(name, data, scales),
         ConventionArg::Native => {
             tensors.push((format!("{name}.codes"), data));
             tensors.push((format!("{name}.scales"), scales));

@@ -1,22 +1,28 @@
 //! The on-disk conventions for quantized weights: what `quantize` writes (ModelOpt,
-//! compressed-tensors, native) with the configs each declares, and what `dequantize`
-//! and `inspect` recognise (those, plus OpenAI gpt-oss MXFP4 and DeepSeek-V3 FP8).
+//! compressed-tensors, native, DeepSeek FP8) with the configs each declares, and what
+//! `dequantize` and `inspect` recognise (those, plus OpenAI gpt-oss MXFP4).
 //! docs/CLI.md describes each.
 
 mod catalog;
 mod config;
 mod coverage;
 mod decode;
+mod deepseek;
 mod detect;
 mod encode;
+mod modelopt_fp8;
 mod modelopt_recipe;
 
 pub use catalog::Catalog;
 pub use config::{Configs, ignored_linear_layers, quant_configs};
 pub use coverage::{Declared, check_coverage, check_fp8_block_config};
 pub use decode::decode;
+pub use deepseek::k_note as deepseek_k_note;
 pub use detect::{Decode, Found, GlobalSource, detect};
 pub use encode::{encode, plan_outputs, prefix as layer_prefix};
+pub use modelopt_fp8::{
+    encode as encode_fp8_per_tensor, plan_outputs as plan_fp8_per_tensor, quant_configs as fp8_per_tensor_configs,
+};
 pub use modelopt_recipe::quantize as quantize_modelopt_nvfp4;
 
 use crate::cli::ConventionArg;
@@ -46,6 +52,7 @@ impl From<ConventionArg> for Convention {
             ConventionArg::Modelopt => Self::Modelopt,
             ConventionArg::CompressedTensors => Self::CompressedTensors,
             ConventionArg::Native => Self::Native,
+            ConventionArg::Deepseek => Self::Deepseek,
         }
     }
 }
@@ -70,8 +77,9 @@ mod tests {
 
     #[test]
     fn the_conventions_quantize_writes_keep_their_report_names() {
-        let names = [ConventionArg::Modelopt, ConventionArg::CompressedTensors, ConventionArg::Native]
-            .map(|c| Convention::from(c).name());
-        assert_eq!(names, ["modelopt", "compressed-tensors", "native"]);
+        let names =
+            [ConventionArg::Modelopt, ConventionArg::CompressedTensors, ConventionArg::Native, ConventionArg::Deepseek]
+                .map(|c| Convention::from(c).name());
+        assert_eq!(names, ["modelopt", "compressed-tensors", "native", "deepseek"]);
     }
 }

@@ -8,10 +8,12 @@ use indicatif::ProgressBar;
 
 use crate::checkpoint::TensorEntry;
 use crate::cli::{ConventionArg, RecipeArg};
-use crate::convention::{encode, quantize_modelopt_nvfp4};
+use crate::convention::{encode, encode_fp8_per_tensor, quantize_modelopt_nvfp4};
 use crate::error::CliError;
+use crate::scheme_arg::QuantizeScheme;
 use crate::values::FloatValues;
 
+use super::fp8_tensor;
 use super::plan::WeightPlan;
 
 /// How every weight of a run is quantized and stored.
@@ -19,7 +21,7 @@ pub struct Job {
     /// Where to compute.
     pub backend: Backend,
     /// The scheme.
-    pub scheme: Scheme,
+    pub scheme: QuantizeScheme,
     /// The output convention.
     pub convention: ConventionArg,
     /// Scale layout, NaN/Inf handling and the per-tensor scale's source.
@@ -58,20 +60,36 @@ impl Job {
     pub fn run(&self, w: Weight<'_>, progress: &ProgressBar) -> Result<Quantized, CliError> {
         let Weight { path, tensor: t, bytes, plan } = w;
         let values = FloatValues::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
+        let scheme = match self.scheme {
+            QuantizeScheme::Block(s) => s,
+            QuantizeScheme::Fp8PerTensor => {
+                // On the CPU whatever the backend: one pass over the values, memory-bound.
+                let q = fp8_tensor::quantize(&values, plan.k).map_err(|(row, col, value)| CliError::NonFinite {
+                    path: path.to_owned(),
+                    tensor: t.name.clone(),
+                    row,
+                    col,
+                    value,
+                })?;
+                let input_scale = plan.activation_amax.map(|a| a / 448.0);
+                let tensors = encode_fp8_per_tensor(&t.name, q.codes, q.scale, input_scale);
+                return Ok(Quantized { tensors, poisoned_blocks: 0 });
+            }
+        };
         let non_finite =
             |(row, col, value)| CliError::NonFinite { path: path.to_owned(), tensor: t.name.clone(), row, col, value };
         let q = match self.recipe {
             RecipeArg::Modelopt => quantize_modelopt_nvfp4(&values, plan.rows, plan.k)
                 .map_err(|at| non_finite((at.row, at.col, at.value)))?,
             RecipeArg::Blockscale => values
-                .quantize(&self.backend, (plan.rows, plan.k), self.scheme, &self.options)
+                .quantize(&self.backend, (plan.rows, plan.k), scheme, &self.options)
                 .map_err(|e| match non_finite_at(&e) {
                     Some(at) => non_finite(at),
                     None => CliError::tensor(path, &t.name, e.to_string()),
                 })?,
         };
         drop(values);
-        let poisoned_blocks = poisoned(q.scales(), self.scheme);
+        let poisoned_blocks = poisoned(q.scales(), scheme);
         if poisoned_blocks > 0 {
             progress.suspend(|| {
                 eprintln!(

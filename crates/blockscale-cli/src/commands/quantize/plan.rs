@@ -10,9 +10,12 @@ use blockscale::{GlobalScale, GlobalScaleSource, NonFinite, QuantizeOptions, Sca
 
 use crate::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, same_path_check};
 use crate::cli::{BackendArg, ConventionArg, LayoutArg, NonFiniteArg, QuantizeArgs, RecipeArg};
-use crate::convention::{Configs, Convention, ignored_linear_layers, layer_prefix, plan_outputs, quant_configs};
+use crate::convention::{
+    Configs, Convention, deepseek_k_note, fp8_per_tensor_configs, ignored_linear_layers, layer_prefix,
+    plan_fp8_per_tensor, plan_outputs, quant_configs,
+};
 use crate::error::CliError;
-use crate::scheme_arg::parse_scheme;
+use crate::scheme_arg::{QuantizeScheme, parse_scheme};
 use crate::select::Selector;
 use crate::values::FloatValues;
 
@@ -25,7 +28,7 @@ pub struct Plan {
     /// When the run began (the report's seconds count from here).
     pub start: Instant,
     /// The scheme.
-    pub scheme: Scheme,
+    pub scheme: QuantizeScheme,
     /// The output convention.
     pub convention: ConventionArg,
     /// The backend's name, for the report.
@@ -64,8 +67,11 @@ pub struct WeightPlan {
     pub rows: usize,
     /// K, the quantized dimension.
     pub k: usize,
-    /// The activation scale from calibration, if the layer has an entry.
+    /// The NVFP4 activation scale from calibration, if the layer has an entry.
     pub input_scale: Option<GlobalScale>,
+    /// The activations' amax from calibration, if the layer has an entry (FP8 per
+    /// tensor: `input_scale` = amax / 448).
+    pub activation_amax: Option<f32>,
     /// The names of the output tensors it becomes.
     pub outputs: Vec<String>,
 }
@@ -116,7 +122,10 @@ pub fn plan(args: &QuantizeArgs) -> Result<(Job, Plan), CliError> {
     let mut shards = shards.into_iter().map(|shard| planner.shard(shard)).collect::<Result<Vec<_>, _>>()?;
     let Planner { skipped, used_calibration, .. } = planner;
     let ignore = ignored_linear_layers(shards.iter().flat_map(|p| p.shard.tensors()), &selector);
-    let configs = quant_configs(args.convention, scheme, !calibration.is_empty(), &ignore);
+    let configs = match scheme {
+        QuantizeScheme::Block(s) => quant_configs(args.convention, s, !calibration.is_empty(), &ignore),
+        QuantizeScheme::Fp8PerTensor => fp8_per_tensor_configs(&ignore),
+    };
     if !checkpoint.is_dir {
         // A single file carries its quantization config in its metadata.
         shards[0].metadata.extend(configs.metadata.iter().cloned());
@@ -139,7 +148,7 @@ pub fn plan(args: &QuantizeArgs) -> Result<(Job, Plan), CliError> {
 
 /// The scheme and scale layout, once the options are known to go together: a layout
 /// the scheme has, a scheme the convention can store, calibration only where it applies.
-fn check_options(args: &QuantizeArgs) -> Result<(Scheme, ScaleLayout), CliError> {
+fn check_options(args: &QuantizeArgs) -> Result<(QuantizeScheme, ScaleLayout), CliError> {
     let scheme = parse_scheme(&args.scheme)?;
     let layout = match args.scale_layout {
         LayoutArg::Linear => ScaleLayout::Linear,
@@ -151,14 +160,9 @@ fn check_options(args: &QuantizeArgs) -> Result<(Scheme, ScaleLayout), CliError>
                 .into(),
         ));
     }
-    if !scheme.supports_layout(layout) {
-        return Err(CliError::Unsupported(format!("{scheme} has no {} scale layout", layout.name())));
-    }
-    // Fails early for a scheme the convention cannot store.
-    plan_outputs(args.convention, scheme, layout, "probe.weight", 128, 256, false)?;
     if args.recipe == RecipeArg::Modelopt {
-        let why = if scheme != Scheme::NvFp4 {
-            Some(format!("is an NVFP4 recipe, not one for {scheme}"))
+        let why = if scheme != QuantizeScheme::Block(Scheme::NvFp4) {
+            Some(format!("is an NVFP4 recipe, not one for {}", args.scheme))
         } else if args.backend != BackendArg::Cpu {
             Some("runs on the CPU only".to_owned())
         } else if args.non_finite == NonFiniteArg::Poison {
@@ -172,10 +176,30 @@ fn check_options(args: &QuantizeArgs) -> Result<(Scheme, ScaleLayout), CliError>
             return Err(CliError::Unsupported(format!("--recipe modelopt {why}")));
         }
     }
-    if args.calibration.is_some() && (args.convention == ConventionArg::Native || scheme != Scheme::NvFp4) {
+    let block = match scheme {
+        QuantizeScheme::Block(s) => s,
+        QuantizeScheme::Fp8PerTensor => {
+            // Fails early for a convention other than modelopt.
+            plan_fp8_per_tensor(args.convention, "probe.weight", 128, 256, false)?;
+            if args.non_finite == NonFiniteArg::Poison {
+                return Err(CliError::Usage(
+                    "--non-finite poison stores NaN blocks, and fp8-per-tensor has no blocks: a NaN or Inf in \
+                     a weight is an error with this scheme"
+                        .into(),
+                ));
+            }
+            return Ok((scheme, layout));
+        }
+    };
+    if !block.supports_layout(layout) {
+        return Err(CliError::Unsupported(format!("{block} has no {} scale layout", layout.name())));
+    }
+    // Fails early for a scheme the convention cannot store.
+    plan_outputs(args.convention, block, layout, "probe.weight", 128, 256, false)?;
+    if args.calibration.is_some() && (args.convention == ConventionArg::Native || block != Scheme::NvFp4) {
         return Err(CliError::Usage(
-            "--calibration gives NVFP4 activation scales: use it with --scheme nvfp4 and the modelopt or \
-             compressed-tensors convention"
+            "--calibration gives activation scales: use it with --scheme nvfp4 and the modelopt or \
+             compressed-tensors convention, or with --scheme fp8-per-tensor"
                 .into(),
         ));
     }
@@ -186,7 +210,7 @@ fn check_options(args: &QuantizeArgs) -> Result<(Scheme, ScaleLayout), CliError>
 struct Planner<'a> {
     recipe: RecipeArg,
     convention: ConventionArg,
-    scheme: Scheme,
+    scheme: QuantizeScheme,
     layout: ScaleLayout,
     selector: &'a Selector,
     /// Activation amax by layer (or tensor) name.
@@ -216,27 +240,44 @@ impl Planner<'_> {
                 }
                 None => {
                     let (rows, k) = (t.shape[0], t.shape[1]);
-                    if let Err(e) = self.scheme.shape(rows, k) {
+                    if let QuantizeScheme::Block(s) = self.scheme
+                        && let Err(e) = s.shape(rows, k)
+                    {
+                        let note = deepseek_k_note(self.convention).map(|n| format!("; {n}")).unwrap_or_default();
                         return Err(CliError::tensor(
                             shard.path(),
                             &t.name,
-                            format!("{e} (shape {:?}); exclude it with --exclude {:?}", t.shape, t.name),
+                            format!("{e} (shape {:?}){note}; exclude it with --exclude {:?}", t.shape, t.name),
                         ));
                     }
-                    let input_scale = self.input_scale(&t.name)?;
-                    let (outs, m) = plan_outputs(
-                        self.convention,
-                        self.scheme,
-                        self.layout,
-                        &t.name,
-                        rows,
-                        k,
-                        input_scale.is_some(),
-                    )?;
+                    let activation_amax = self.activation_amax(&t.name)?;
+                    let (outs, m) = match self.scheme {
+                        QuantizeScheme::Block(s) => {
+                            plan_outputs(self.convention, s, self.layout, &t.name, rows, k, activation_amax.is_some())?
+                        }
+                        QuantizeScheme::Fp8PerTensor => {
+                            plan_fp8_per_tensor(self.convention, &t.name, rows, k, activation_amax.is_some())?
+                        }
+                    };
+                    let input_scale = match (self.scheme, activation_amax) {
+                        (QuantizeScheme::Block(_), Some(a)) => Some(
+                            match self.recipe {
+                                // ModelOpt's activation scale is the decode scale `amax / 2688` itself.
+                                RecipeArg::Modelopt if a > 0.0 && a.is_finite() => {
+                                    GlobalScale::from_decode(a / blockscale::NVFP4_AMAX_TO_SCALE)
+                                }
+                                _ => GlobalScale::from_amax(a),
+                            }
+                            .map_err(|e| {
+                                CliError::tensor(&self.calibration_path, layer_prefix(&t.name), e.to_string())
+                            })?,
+                        ),
+                        _ => None,
+                    };
                     metadata.extend(m);
                     let outputs = outs.iter().map(|o| o.name.clone()).collect();
                     tensors.extend(outs);
-                    weights.push(Some(WeightPlan { rows, k, input_scale, outputs }));
+                    weights.push(Some(WeightPlan { rows, k, input_scale, activation_amax, outputs }));
                 }
             }
         }
@@ -246,25 +287,25 @@ impl Planner<'_> {
         Ok(ShardPlan { shard, tensors, metadata, weights })
     }
 
-    /// The activation scale calibration gives weight `name`: its layer's entry, else its
+    /// The activations' amax calibration gives weight `name`: its layer's entry, else its
     /// own, else none.
-    fn input_scale(&mut self, name: &str) -> Result<Option<GlobalScale>, CliError> {
+    ///
+    /// # Errors
+    /// [`CliError::Tensor`] for an amax of 0 under fp8-per-tensor (an `input_scale` of 0
+    /// cannot quantize activations).
+    fn activation_amax(&mut self, name: &str) -> Result<Option<f32>, CliError> {
         let prefix = layer_prefix(name);
-        let amax = self.calibration.get(prefix).or_else(|| self.calibration.get(name)).copied();
-        if amax.is_some() {
-            self.used_calibration.insert(if self.calibration.contains_key(prefix) { prefix } else { name }.to_owned());
+        let key = if self.calibration.contains_key(prefix) { prefix } else { name };
+        let Some(&amax) = self.calibration.get(key) else { return Ok(None) };
+        self.used_calibration.insert(key.to_owned());
+        if self.scheme == QuantizeScheme::Fp8PerTensor && amax == 0.0 {
+            return Err(CliError::tensor(
+                &self.calibration_path,
+                key,
+                "is all zeros: an FP8 input_scale (amax / 448) of 0 cannot quantize activations",
+            ));
         }
-        amax.map(|a| {
-            match self.recipe {
-                // ModelOpt's activation scale is the decode scale `amax / 2688` itself.
-                RecipeArg::Modelopt if a > 0.0 && a.is_finite() => {
-                    GlobalScale::from_decode(a / blockscale::NVFP4_AMAX_TO_SCALE)
-                }
-                _ => GlobalScale::from_amax(a),
-            }
-            .map_err(|e| CliError::tensor(&self.calibration_path, prefix, e.to_string()))
-        })
-        .transpose()
+        Ok(Some(amax))
     }
 }
 
@@ -305,7 +346,7 @@ mod tests {
         let out = dir.path().join("o.safetensors");
         let a = args(&[input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "nvfp4"]);
         let (job, plan) = plan(&a).unwrap();
-        assert_eq!((job.scheme, job.convention), (Scheme::NvFp4, ConventionArg::Native));
+        assert_eq!((job.scheme, job.convention), (QuantizeScheme::Block(Scheme::NvFp4), ConventionArg::Native));
         assert_eq!(plan.shards.len(), 1);
         let shard = &plan.shards[0];
         // File order: the weight, then the norm.
