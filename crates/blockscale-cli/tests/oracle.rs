@@ -4,6 +4,9 @@
 //!
 //! - NVFP4 checkpoints we write (ModelOpt and compressed-tensors conventions) must
 //!   dequantize, by the oracle, to what `blockscale dequantize` gives.
+//! - FP8 checkpoints we write (DeepSeek-V3 blocks, ModelOpt per tensor) must hold, byte
+//!   for byte, the scales and codes the oracle computes from the original weights by
+//!   the published recipe.
 //! - Checkpoints in the layouts of others (gpt-oss MXFP4, DeepSeek-V3 FP8) written by
 //!   the oracle must dequantize to the values the oracle computes for them.
 //!
@@ -86,8 +89,8 @@ impl Oracle {
     }
 }
 
-/// Runs `blockscale` and panics with its output if it fails.
-fn blockscale<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(args: I) {
+/// Runs `blockscale` and panics with its output if it fails; returns its stdout.
+fn blockscale<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(args: I) -> Vec<u8> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockscale"));
     cmd.args(args);
     let out = cmd.output().expect("cannot run blockscale");
@@ -98,6 +101,7 @@ fn blockscale<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(args: I) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out.stdout
 }
 
 // ---- Reading and writing safetensors files.
@@ -130,13 +134,16 @@ struct File {
     tensors: BTreeMap<String, Tensor>,
     /// The oracle's list of tensors that are (or must be) the output of dequantization.
     dequantized: BTreeSet<String>,
+    /// The `__metadata__`.
+    metadata: BTreeMap<String, String>,
 }
 
 impl File {
     fn read(path: &Path) -> Self {
         let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let (_, metadata) = SafeTensors::read_metadata(&bytes).unwrap();
-        let dequantized = match metadata.metadata().as_ref().and_then(|m| m.get("dequantized")) {
+        let metadata: BTreeMap<String, String> = metadata.metadata().clone().unwrap_or_default().into_iter().collect();
+        let dequantized = match metadata.get("dequantized") {
             Some(list) => serde_json::from_str(list).unwrap(),
             None => BTreeSet::new(),
         };
@@ -147,7 +154,7 @@ impl File {
                 (name.to_string(), Tensor { dtype: t.dtype(), shape: t.shape().to_vec(), data: t.data().to_vec() })
             })
             .collect();
-        Self { tensors, dequantized }
+        Self { tensors, dequantized, metadata }
     }
 
     fn get(&self, name: &str) -> &Tensor {
@@ -222,8 +229,13 @@ fn weight(rng: &mut Rng, rows: usize, cols: usize) -> Vec<bf16> {
 /// Writes the checkpoint: two 2-D linear weights (which `quantize` takes by default; 130
 /// rows is no multiple of anything) and a 1-D norm weight (which it must leave alone).
 fn write_checkpoint(path: &Path) -> Vec<Input> {
+    write_inputs(path, checkpoint_inputs())
+}
+
+/// The tensors of [`write_checkpoint`].
+fn checkpoint_inputs() -> Vec<Input> {
     let mut rng = Rng(0x0b5e_c0de_5eed_0001);
-    let inputs = vec![
+    vec![
         Input {
             name: "model.layers.0.self_attn.q_proj.weight",
             shape: vec![64, 256],
@@ -235,7 +247,11 @@ fn write_checkpoint(path: &Path) -> Vec<Input> {
             shape: vec![256],
             values: (0..256).map(|_| bf16::from_f64(1.0 + 0.1 * rng.normal())).collect(),
         },
-    ];
+    ]
+}
+
+/// Writes `inputs` as a safetensors file, and returns them.
+fn write_inputs(path: &Path, inputs: Vec<Input>) -> Vec<Input> {
     let bytes: Vec<Vec<u8>> = inputs.iter().map(|t| t.values.iter().flat_map(|v| v.to_le_bytes()).collect()).collect();
     let views: Vec<(&str, TensorView)> = inputs
         .iter()
@@ -460,4 +476,175 @@ fn deepseek_fp8_dequantizes_as_the_oracle() {
 #[test]
 fn modelopt_fp8_per_tensor_dequantizes_as_the_oracle() {
     third_party("write-modelopt-fp8", 3);
+}
+
+/// Every tensor of `ours` equals the oracle's (`theirs`) bit for bit as f32 (the
+/// quantized weights, which must be F32, and the others converted exactly).
+fn same_f32_bits(what: &str, ours: &File, theirs: &File) {
+    assert_eq!(ours.names(), theirs.names(), "{what}: tensors");
+    for (name, want) in &theirs.tensors {
+        let got = ours.get(name);
+        assert_eq!(got.shape, want.shape, "{what}: {name}");
+        if theirs.dequantized.contains(name) {
+            assert_eq!(got.dtype, Dtype::F32, "{what}: {name}");
+        }
+        for (i, (a, b)) in got.f32s(name).iter().zip(want.f32s(name)).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{what}: {name} [{i}]: blockscale {a:e}, oracle {b:e}");
+        }
+    }
+}
+
+/// `blockscale quantize INPUT -o OUTPUT ARGS... -q`.
+fn quantize(input: &Path, output: &Path, args: &[&str]) {
+    blockscale(
+        [OsStr::new("quantize"), input.as_os_str(), OsStr::new("-o"), output.as_os_str()]
+            .into_iter()
+            .chain(args.iter().map(OsStr::new).chain([OsStr::new("-q")])),
+    );
+}
+
+/// `blockscale dequantize INPUT -o OUTPUT --dtype f32 -q`, read back.
+fn dequantize_f32(input: &Path, output: &Path) -> File {
+    blockscale(
+        [OsStr::new("dequantize"), input.as_os_str(), OsStr::new("-o"), output.as_os_str()]
+            .into_iter()
+            .chain(["--dtype", "f32", "-q"].map(OsStr::new)),
+    );
+    File::read(output)
+}
+
+/// What `blockscale inspect --json` says of each quantized weight: (convention, scheme) by name.
+fn inspected_weights(path: &Path) -> BTreeMap<String, (String, String)> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&blockscale([OsStr::new("inspect"), path.as_os_str(), OsStr::new("--json")])).unwrap();
+    v["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| !t["scheme"].is_null())
+        .map(|t| {
+            let text = |k: &str| t[k].as_str().unwrap().to_owned();
+            (text("name"), (text("convention"), text("scheme")))
+        })
+        .collect()
+}
+
+/// The 2-D weights among `inputs`, the ones `quantize` takes.
+fn linear_names(inputs: &[Input]) -> BTreeSet<String> {
+    inputs.iter().filter(|t| t.shape.len() == 2).map(|t| t.name.to_owned()).collect()
+}
+
+#[test]
+fn deepseek_fp8_writer_follows_the_recipe_and_dequantizes_as_native_fp8_block() {
+    // The oracle recomputes every 128x128 tile's weight_scale_inv (amax / 448) and every
+    // E4M3 code from the original weights (130 rows: a partial last tile row) and
+    // compares them byte for byte, then dequantizes with DeepSeek's formula (code *
+    // weight_scale_inv). blockscale's own dequantization of that checkpoint, and of the
+    // native fp8-block one (the same quantization under its own names), must give
+    // those values bit for bit.
+    let Some(oracle) = Oracle::find() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let inputs = write_checkpoint(&p("model.safetensors"));
+    quantize(
+        &p("model.safetensors"),
+        &p("deepseek.safetensors"),
+        &["--scheme", "fp8-block", "--convention", "deepseek"],
+    );
+    quantize(&p("model.safetensors"), &p("native.safetensors"), &["--scheme", "fp8-block"]);
+    let (input, deepseek, expected) = (p("model.safetensors"), p("deepseek.safetensors"), p("oracle.safetensors"));
+    oracle.run([OsStr::new("check-deepseek"), input.as_os_str(), deepseek.as_os_str(), expected.as_os_str()]);
+    let theirs = File::read(&p("oracle.safetensors"));
+    assert_eq!(theirs.dequantized, linear_names(&inputs));
+    same_f32_bits("deepseek", &dequantize_f32(&p("deepseek.safetensors"), &p("d1.safetensors")), &theirs);
+    same_f32_bits("native fp8-block", &dequantize_f32(&p("native.safetensors"), &p("d2.safetensors")), &theirs);
+
+    // DeepSeek-V3's config, in the single file's metadata.
+    let q = File::read(&p("deepseek.safetensors"));
+    let qc: serde_json::Value = serde_json::from_str(&q.metadata["quantization_config"]).unwrap();
+    assert_eq!(
+        qc,
+        serde_json::json!({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                           "weight_block_size": [128, 128]})
+    );
+    let seen = inspected_weights(&p("deepseek.safetensors"));
+    let want: BTreeMap<String, (String, String)> = linear_names(&inputs)
+        .into_iter()
+        .map(|n| (n, ("deepseek".to_owned(), "fp8-block-128x128".to_owned())))
+        .collect();
+    assert_eq!(seen, want);
+}
+
+#[test]
+fn modelopt_fp8_per_tensor_writer_follows_the_recipe() {
+    // The oracle recomputes each weight_scale (amax over the whole tensor / 448), every
+    // E4M3 code (ml_dtypes' cast of the float32 w / scale) and the calibrated layer's
+    // input_scale (activation amax / 448) from the originals, byte for byte. One weight
+    // is all zeros: blockscale's documented scale 0 and zero codes.
+    let Some(oracle) = Oracle::find() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let mut inputs = checkpoint_inputs();
+    inputs.push(Input {
+        name: "model.layers.0.mlp.zero_proj.weight",
+        shape: vec![8, 48],
+        values: vec![bf16::ZERO; 384],
+    });
+    // amax 1.078125 (bf16 0x3f8a), and three values (about 4.9e-5, 9.9e-5, 2.0e-4) whose
+    // codes differ (0x0a/0x0b, 0x12/0x13, 0x1a/0x1b) between w / scale, ModelOpt's
+    // division, and w * (1 / scale), a multiplication by the rounded reciprocal (found
+    // by a search over bf16 values).
+    inputs.push(Input {
+        name: "model.layers.0.mlp.ties_proj.weight",
+        shape: vec![2, 2],
+        values: [0x3f8a, 0x384f, 0x38cf, 0x394f].map(bf16::from_bits).to_vec(),
+    });
+    let inputs = write_inputs(&p("model.safetensors"), inputs);
+    // Activations for the q_proj layer only.
+    let mut rng = Rng(11);
+    let acts: Vec<u8> = (0..4 * 256).flat_map(|_| (3.0 * rng.normal() as f32).to_le_bytes()).collect();
+    let view = TensorView::new(Dtype::F32, vec![4, 256], &acts).unwrap();
+    safetensors::serialize_to_file([("model.layers.0.self_attn.q_proj", view)], None, &p("acts.safetensors")).unwrap();
+
+    let args = ["--scheme", "fp8-per-tensor", "--convention", "modelopt", "--calibration"];
+    let calibration = p("acts.safetensors");
+    let calibration = calibration.to_str().unwrap();
+    quantize(&p("model.safetensors"), &p("fp8.safetensors"), &[&args[..], &[calibration]].concat());
+    oracle.run([
+        OsStr::new("check-modelopt-fp8"),
+        p("model.safetensors").as_os_str(),
+        p("fp8.safetensors").as_os_str(),
+        OsStr::new("--calibration"),
+        OsStr::new(calibration),
+    ]);
+    let q = File::read(&p("fp8.safetensors"));
+    assert!(q.tensors.contains_key("model.layers.0.self_attn.q_proj.input_scale"));
+    assert!(!q.tensors.contains_key("model.layers.0.mlp.up_proj.input_scale"));
+    let hf: serde_json::Value = serde_json::from_str(&q.metadata["hf_quant_config"]).unwrap();
+    assert_eq!(hf["quantization"]["quant_algo"], "FP8");
+    let qc: serde_json::Value = serde_json::from_str(&q.metadata["quantization_config"]).unwrap();
+    assert_eq!((qc["quant_method"].as_str(), qc["quant_algo"].as_str()), (Some("modelopt"), Some("FP8")));
+
+    // Read back: w = code * weight_scale (checked against the oracle's dequantizer of
+    // this layout in modelopt_fp8_per_tensor_dequantizes_as_the_oracle); here, close to
+    // the original as FP8 with one scale can be, and exact zeros stay zeros.
+    let ours = dequantize_f32(&p("fp8.safetensors"), &p("back.safetensors"));
+    for t in inputs.iter().filter(|t| t.shape.len() == 2) {
+        let got = ours.get(t.name).f32s(t.name);
+        let amax = t.values.iter().fold(0f32, |m, v| m.max(v.to_f32().abs()));
+        for (i, (&a, x)) in got.iter().zip(&t.values).enumerate() {
+            let x = x.to_f32();
+            // E4M3 keeps 3 mantissa bits down to 2^-6 * scale (half a step: |x| / 16),
+            // then steps of 2^-9 * scale; a hair more for the f32 roundings.
+            let bound = (x.abs() / 16.0).max(amax / 448.0 / 1024.0) * 1.0001;
+            assert!((a - x).abs() <= bound, "{} [{i}]: {x} came back as {a}", t.name);
+            if x == 0.0 {
+                assert_eq!(a, 0.0, "{} [{i}]", t.name);
+            }
+        }
+    }
+    let seen = inspected_weights(&p("fp8.safetensors"));
+    let want: BTreeMap<String, (String, String)> =
+        linear_names(&inputs).into_iter().map(|n| (n, ("modelopt".to_owned(), "fp8-per-tensor".to_owned()))).collect();
+    assert_eq!(seen, want);
 }

@@ -1,8 +1,9 @@
 """An independent checkpoint oracle for tests/oracle.rs: dequantizers for the NVFP4
-conventions `blockscale quantize` writes, and writers of the third-party layouts
-`blockscale dequantize` reads (OpenAI gpt-oss MXFP4, DeepSeek-V3 FP8, ModelOpt FP8 per
-tensor) together with
-the values a correct dequantizer must produce.
+conventions `blockscale quantize` writes; checkers of the FP8 layouts it writes
+(DeepSeek-V3 FP8 blocks, ModelOpt FP8 per tensor), which recompute every scale and code
+from the original weights by the published recipe; and writers of the third-party
+layouts `blockscale dequantize` reads (OpenAI gpt-oss MXFP4, DeepSeek-V3 FP8, ModelOpt
+FP8 per tensor) together with the values a correct dequantizer must produce.
 
 Written from the formats' published descriptions only, with numpy, ml_dtypes and
 safetensors (run with PYTHONPATH pointing at what `cargo xtask setup-python` installs).
@@ -13,6 +14,8 @@ usage:
   oracle.py write-gptoss OUT EXPECTED --seed S
   oracle.py write-deepseek OUT EXPECTED --seed S
   oracle.py write-modelopt-fp8 OUT EXPECTED --seed S
+  oracle.py check-deepseek ORIGINAL QUANTIZED OUT
+  oracle.py check-modelopt-fp8 ORIGINAL QUANTIZED [--calibration ACTS]
   oracle.py selftest
 
 Every file this script writes as a result has the metadata key `dequantized`: a JSON
@@ -296,6 +299,124 @@ def write_modelopt_fp8(out_path, expected_path, seed):
     write_pair(out_path, expected_path, quantized, expected, dequantized, others)
 
 
+def e4m3_of_quotient(x, scale):
+    """E4M3 codes (ml_dtypes: round to nearest even) of the float32 quotient x / scale,
+    elementwise (scale broadcasts). Where the scale is 0 (an all-zero block or tensor)
+    the codes are 0: the published recipes would divide 0 by 0 there (NaN); blockscale
+    documents zero codes with a zero scale instead, and that is what is checked."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = (x / scale).astype(ml_dtypes.float8_e4m3fn)
+    return np.where(np.broadcast_to(scale, x.shape) == 0, np.zeros_like(q), q)
+
+
+def same_bytes(what, got, want):
+    """Fails naming the first differing element unless `got` and `want` are the same bytes."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        raise SystemExit(f"{what}: {got.dtype} {list(got.shape)}, expected {want.dtype} {list(want.shape)}")
+    got_bytes, want_bytes = got.reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8)
+    differ = np.flatnonzero(got_bytes != want_bytes)
+    if differ.size:
+        i = int(differ[0])
+        raise SystemExit(
+            f"{what}: {differ.size} of {got_bytes.size} bytes differ; first at flat byte {i}: "
+            f"{got_bytes[i]:#04x}, expected {want_bytes[i]:#04x}"
+        )
+
+
+def quantized_tensor(q, name, dtype, shape):
+    if name not in q:
+        raise SystemExit(f"{name} is missing from the quantized checkpoint")
+    got_dtype, array = q[name]
+    if got_dtype != dtype or array.shape != tuple(shape):
+        raise SystemExit(f"{name}: {got_dtype} {list(array.shape)}, expected {dtype} {list(shape)}")
+    return array
+
+
+def check_copies(orig, q, consumed):
+    """Every tensor of `q` is accounted for: a quantized layer's (`consumed`) or an
+    original tensor copied with its dtype and bytes unchanged."""
+    for name in q:
+        if name in consumed:
+            continue
+        if name not in orig:
+            raise SystemExit(f"{name}: in the quantized checkpoint but neither original nor a quantized layer's")
+        if q[name][0] != orig[name][0] or q[name][1].tobytes() != orig[name][1].tobytes():
+            raise SystemExit(f"{name}: a copied tensor changed")
+
+
+def check_deepseek(original, quantized, out_path):
+    """DeepSeek-V3 FP8 as written from `original`: per 128x128 tile (the last row and
+    column of tiles may be partial) weight_scale_inv = amax(|w|) / 448 in float32, and
+    weight = e4m3(w / scale) with the tile's scale, both compared byte for byte. Writes
+    the dequantization by DeepSeek's formula W = float(weight) * weight_scale_inv to
+    `out_path` (others exact in float32)."""
+    orig, q = read(original), read(quantized)
+    out, dequantized, consumed = {}, [], set()
+    for name, (dtype, w) in orig.items():
+        scale_name = name + "_scale_inv"
+        if not name.endswith(".weight") or scale_name not in q:
+            out[name] = to_f32_exact(name, dtype, w)
+            continue
+        x = to_f32_exact(name, dtype, w)
+        n, k = x.shape
+        tr, tc = -(-n // 128), -(-k // 128)
+        scale = np.empty((tr, tc), dtype=np.float32)
+        for i in range(tr):
+            for j in range(tc):
+                amax = np.abs(x[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128]).max()
+                scale[i, j] = np.float32(amax) / np.float32(448)
+        got_scale = quantized_tensor(q, scale_name, "F32", (tr, tc))
+        same_bytes(scale_name, got_scale, scale)
+        full_scale = np.repeat(np.repeat(scale, 128, axis=0), 128, axis=1)[:n, :k]
+        codes = quantized_tensor(q, name, "F8_E4M3", (n, k))
+        same_bytes(name, codes, e4m3_of_quotient(x, full_scale))
+        full_inv = np.repeat(np.repeat(got_scale, 128, axis=0), 128, axis=1)[:n, :k]
+        out[name] = codes.astype(np.float32) * full_inv
+        dequantized.append(name)
+        consumed.update({name, scale_name})
+    check_copies(orig, q, consumed)
+    if not dequantized:
+        raise SystemExit(f"{quantized}: no DeepSeek FP8 weight found")
+    write(out_path, out, dequantized)
+    print(f"deepseek: {len(dequantized)} weights match the recipe byte for byte")
+
+
+def check_modelopt_fp8(original, quantized, calibration):
+    """ModelOpt FP8 per tensor as written from `original`: weight_scale (F32 of shape
+    []) = amax(|w|) / 448 over the whole tensor in float32, weight = e4m3(w / scale) with
+    a true float32 division (ModelOpt divides by its scale), compared byte for byte; with
+    `calibration`, input_scale = amax(|activations|) / 448 for the layers it has
+    (its tensor named as the layer, or as the weight) and no input_scale elsewhere."""
+    orig, q = read(original), read(quantized)
+    acts = read(calibration) if calibration else {}
+    checked, consumed = [], set()
+    for name, (dtype, w) in orig.items():
+        prefix = name[: -len(".weight")] if name.endswith(".weight") else None
+        if prefix is None or prefix + ".weight_scale" not in q:
+            continue
+        x = to_f32_exact(name, dtype, w)
+        scale = np.float32(np.abs(x).max()) / np.float32(448)
+        got_scale = quantized_tensor(q, prefix + ".weight_scale", "F32", ())
+        same_bytes(prefix + ".weight_scale", got_scale, np.array(scale, dtype=np.float32))
+        codes = quantized_tensor(q, name, "F8_E4M3", x.shape)
+        same_bytes(name, codes, e4m3_of_quotient(x, scale))
+        consumed.update({name, prefix + ".weight_scale"})
+        act = acts.get(prefix) or acts.get(name)
+        if act is None:
+            if prefix + ".input_scale" in q:
+                raise SystemExit(f"{prefix}.input_scale: written without a calibration entry")
+        else:
+            a = np.abs(to_f32_exact(prefix, *act)).max()
+            want = np.array(np.float32(a) / np.float32(448), dtype=np.float32)
+            same_bytes(prefix + ".input_scale", quantized_tensor(q, prefix + ".input_scale", "F32", ()), want)
+            consumed.add(prefix + ".input_scale")
+        checked.append(name)
+    check_copies(orig, q, consumed)
+    if not checked:
+        raise SystemExit(f"{quantized}: no ModelOpt FP8 weight found")
+    print(f"modelopt fp8: {len(checked)} weights match the recipe byte for byte")
+
+
 def selftest():
     """Checks the pieces above against ml_dtypes and element-by-element Python loops."""
     # The code tables against ml_dtypes' own decoders.
@@ -308,6 +429,14 @@ def selftest():
     # Nibble order: byte 0x21 holds element 0 = 1 and element 1 = 2.
     assert unpack_fp4(np.array([0x21], dtype=np.uint8)).tolist() == [1, 2]
     assert np.array_equal(unpack_fp4(pack_fp4(np.arange(16, dtype=np.uint8))), np.arange(16))
+
+    # E4M3 of a quotient: 1.0625 and 1.1875 are midpoints that tie to the even code
+    # (1.0 = 0x38, 1.25 = 0x3a), 448 is the largest code 0x7e, 2^-9 the smallest
+    # subnormal 0x01, -0 keeps its sign; a zero scale gives zero codes.
+    got = e4m3_of_quotient(np.array([2.125, 2.375, 896, 2.0**-8, -0.0], dtype=np.float32), np.float32(2))
+    assert got.view(np.uint8).tolist() == [0x38, 0x3A, 0x7E, 0x01, 0x80]
+    zero = e4m3_of_quotient(np.zeros((2, 2), dtype=np.float32), np.array([[0], [1]], dtype=np.float32))
+    assert zero.view(np.uint8).tolist() == [[0, 0], [0, 0]]
 
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as tmp:
@@ -400,6 +529,14 @@ def main():
         p = sub.add_parser(command)
         p.add_argument("input")
         p.add_argument("output")
+    p = sub.add_parser("check-deepseek")
+    p.add_argument("original")
+    p.add_argument("quantized")
+    p.add_argument("output")
+    p = sub.add_parser("check-modelopt-fp8")
+    p.add_argument("original")
+    p.add_argument("quantized")
+    p.add_argument("--calibration")
     for command in ("write-gptoss", "write-deepseek", "write-modelopt-fp8"):
         p = sub.add_parser(command)
         p.add_argument("output")
@@ -417,6 +554,10 @@ def main():
         write_deepseek(args.output, args.expected, args.seed)
     elif args.command == "write-modelopt-fp8":
         write_modelopt_fp8(args.output, args.expected, args.seed)
+    elif args.command == "check-deepseek":
+        check_deepseek(args.original, args.quantized, args.output)
+    elif args.command == "check-modelopt-fp8":
+        check_modelopt_fp8(args.original, args.quantized, args.calibration)
     else:
         selftest()
 
