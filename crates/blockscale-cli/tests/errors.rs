@@ -312,3 +312,80 @@ fn fp8_block_configs_are_checked_against_the_weights() {
         assert!(!out2.exists());
     }
 }
+
+#[test]
+fn the_fp8_writers_refuse_what_their_layouts_cannot_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    write(&input, &[bf16_weight("a.weight", 1, 130, 256), bf16_weight("odd.weight", 2, 8, 200)]);
+    let out = dir.path().join("o.safetensors");
+    let quantize = |extra: &[&str]| run(&[&["quantize", s(&input), "-o", s(&out)][..], extra].concat());
+
+    // A scheme the convention cannot store, named with the one it can.
+    let o = quantize(&["--scheme", "nvfp4", "--convention", "deepseek"]);
+    assert_eq!(code(&o), 6);
+    assert!(stderr(&o).contains("deepseek convention stores fp8-block") && stderr(&o).contains("nvfp4"));
+    let o = quantize(&["--scheme", "fp8-block-1x128", "--convention", "deepseek"]);
+    assert_eq!(code(&o), 6, "{}", stderr(&o));
+    for convention in ["native", "compressed-tensors", "deepseek"] {
+        let o = quantize(&["--scheme", "fp8-per-tensor", "--convention", convention]);
+        assert_eq!(code(&o), 6, "{convention}");
+        assert!(stderr(&o).contains("--convention modelopt"), "{convention}: {}", stderr(&o));
+    }
+    // Options that do not apply: activation scales for dynamic DeepSeek activations,
+    // poisoned blocks without blocks.
+    let acts = dir.path().join("acts.safetensors");
+    write(&acts, &[bf16_weight("a", 3, 2, 256)]);
+    let o = quantize(&["--scheme", "fp8-block", "--convention", "deepseek", "--calibration", s(&acts)]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("--calibration"));
+    let o = quantize(&["--scheme", "fp8-per-tensor", "--convention", "modelopt", "--non-finite", "poison"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("no blocks"), "{}", stderr(&o));
+
+    // K = 200 is no multiple of 128: the tensor is named, and why DeepSeek's own layout
+    // would take it; N = 130 is fine (a partial last tile row).
+    let o = quantize(&["--scheme", "fp8-block", "--convention", "deepseek"]);
+    assert_eq!(code(&o), 3);
+    let e = stderr(&o);
+    assert!(e.contains("\"odd.weight\"") && e.contains("multiple of 128") && e.contains("--exclude"), "{e}");
+    assert!(!out.exists());
+    ok(&[
+        "quantize",
+        s(&input),
+        "-o",
+        s(&out),
+        "--scheme",
+        "fp8-block",
+        "--convention",
+        "deepseek",
+        "--exclude",
+        "odd*",
+        "-q",
+    ]);
+}
+
+#[test]
+fn fp8_per_tensor_names_a_non_finite_weight_and_a_zero_calibration() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    let mut w = weights(3, 16, 64);
+    w[9 * 64 + 40] = f32::NAN;
+    write(&input, &[("bad.weight".into(), Dtype::BF16, vec![16, 64], bf16_bytes(&w))]);
+    let out = dir.path().join("o.safetensors");
+    let args = ["quantize", s(&input), "-o", s(&out), "--scheme", "fp8-per-tensor", "--convention", "modelopt"];
+    let o = run(&args);
+    assert_eq!(code(&o), 4);
+    let e = stderr(&o);
+    assert!(e.contains("\"bad.weight\"") && e.contains("row 9, column 40"), "{e}");
+    assert!(leftovers(dir.path(), &["in.safetensors"]).is_empty(), "nothing written");
+
+    write(&input, &[bf16_weight("l.weight", 1, 16, 64)]);
+    let acts = dir.path().join("acts.safetensors");
+    write(&acts, &[("l".into(), Dtype::F32, vec![4], vec![0; 16])]);
+    let o = run(&[&args[..], &["--calibration", s(&acts)]].concat());
+    assert_eq!(code(&o), 3);
+    let e = stderr(&o);
+    assert!(e.contains("acts.safetensors") && e.contains("\"l\"") && e.contains("all zeros"), "{e}");
+    assert!(!out.exists());
+}

@@ -232,6 +232,73 @@ fn sharded_folders_round_trip_with_their_index_and_side_files() {
 }
 
 #[test]
+fn fp8_writers_declare_their_configs_in_a_folder_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    let t = model_tensors(31);
+    write(&model.join("model.safetensors"), &t);
+    std::fs::write(model.join("config.json"), r#"{"model_type": "llama", "hidden_size": 256}"#).unwrap();
+    let json = |p: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let (q_proj, down_proj) = (&t[1], &t[2]);
+
+    // DeepSeek: quant_method fp8 in config.json, no side file; the embedding (excluded
+    // by default) listed as not converted.
+    let ds = dir.path().join("ds");
+    ok(&["quantize", s(&model), "-o", s(&ds), "--scheme", "fp8-block", "--convention", "deepseek", "-q"]);
+    assert!(!ds.join("hf_quant_config.json").exists());
+    let cfg = json(ds.join("config.json"));
+    assert_eq!(cfg["model_type"], "llama");
+    assert_eq!(
+        cfg["quantization_config"],
+        serde_json::json!({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                           "weight_block_size": [128, 128], "modules_to_not_convert": ["model.embed_tokens"]})
+    );
+    let q = read(&ds.join("model.safetensors"));
+    let (dtype, shape, _) = &q["model.layers.0.mlp.down_proj.weight_scale_inv"];
+    assert_eq!((*dtype, shape.as_slice()), (Dtype::F32, &[2, 4][..]), "[ceil(130/128), 512/128]");
+    assert_eq!(q["model.layers.0.mlp.down_proj.weight"].0, Dtype::F8_E4M3);
+    let d = dir.path().join("ds-back");
+    ok(&["dequantize", s(&ds), "-o", s(&d), "--dtype", "f32", "-q"]);
+    assert!(json(d.join("config.json")).get("quantization_config").is_none());
+    let back = read(&d.join("model.safetensors"));
+    let tile = Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128);
+    for (name, _, shape, bytes) in [q_proj, down_proj] {
+        assert!(bits(&back[name].2) == expected(bytes, shape[0], shape[1], tile, ScaleLayout::Linear), "{name}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&ok(&["inspect", s(&ds), "--json"]).stdout).unwrap();
+    assert_eq!(v["conventions"]["deepseek"], 2, "two weights");
+
+    // ModelOpt FP8 per tensor: quant_algo FP8 in hf_quant_config.json and config.json.
+    let mo = dir.path().join("mo");
+    ok(&["quantize", s(&model), "-o", s(&mo), "--scheme", "fp8-per-tensor", "--convention", "modelopt", "-q"]);
+    let hf = json(mo.join("hf_quant_config.json"));
+    assert_eq!(hf["quantization"]["quant_algo"], "FP8");
+    assert_eq!(hf["quantization"]["exclude_modules"], serde_json::json!(["model.embed_tokens"]));
+    let qc = &json(mo.join("config.json"))["quantization_config"];
+    assert_eq!((qc["quant_method"].as_str(), qc["quant_algo"].as_str()), (Some("modelopt"), Some("FP8")));
+    let q = read(&mo.join("model.safetensors"));
+    let (dtype, shape, scale) = &q["model.layers.0.mlp.down_proj.weight_scale"];
+    assert_eq!((*dtype, shape.len()), (Dtype::F32, 0), "one f32 of shape []");
+    let amax = bf16s(&down_proj.3).iter().fold(0f32, |m, x| m.max(x.abs()));
+    assert_eq!(f32s(scale)[0], amax / 448.0);
+    assert!(!q.contains_key("model.layers.0.mlp.down_proj.input_scale"), "no calibration, no input_scale");
+    let d = dir.path().join("mo-back");
+    ok(&["dequantize", s(&mo), "-o", s(&d), "--dtype", "f32", "-q"]);
+    assert!(!d.join("hf_quant_config.json").exists());
+    assert!(json(d.join("config.json")).get("quantization_config").is_none());
+    let back = read(&d.join("model.safetensors"));
+    // w = code * scale: the largest |w| is stored as E4M3's largest code, 448, and comes
+    // back as 448 * scale.
+    let w = f32s(&back["model.layers.0.mlp.down_proj.weight"].2);
+    assert_eq!(w.iter().fold(0f32, |m, x| m.max(x.abs())), 448.0 * f32s(scale)[0]);
+    let v: serde_json::Value = serde_json::from_slice(&ok(&["inspect", s(&mo), "--json"]).stdout).unwrap();
+    assert_eq!(v["conventions"]["modelopt"], 2, "two weights");
+}
+
+#[test]
 fn eval_reads_the_weights_quantize_would_quantize() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.safetensors");
