@@ -14,7 +14,7 @@ usage:
   peers.py compare PEER OURS                every weight of PEER, bit for bit in OURS
   peers.py modelopt-nvfp4 ORIG QDIR [--calibration ACTS]
                                             NVFP4QTensor.quantize vs the written bytes
-  peers.py modelopt-fp8 ORIG QDIR           FP8QTensor.quantize (per tensor) vs the written bytes
+  peers.py modelopt-fp8 ORIG QDIR           ModelOpt's FP8 export (per tensor) vs the written bytes
 
 Every comparison prints one JSON line {"same": bool, "detail": str} and exits 0; the
 xtask makes the table. Other failures (a peer that raises) exit nonzero.
@@ -179,7 +179,13 @@ def modelopt_nvfp4(orig_path, qdir, acts_path):
 
 
 def modelopt_fp8(orig_path, qdir):
-    from modelopt.torch.quantization.qtensor import FP8QTensor
+    """ModelOpt's FP8 export: the weight quantizer's max calibration gives amax, the
+    scale is `amax.float() / maxbound` (get_scaling_factor; maxbound 448 for E4M3), and
+    `to_quantized_weight` writes the codes. FP8QTensor.quantize is not the export path:
+    it computes the scale in the weight's dtype."""
+    from modelopt.torch.export.model_config import QUANTIZATION_FP8
+    from modelopt.torch.export.quant_utils import to_quantized_weight
+    from modelopt.torch.quantization.utils import reduce_amax
 
     orig = load_dir(orig_path)
     ours, names = modelopt_tensors(qdir)
@@ -188,8 +194,8 @@ def modelopt_fp8(orig_path, qdir):
     diffs = []
     for name in names:
         p = name.removesuffix(".weight")
-        q, scale = FP8QTensor.quantize(orig[name])
-        want_w = q._quantized_data.view(torch.uint8)
+        scale = reduce_amax(orig[name]).float() / 448.0
+        want_w = to_quantized_weight(orig[name], scale, QUANTIZATION_FP8).view(torch.uint8)
         got_w = ours[f"{p}.weight"].view(torch.uint8)
         want_s = scale.float().reshape(())
         got_s = ours[f"{p}.weight_scale"].float().reshape(())

@@ -299,13 +299,17 @@ def write_modelopt_fp8(out_path, expected_path, seed):
     write_pair(out_path, expected_path, quantized, expected, dequantized, others)
 
 
-def e4m3_of_quotient(x, scale):
+def e4m3_of_quotient(x, scale, via=None):
     """E4M3 codes (ml_dtypes: round to nearest even) of the float32 quotient x / scale,
-    elementwise (scale broadcasts). Where the scale is 0 (an all-zero block or tensor)
-    the codes are 0: the published recipes would divide 0 by 0 there (NaN); blockscale
-    documents zero codes with a zero scale instead, and that is what is checked."""
+    elementwise (scale broadcasts), first rounded to the dtype `via` when given. Where
+    the scale is 0 (an all-zero block or tensor) the codes are 0: the published recipes
+    would divide 0 by 0 there (NaN); blockscale documents zero codes with a zero scale
+    instead, and that is what is checked."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        q = (x / scale).astype(ml_dtypes.float8_e4m3fn)
+        q = x / scale
+        if via is not None:
+            q = q.astype(via)
+        q = q.astype(ml_dtypes.float8_e4m3fn)
     return np.where(np.broadcast_to(scale, x.shape) == 0, np.zeros_like(q), q)
 
 
@@ -384,7 +388,9 @@ def check_deepseek(original, quantized, out_path):
 def check_modelopt_fp8(original, quantized, calibration):
     """ModelOpt FP8 per tensor as written from `original`: weight_scale (F32 of shape
     []) = amax(|w|) / 448 over the whole tensor in float32, weight = e4m3(w / scale) with
-    a true float32 division (ModelOpt divides by its scale), compared byte for byte; with
+    a true float32 division (ModelOpt divides by its scale) whose quotient is first
+    rounded to the weight's own dtype (ModelOpt's export divides the bf16 weight tensor by
+    a 0-dim float32 tensor in PyTorch, which gives a bf16 tensor), compared byte for byte; with
     `calibration`, input_scale = amax(|activations|) / 448 for the layers it has
     (its tensor named as the layer, or as the weight) and no input_scale elsewhere."""
     orig, q = read(original), read(quantized)
@@ -399,7 +405,7 @@ def check_modelopt_fp8(original, quantized, calibration):
         got_scale = quantized_tensor(q, prefix + ".weight_scale", "F32", ())
         same_bytes(prefix + ".weight_scale", got_scale, np.array(scale, dtype=np.float32))
         codes = quantized_tensor(q, name, "F8_E4M3", x.shape)
-        same_bytes(name, codes, e4m3_of_quotient(x, scale))
+        same_bytes(name, codes, e4m3_of_quotient(x, scale, via=DTYPES[dtype]))
         consumed.update({name, prefix + ".weight_scale"})
         act = acts.get(prefix) or acts.get(name)
         if act is None:

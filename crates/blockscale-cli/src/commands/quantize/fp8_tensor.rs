@@ -1,10 +1,12 @@
 //! FP8 per tensor, ModelOpt's FP8 weight recipe, which only the CLI implements: one f32
 //! scale `amax / 448` for the whole tensor (amax over every |w|) and each value stored
-//! as the E4M3 of `w / scale`, a true f32 division (as ModelOpt divides by its scale),
-//! rounded to nearest even and saturated to ±448 (`w / scale` cannot exceed 448 by more
-//! than an f32 rounding, which E4M3 rounds back to 448). An all-zero tensor gets scale 0
-//! and zero codes, as a zero tile of the library's fp8-block does (ModelOpt's division
-//! would give NaN there).
+//! as ModelOpt's export computes it in PyTorch, `(weight / scale).to(float8_e4m3fn)`:
+//! the quotient of the weight's value by the f32 scale (a true division), rounded to the
+//! weight's own dtype (a bf16 weight divided by a 0-dim f32 tensor gives a bf16 tensor),
+//! then to E4M3, to nearest even both times and saturated to ±448 (`w / scale` cannot
+//! exceed 448 by more than an f32 rounding, which rounds back to 448). An all-zero tensor
+//! gets scale 0 and zero codes, as a zero tile of the library's fp8-block does
+//! (ModelOpt's division would give NaN there).
 
 use blockscale::E4M3;
 use rayon::prelude::*;
@@ -29,9 +31,9 @@ pub type NonFiniteAt = (usize, usize, f32);
 /// The first NaN or infinity, which no per-tensor scale can represent.
 pub fn quantize(values: &FloatValues<'_>, k: usize) -> Result<Fp8Tensor, NonFiniteAt> {
     match values {
-        FloatValues::Bf16(v) => quantize_slice(v, k, |x| x.to_f32()),
-        FloatValues::F16(v) => quantize_slice(v, k, |x| x.to_f32()),
-        FloatValues::F32(v) => quantize_slice(v, k, |x| x),
+        FloatValues::Bf16(v) => quantize_slice(v, k, |x| x.to_f32(), |q| half::bf16::from_f32(q).to_f32()),
+        FloatValues::F16(v) => quantize_slice(v, k, |x| x.to_f32(), |q| half::f16::from_f32(q).to_f32()),
+        FloatValues::F32(v) => quantize_slice(v, k, |x| x, |q| q),
     }
 }
 
@@ -39,6 +41,7 @@ fn quantize_slice<T: Copy + Sync>(
     v: &[T],
     k: usize,
     f32_of: impl Fn(T) -> f32 + Sync,
+    in_own_dtype: impl Fn(f32) -> f32 + Sync,
 ) -> Result<Fp8Tensor, NonFiniteAt> {
     let k = k.max(1);
     // Per row: the amax of its values, or its first non-finite one.
@@ -68,7 +71,7 @@ fn quantize_slice<T: Copy + Sync>(
     if scale > 0.0 {
         codes.par_chunks_mut(k).zip(v.par_chunks(k)).for_each(|(out, row)| {
             for (o, &x) in out.iter_mut().zip(row) {
-                *o = E4M3::from_f32(f32_of(x) / scale).to_bits();
+                *o = E4M3::from_f32(in_own_dtype(f32_of(x) / scale)).to_bits();
             }
         });
     }
