@@ -66,9 +66,9 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     Output::refuse_existing(&args.output, args.out.force)?;
     let shards = ckpt.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
     let catalog = Catalog::new(&shards)?;
-    let (found, consumed) = detect(&catalog)?;
     // Refused before the output exists: nothing is written.
     let declared = Declared::read(&catalog, &ckpt.others);
+    let (found, consumed) = detect(&catalog, declared.compressed_tensors()?.as_ref())?;
     check_coverage(&catalog, &found, &consumed, &declared)?;
     check_fp8_block_config(&catalog, &declared, &found)?;
     let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
@@ -127,7 +127,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
                 dequantized.push(DequantizedEntry {
                     name: f.output.clone(),
                     convention: f.convention.name().into(),
-                    scheme: f.format.into(),
+                    scheme: f.format.clone(),
                     shape: f.out_shape.clone(),
                     from: f.parts.clone(),
                 });

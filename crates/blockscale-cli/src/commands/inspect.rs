@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::checkpoint::{Checkpoint, Shard};
 use crate::cli::InspectArgs;
-use crate::convention::{Catalog, Convention, detect};
+use crate::convention::{Catalog, Convention, Declared, detect};
 use crate::error::CliError;
 
 /// One tensor in the listing.
@@ -60,7 +60,8 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
     let ckpt = Checkpoint::open(&args.input)?;
     let shards = ckpt.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
     let catalog = Catalog::new(&shards)?;
-    let (found, _) = detect(&catalog)?;
+    let declared = Declared::read(&catalog, &ckpt.others);
+    let (found, _) = detect(&catalog, declared.compressed_tensors()?.as_ref())?;
     let mut tensors = Vec::new();
     let mut conventions = std::collections::BTreeMap::new();
     for f in &found {
@@ -82,7 +83,7 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
                 bytes: t.nbytes(),
                 convention: owner.map_or(Convention::Plain, |f| f.convention),
                 weight: main.map(|f| f.output.clone()),
-                scheme: main.map(|f| f.format.to_owned()),
+                scheme: main.map(|f| f.format.clone()),
                 logical_shape: main.map(|f| [f.rows, f.k]),
                 bits_per_weight: main.map(|f| f.bits_per_weight(&catalog)),
             });

@@ -34,6 +34,59 @@ pub fn ignored_linear_layers<'a>(
     v
 }
 
+/// The compressed-tensors format and config group (`targets`, `weights` and, where the
+/// scheme has them, `input_activations`) of `scheme`, with the weight arguments the
+/// package's presets give it: NVFP4, MXFP4A16, W4A16 with groups of 32, FP8_BLOCK.
+fn compressed_tensors_group(scheme: Scheme, calibrated: bool) -> (&'static str, serde_json::Value) {
+    use serde_json::json;
+    match scheme {
+        Scheme::MxFp4 => (
+            "mxfp4-pack-quantized",
+            json!({ "targets": ["Linear"], "weights": {
+                "num_bits": 4, "type": "float", "strategy": "group", "group_size": 32,
+                "symmetric": true, "dynamic": false, "scale_dtype": "torch.uint8",
+            }}),
+        ),
+        Scheme::Int4G32 => (
+            "pack-quantized",
+            json!({ "targets": ["Linear"], "weights": {
+                "num_bits": 4, "type": "int", "strategy": "group", "group_size": 32,
+                "symmetric": true, "dynamic": false, "actorder": null, "observer": "minmax",
+            }}),
+        ),
+        Scheme::Fp8Block(_) => (
+            "float-quantized",
+            json!({
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128],
+                    "symmetric": true, "dynamic": false, "observer": "minmax",
+                },
+                // Dynamic per-token groups of 128, as the FP8_BLOCK preset (and vLLM's
+                // block FP8 kernels) expect: nothing to calibrate.
+                "input_activations": {
+                    "num_bits": 8, "type": "float", "strategy": "group", "group_size": 128,
+                    "symmetric": true, "dynamic": true,
+                },
+            }),
+        ),
+        _ => {
+            let args = |dynamic: serde_json::Value| {
+                json!({
+                    "num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+                    "symmetric": true, "dynamic": dynamic, "observer": "minmax",
+                    "scale_dtype": "float8_e4m3fn",
+                })
+            };
+            let mut group = json!({ "targets": ["Linear"], "weights": args(json!(false)) });
+            if calibrated {
+                group["input_activations"] = args(json!("local"));
+            }
+            ("nvfp4-pack-quantized", group)
+        }
+    }
+}
+
 /// The configs of `convention` for `scheme`. `calibrated`: whether the layers carry
 /// activation scales; `ignore`: the layers left unquantized.
 pub fn quant_configs(convention: ConventionArg, scheme: Scheme, calibrated: bool, ignore: &[String]) -> Configs {
@@ -66,20 +119,10 @@ pub fn quant_configs(convention: ConventionArg, scheme: Scheme, calibrated: bool
             }
         }
         ConventionArg::CompressedTensors => {
-            let args = |dynamic: serde_json::Value| {
-                json!({
-                    "num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
-                    "symmetric": true, "dynamic": dynamic, "observer": "minmax",
-                    "scale_dtype": "float8_e4m3fn",
-                })
-            };
-            let mut group = json!({ "targets": ["Linear"], "weights": args(json!(false)) });
-            if calibrated {
-                group["input_activations"] = args(json!("local"));
-            }
+            let (format, group) = compressed_tensors_group(scheme, calibrated);
             let qc = json!({
                 "quant_method": "compressed-tensors",
-                "format": "nvfp4-pack-quantized",
+                "format": format,
                 "quantization_status": "compressed",
                 "config_groups": { "group_0": group },
                 "ignore": ignore,
@@ -139,6 +182,21 @@ mod tests {
         assert!(group(ct(false)).get("input_activations").is_none());
         assert_eq!(group(ct(true))["input_activations"]["dynamic"], "local");
         assert!(ct(false).files.is_empty());
+        assert_eq!(ct(false).config_json.unwrap()["format"], "nvfp4-pack-quantized");
+
+        // The other schemes compressed-tensors stores: each its format, the weight
+        // arguments the package's decompressor and vLLM select on, read back as ours.
+        let fp8 = Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128);
+        for (scheme, format) in
+            [(Scheme::MxFp4, "mxfp4-pack-quantized"), (Scheme::Int4G32, "pack-quantized"), (fp8, "float-quantized")]
+        {
+            let qc = quant_configs(ConventionArg::CompressedTensors, scheme, false, &ignore).config_json.unwrap();
+            assert_eq!(qc["format"], format);
+            assert_eq!(qc["quantization_status"], "compressed");
+            assert_eq!(qc["ignore"], serde_json::json!(["lm_head"]));
+            let ct = super::super::CtConfig::parse(&qc, "test").unwrap().unwrap();
+            assert_eq!(ct.fp8_block, (scheme == fp8).then_some([128, 128]), "{scheme}");
+        }
 
         let n = quant_configs(ConventionArg::Native, Scheme::MxFp4, false, &ignore);
         assert!(n.metadata.is_empty() && n.files.is_empty());

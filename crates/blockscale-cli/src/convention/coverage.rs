@@ -8,12 +8,13 @@ use std::path::Path;
 
 use safetensors::Dtype;
 
-use super::{Catalog, Found};
+use super::{Catalog, CtConfig, Found};
 use crate::error::CliError;
 
 /// What `dequantize` and `inspect` read, for messages.
 pub const SUPPORTED: &str = "native (blockscale), ModelOpt NVFP4 and FP8 per tensor, compressed-tensors \
-                             nvfp4-pack-quantized, gpt-oss MXFP4, DeepSeek-V3 FP8 (128x128 weight_scale_inv)";
+                             nvfp4-pack-quantized, mxfp4-pack-quantized, pack-quantized (INT4) and \
+                             float-quantized (FP8), gpt-oss MXFP4, DeepSeek-V3 FP8 (128x128 weight_scale_inv)";
 
 /// Dtypes that only quantized weights and their scales use.
 fn low_precision(d: Dtype) -> bool {
@@ -24,8 +25,11 @@ fn low_precision(d: Dtype) -> bool {
 /// folder's config.json, ModelOpt's hf_quant_config.json, and those keys of a file's
 /// metadata.
 pub struct Declared {
-    /// config.json's `quantization_config` object, else the metadata's.
+    /// config.json's `quantization_config` object, else the metadata's, with where it
+    /// was found.
     quantization_config: Option<serde_json::Value>,
+    /// Where `quantization_config` comes from, for messages.
+    source: &'static str,
     /// The first declaration of any kind, in the order above: `(where, what)`.
     first: Option<(String, serde_json::Value)>,
 }
@@ -47,8 +51,23 @@ impl Declared {
         ]
         .into_iter()
         .find_map(|(source, v)| Some((source, v?)));
-        let quantization_config = config_qc.filter(|v| v.is_object()).or(meta_qc);
-        Self { quantization_config, first }
+        let (quantization_config, source) = match config_qc.filter(|v| v.is_object()) {
+            Some(qc) => (Some(qc), "config.json"),
+            None => (meta_qc, "the safetensors metadata key \"quantization_config\""),
+        };
+        Self { quantization_config, source, first }
+    }
+
+    /// The declared compressed-tensors config, checked (`None` for another or none).
+    ///
+    /// # Errors
+    /// [`CliError::Unsupported`] for a format or weight arguments blockscale does not
+    /// read (see [`CtConfig::parse`]).
+    pub fn compressed_tensors(&self) -> Result<Option<CtConfig>, CliError> {
+        match &self.quantization_config {
+            Some(qc) => CtConfig::parse(qc, self.source),
+            None => Ok(None),
+        }
     }
 }
 

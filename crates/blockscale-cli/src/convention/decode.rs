@@ -4,12 +4,34 @@ use blockscale::cpu::Output;
 use blockscale::{DataLayout, DequantizeOptions, E4M3, GlobalScale, QuantizedMatrix, QuantizedParts, dequantize_slice};
 use blockscale_golden::case::scales_from;
 use rayon::prelude::*;
+use safetensors::Dtype;
 
 use super::{Catalog, Decode, Found, GlobalSource};
 use crate::error::CliError;
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// The values of float tensor `name` (F32, BF16 or F16, as detection checked), exactly.
+fn floats(catalog: &Catalog<'_>, name: &str) -> Result<Vec<f32>, CliError> {
+    let missing = || CliError::tensor(catalog.path_of(name), name, "missing");
+    let ((_, t), b) = catalog.get(name).zip(catalog.bytes(name)).ok_or_else(missing)?;
+    Ok(match t.dtype {
+        Dtype::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        Dtype::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        _ => f32s(b),
+    })
+}
+
+/// Little-endian 32-bit words.
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// The signed value of nibble `i` (bits `4i..4i+4`) of an offset-8 word.
+fn nibble(word: u32, i: usize) -> i32 {
+    ((word >> (4 * i)) & 0xF) as i32 - 8
 }
 
 /// The dequantized values of `f`, row-major in `f.out_shape`.
@@ -65,6 +87,39 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
                 let srow = &s[(n / 128) * kb..(n / 128 + 1) * kb];
                 for (c, (o, &b)) in o.iter_mut().zip(w).enumerate() {
                     *o = O::from_f32(E4M3::from_bits(b).to_f32() * srow[c / 128]);
+                }
+            });
+            Ok(out)
+        }
+        Decode::ScaledFp8 { scale, block: [br, bc] } => {
+            let s = floats(catalog, scale)?;
+            let w = bytes(&f.main)?;
+            let (k, kb) = (f.k, f.k.div_ceil(*bc));
+            let mut out = vec![O::default(); f.rows * k];
+            out.par_chunks_mut(k.max(1)).zip(w.par_chunks(k.max(1))).enumerate().for_each(|(n, (o, w))| {
+                let srow = &s[(n / br) * kb..(n / br + 1) * kb];
+                for (c, (o, &b)) in o.iter_mut().zip(w).enumerate() {
+                    *o = O::from_f32(E4M3::from_bits(b).to_f32() * srow[c / bc]);
+                }
+            });
+            Ok(out)
+        }
+        Decode::PackedInt4 { scales, zero_point, group } => {
+            let s = floats(catalog, scales)?;
+            let w = words(bytes(&f.main)?);
+            let z = zero_point.as_deref().map(bytes).transpose()?.map(words);
+            let (k, groups, row_words) = (f.k, f.k / group, f.k.div_ceil(8));
+            let mut out = vec![O::default(); f.rows * k];
+            out.par_chunks_mut(k.max(1)).enumerate().for_each(|(n, o)| {
+                let (w, s) = (&w[n * row_words..(n + 1) * row_words], &s[n * groups..(n + 1) * groups]);
+                // The zero points of row n: nibble n % 8 of the words of row n / 8.
+                let z = z.as_ref().map(|z| &z[(n / 8) * groups..(n / 8 + 1) * groups]);
+                for (c, o) in o.iter_mut().enumerate() {
+                    let g = c / group;
+                    let zp = z.map_or(0, |z| nibble(z[g], n % 8));
+                    // (q - zp) is exact; the product is exact for BF16 and F16 scales and
+                    // rounds once for F32 ones, as the package's own float32 product does.
+                    *o = O::from_f32((nibble(w[c / 8], c % 8) - zp) as f32 * s[g]);
                 }
             });
             Ok(out)

@@ -8,7 +8,7 @@ use blockscale::{ScaleLayout, Scheme};
 use blockscale_golden::case::{codes_dtype, parse_layout, scale_dtype, scale_shape};
 use safetensors::Dtype;
 
-use super::{Catalog, Convention};
+use super::{Catalog, Convention, CtConfig};
 use crate::checkpoint::TensorEntry;
 use crate::error::CliError;
 
@@ -50,6 +50,27 @@ pub enum Decode {
         /// The `weight_scale` tensor (one f32).
         scale: String,
     },
+    /// FP8 E4M3 times one scale (F32, BF16 or F16) per `block[0] x block[1]` tile:
+    /// `w[n, k] * scale[n / block[0], k / block[1]]` (compressed-tensors
+    /// `float-quantized`: per tensor, per channel or per block).
+    ScaledFp8 {
+        /// The `weight_scale` tensor.
+        scale: String,
+        /// The tile one scale covers, `[rows, columns]`.
+        block: [usize; 2],
+    },
+    /// compressed-tensors `pack-quantized` INT4: eight offset-8 nibbles per int32 word
+    /// (element `i` of a word in bits `4i..4i+4`, value `nibble - 8`), decoded as
+    /// `(q - zero_point) * scale[n, k / group]`.
+    PackedInt4 {
+        /// The `weight_scale` tensor `[N, K / group]` (F32, BF16 or F16).
+        scales: String,
+        /// The `weight_zero_point` tensor of an asymmetric weight: the same nibbles,
+        /// packed along N (`[ceil(N / 8), K / group]` words).
+        zero_point: Option<String>,
+        /// Elements per group along K (K itself per channel).
+        group: usize,
+    },
 }
 
 /// A quantized weight found in a checkpoint.
@@ -63,8 +84,9 @@ pub struct Found {
     pub main: String,
     /// Every tensor it consumes (the data first).
     pub parts: Vec<String>,
-    /// The format's name (a scheme's name, or `fp8-per-tensor`).
-    pub format: &'static str,
+    /// The format's name (a scheme's name, `fp8-per-tensor`, `fp8-per-channel`,
+    /// `int4-g128`, ...).
+    pub format: String,
     /// Logical rows of the 2-D matrix.
     pub rows: usize,
     /// Logical K.
@@ -83,15 +105,17 @@ impl Found {
     }
 }
 
-/// Finds every quantized weight of `catalog`; every other tensor is plain.
+/// Finds every quantized weight of `catalog`; every other tensor is plain. `ct`: the
+/// checkpoint's compressed-tensors config, if it declares one.
 ///
 /// # Errors
-/// [`CliError::Tensor`] naming the tensor whose companion has the wrong dtype or shape.
-pub fn detect(catalog: &Catalog<'_>) -> Result<(Vec<Found>, HashSet<String>), CliError> {
+/// [`CliError::Tensor`] naming the tensor whose companion has the wrong dtype or shape;
+/// [`CliError::Unsupported`] for an activation-ordered INT4 weight (`weight_g_idx`).
+pub fn detect(catalog: &Catalog<'_>, ct: Option<&CtConfig>) -> Result<(Vec<Found>, HashSet<String>), CliError> {
     let mut found = Vec::new();
     for shard in catalog.shards() {
         for t in shard.tensors() {
-            if let Some(f) = detect_one(catalog, t)? {
+            if let Some(f) = detect_one(catalog, t, ct)? {
                 found.push(f);
             }
         }
@@ -166,7 +190,7 @@ fn nvfp4_scales(
     Ok((n, k, layout))
 }
 
-fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, CliError> {
+fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry, ct: Option<&CtConfig>) -> Result<Option<Found>, CliError> {
     let name = t.name.as_str();
     // Native: `{p}.codes` with `{p}.scheme` metadata.
     if let Some(p) = name.strip_suffix(".codes")
@@ -204,7 +228,7 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             output: p.to_owned(),
             main: name.to_owned(),
             parts,
-            format: scheme.name(),
+            format: scheme.name().into(),
             rows,
             k,
             out_shape: vec![rows, k],
@@ -226,7 +250,7 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             output: name.to_owned(),
             main: name.to_owned(),
             parts,
-            format: Scheme::NvFp4.name(),
+            format: Scheme::NvFp4.name().into(),
             rows,
             k,
             out_shape: vec![rows, k],
@@ -239,19 +263,23 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             },
         }));
     }
-    // compressed-tensors NVFP4: `weight_packed` + `weight_scale` + `weight_global_scale`.
+    // compressed-tensors: I32 `weight_packed` (INT4 pack-quantized), or U8 FP4 pairs with
+    // `weight_global_scale` (nvfp4-pack-quantized) or without (mxfp4-pack-quantized).
     if let Some(p) = name.strip_suffix(".weight_packed") {
-        let (scales, g) = (format!("{p}.weight_scale"), format!("{p}.weight_global_scale"));
-        if catalog.get(&g).is_none() {
+        if t.dtype == Dtype::I32 {
+            return packed_int4(catalog, t, p).map(Some);
+        }
+        if t.dtype != Dtype::U8 {
             return Err(err(
                 catalog,
                 name,
-                format!(
-                    "{g:?} is missing: only the NVFP4 `nvfp4-pack-quantized` format of compressed-tensors is supported"
-                ),
+                format!("is {:?}, expected U8 (FP4 pairs) or I32 (pack-quantized INT4 words)", t.dtype),
             ));
         }
-        expect(catalog, name, Dtype::U8, None)?;
+        let (scales, g) = (format!("{p}.weight_scale"), format!("{p}.weight_global_scale"));
+        if catalog.get(&g).is_none() {
+            return mxfp4_packed(catalog, t, p).map(Some);
+        }
         let (rows, k, layout) = nvfp4_scales(catalog, t, &scales)?;
         scalar_f32(catalog, &g)?;
         let mut parts = vec![name.to_owned(), scales.clone(), g.clone()];
@@ -261,7 +289,7 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             output: format!("{p}.weight"),
             main: name.to_owned(),
             parts,
-            format: Scheme::NvFp4.name(),
+            format: Scheme::NvFp4.name().into(),
             rows,
             k,
             out_shape: vec![rows, k],
@@ -299,7 +327,7 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             output: p.to_owned(),
             main: name.to_owned(),
             parts: vec![name.to_owned(), scales.clone()],
-            format: Scheme::MxFp4.name(),
+            format: Scheme::MxFp4.name().into(),
             rows,
             k,
             out_shape,
@@ -328,40 +356,215 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, C
             output: name.to_owned(),
             main: name.to_owned(),
             parts: vec![name.to_owned(), scales.clone()],
-            format: Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128).name(),
+            format: Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128).name().into(),
             rows,
             k,
             out_shape: vec![rows, k],
             decode: Decode::DeepseekFp8 { scales },
         }));
     }
-    // ModelOpt FP8 per tensor: F8_E4M3 `weight` + one F32 `weight_scale` (+ `input_scale`).
+    // FP8 `weight` + `weight_scale`: compressed-tensors float-quantized when its config
+    // says so (per tensor, per channel or per block), else ModelOpt FP8 (one F32 scale,
+    // or one per channel).
     if let Some(p) = name.strip_suffix(".weight")
         && t.dtype == Dtype::F8_E4M3
         && catalog.get(&format!("{p}.weight_scale")).is_some()
     {
-        let scale = format!("{p}.weight_scale");
-        if t.shape.len() != 2 {
-            return Err(err(catalog, name, format!("has shape {:?}, expected [N, K]", t.shape)));
-        }
-        scalar_f32(catalog, &scale)?;
-        let (rows, k) = (t.shape[0], t.shape[1]);
-        let mut parts = vec![name.to_owned(), scale.clone()];
-        if let Some(input_scale) = optional(catalog, format!("{p}.input_scale")) {
-            scalar_f32(catalog, &input_scale)?;
-            parts.push(input_scale);
-        }
-        return Ok(Some(Found {
-            convention: Convention::Modelopt,
-            output: name.to_owned(),
-            main: name.to_owned(),
-            parts,
-            format: "fp8-per-tensor",
-            rows,
-            k,
-            out_shape: vec![rows, k],
-            decode: Decode::PerTensorFp8 { scale },
-        }));
+        return scaled_fp8(catalog, t, p, ct).map(Some);
     }
     Ok(None)
+}
+
+/// The float scale tensor `name`: F32, BF16 or F16.
+fn float_scale<'c>(catalog: &Catalog<'c>, name: &str) -> Result<&'c TensorEntry, CliError> {
+    let (_, s) = catalog.get(name).ok_or_else(|| err(catalog, name, "missing"))?;
+    if !matches!(s.dtype, Dtype::F32 | Dtype::BF16 | Dtype::F16) {
+        return Err(err(catalog, name, format!("is {:?}, expected F32, BF16 or F16", s.dtype)));
+    }
+    Ok(s)
+}
+
+/// FP8 E4M3 `{p}.weight` with `{p}.weight_scale` (and an optional `{p}.input_scale`).
+fn scaled_fp8(catalog: &Catalog<'_>, t: &TensorEntry, p: &str, ct: Option<&CtConfig>) -> Result<Found, CliError> {
+    let name = t.name.as_str();
+    let scale = format!("{p}.weight_scale");
+    if t.shape.len() != 2 {
+        return Err(err(catalog, name, format!("has shape {:?}, expected [N, K]", t.shape)));
+    }
+    let (rows, k) = (t.shape[0], t.shape[1]);
+    let s = if ct.is_some() {
+        float_scale(catalog, &scale)?
+    } else {
+        expect(catalog, &scale, Dtype::F32, None)?;
+        catalog.get(&scale).expect("checked").1
+    };
+    let block = ct.and_then(|c| c.fp8_block);
+    let tiles = block.map(|[r, c]| [rows.div_ceil(r), k.div_ceil(c)]);
+    let (format, decode) = if s.numel() == 1 {
+        let format = "fp8-per-tensor".to_owned();
+        if ct.is_some() {
+            (format, Decode::ScaledFp8 { scale: scale.clone(), block: [rows.max(1), k.max(1)] })
+        } else {
+            (format, Decode::PerTensorFp8 { scale: scale.clone() })
+        }
+    } else if s.shape == [rows, 1] || (ct.is_none() && s.shape == [rows]) {
+        ("fp8-per-channel".to_owned(), Decode::ScaledFp8 { scale: scale.clone(), block: [1, k.max(1)] })
+    } else if let (Some([r, c]), Some(tiles)) = (block, tiles)
+        && s.shape == tiles
+    {
+        (format!("fp8-block-{r}x{c}"), Decode::ScaledFp8 { scale: scale.clone(), block: [r, c] })
+    } else {
+        let mut expected = format!("one value (per tensor) or [{rows}, 1] (per channel)");
+        if let (Some([r, c]), Some(tiles)) = (block, tiles) {
+            expected += &format!(" or {tiles:?} (the config's {r}x{c} blocks)");
+        }
+        return Err(err(
+            catalog,
+            &scale,
+            format!("has shape {:?}, expected {expected} for weight {name:?} of shape {:?}", s.shape, t.shape),
+        ));
+    };
+    let mut parts = vec![name.to_owned(), scale];
+    if let Some(input_scale) = optional(catalog, format!("{p}.input_scale")) {
+        if ct.is_some() {
+            float_scale(catalog, &input_scale)?;
+        } else {
+            scalar_f32(catalog, &input_scale)?;
+        }
+        parts.push(input_scale);
+    }
+    Ok(Found {
+        convention: if ct.is_some() { Convention::CompressedTensors } else { Convention::Modelopt },
+        output: name.to_owned(),
+        main: name.to_owned(),
+        parts,
+        format,
+        rows,
+        k,
+        out_shape: vec![rows, k],
+        decode,
+    })
+}
+
+/// compressed-tensors mxfp4-pack-quantized: U8 `{p}.weight_packed` [N, K/2] (E2M1
+/// pairs, the even element in the low nibble) and `{p}.weight_scale` [N, K/32] of
+/// UE8M0 exponents (U8 or F8_E8M0).
+fn mxfp4_packed(catalog: &Catalog<'_>, t: &TensorEntry, p: &str) -> Result<Found, CliError> {
+    let name = t.name.as_str();
+    let scales = format!("{p}.weight_scale");
+    if t.shape.len() != 2 {
+        return Err(err(catalog, name, format!("has shape {:?}, expected [N, K/2]", t.shape)));
+    }
+    let (rows, k) = (t.shape[0], t.shape[1] * 2);
+    let (_, s) = catalog.get(&scales).ok_or_else(|| err(catalog, &scales, "missing"))?;
+    let linear = [rows, k / 32];
+    if k % 32 != 0 || s.shape != linear || !matches!(s.dtype, Dtype::U8 | Dtype::F8_E8M0) {
+        return Err(err(
+            catalog,
+            &scales,
+            format!(
+                "is {:?} {:?}; without {p}.weight_global_scale (NVFP4) the FP4 weight {name:?} of shape {:?} is \
+                 read as mxfp4-pack-quantized, which needs U8 exponents of shape [N, K/32] = {linear:?} and K a \
+                 multiple of 32",
+                s.dtype, s.shape, t.shape
+            ),
+        ));
+    }
+    let mut parts = vec![name.to_owned(), scales.clone()];
+    parts.extend(optional(catalog, format!("{p}.input_global_scale")));
+    Ok(Found {
+        convention: Convention::CompressedTensors,
+        output: format!("{p}.weight"),
+        main: name.to_owned(),
+        parts,
+        format: Scheme::MxFp4.name().into(),
+        rows,
+        k,
+        out_shape: vec![rows, k],
+        decode: Decode::Matrix {
+            scheme: Scheme::MxFp4,
+            scales,
+            layout: ScaleLayout::Linear,
+            global: GlobalSource::None,
+            transpose_experts: None,
+        },
+    })
+}
+
+/// compressed-tensors pack-quantized INT4: I32 `{p}.weight_packed` [N, ceil(K/8)],
+/// `{p}.weight_shape` ([N, K], I64 or I32), `{p}.weight_scale` [N, K/group] and, when
+/// asymmetric, I32 `{p}.weight_zero_point` [ceil(N/8), K/group].
+fn packed_int4(catalog: &Catalog<'_>, t: &TensorEntry, p: &str) -> Result<Found, CliError> {
+    let name = t.name.as_str();
+    let g_idx = format!("{p}.weight_g_idx");
+    if catalog.get(&g_idx).is_some() {
+        return Err(CliError::Unsupported(format!(
+            "{}: tensor {g_idx:?}: an activation-ordered INT4 weight (columns permuted into groups by weight_g_idx) \
+             is not read; blockscale reads compressed-tensors {}; nothing was written",
+            catalog.path_of(&g_idx).display(),
+            super::ctensors::READ
+        )));
+    }
+    let shape_name = format!("{p}.weight_shape");
+    let (_, st) = catalog.get(&shape_name).ok_or_else(|| err(catalog, &shape_name, "missing"))?;
+    let bytes = catalog.bytes(&shape_name).expect("present");
+    let dims: Vec<u64> = match st.dtype {
+        Dtype::I64 => bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect(),
+        Dtype::I32 => bytes.chunks_exact(4).map(|c| u64::from(u32::from_le_bytes(c.try_into().expect("4")))).collect(),
+        d => return Err(err(catalog, &shape_name, format!("is {d:?}, expected I64 (or I32)"))),
+    };
+    let [n, k] = dims[..] else {
+        return Err(err(catalog, &shape_name, format!("holds {dims:?}, expected the two dimensions [N, K]")));
+    };
+    let (rows, k) = (n as usize, k as usize);
+    if t.shape != [rows, k.div_ceil(8)] {
+        return Err(err(
+            catalog,
+            name,
+            format!(
+                "has shape {:?}, expected [N, ceil(K/8)] = [{rows}, {}] for 4-bit values of weight_shape [{rows}, {k}] \
+                 (blockscale reads num_bits 4 only)",
+                t.shape,
+                k.div_ceil(8)
+            ),
+        ));
+    }
+    let scales = format!("{p}.weight_scale");
+    let s = float_scale(catalog, &scales)?;
+    let groups = match s.shape[..] {
+        [r, g] if r == rows && g > 0 && k % g == 0 => g,
+        _ => {
+            return Err(err(
+                catalog,
+                &scales,
+                format!(
+                    "has shape {:?}, expected [{rows}, K/group] with a group dividing K = {k} ([{rows}, 1] per channel)",
+                    s.shape
+                ),
+            ));
+        }
+    };
+    let group = k / groups;
+    let zp_name = format!("{p}.weight_zero_point");
+    let zero_point = optional(catalog, zp_name);
+    if let Some(z) = &zero_point {
+        expect(catalog, z, Dtype::I32, Some(&[rows.div_ceil(8), groups]))?;
+    }
+    let mut format = if groups == 1 { "int4-per-channel".to_owned() } else { format!("int4-g{group}") };
+    if zero_point.is_some() {
+        format += "-asym";
+    }
+    let mut parts = vec![name.to_owned(), scales.clone(), shape_name];
+    parts.extend(zero_point.clone());
+    Ok(Found {
+        convention: Convention::CompressedTensors,
+        output: format!("{p}.weight"),
+        main: name.to_owned(),
+        parts,
+        format,
+        rows,
+        k,
+        out_shape: vec![rows, k],
+        decode: Decode::PackedInt4 { scales, zero_point, group },
+    })
 }

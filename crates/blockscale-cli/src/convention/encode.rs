@@ -2,7 +2,7 @@
 //! dtypes, shapes) are known from the shape alone, before any data is computed, so
 //! that a file's header can be written first and its tensors streamed after.
 
-use blockscale::{QuantizedMatrix, ScaleData, ScaleLayout, Scheme};
+use blockscale::{Fp8Tile, QuantizedMatrix, ScaleData, ScaleLayout, Scheme};
 use blockscale_golden::case::{codes_dtype, scale_bytes, scale_dtype, scale_shape};
 use safetensors::Dtype;
 
@@ -26,7 +26,8 @@ pub fn prefix(name: &str) -> &str {
 
 /// The output tensors of weight `name` (`rows x k`), and the metadata entries a native
 /// file carries for it. `input_scale`: whether calibration gives this layer an
-/// activation scale (NVFP4 conventions only).
+/// activation scale (NVFP4 conventions only). compressed-tensors stores NVFP4, MXFP4,
+/// INT4-G32 and FP8 128x128 blocks.
 ///
 /// # Errors
 /// [`CliError::Unsupported`] for a scheme the convention cannot store.
@@ -52,24 +53,54 @@ pub fn plan_outputs(
         }
         v
     };
+    let tile = Scheme::Fp8Block(Fp8Tile::Tile128x128);
     match convention {
         ConventionArg::Deepseek => super::deepseek::plan_outputs(scheme, name, rows, k),
         ConventionArg::Modelopt if scheme != Scheme::NvFp4 => Err(CliError::Unsupported(format!(
             "the modelopt convention stores NVFP4 and (with --scheme fp8-per-tensor) FP8 per tensor, not {scheme}; \
              use --convention native for other schemes"
         ))),
-        ConventionArg::Modelopt | ConventionArg::CompressedTensors if scheme != Scheme::NvFp4 => {
-            Err(CliError::Unsupported(format!(
-                "the {} convention stores NVFP4 only, not {scheme}; use --convention native for other schemes",
-                if convention == ConventionArg::Modelopt { "modelopt" } else { "compressed-tensors" }
-            )))
-        }
         ConventionArg::Modelopt => {
             Ok((nvfp4("weight", "weight_scale", "weight_scale_2", "input_scale", vec![]), vec![]))
         }
-        ConventionArg::CompressedTensors => {
-            Ok((nvfp4("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale", vec![1]), vec![]))
-        }
+        ConventionArg::CompressedTensors => match scheme {
+            Scheme::NvFp4 => Ok((
+                nvfp4("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale", vec![1]),
+                vec![],
+            )),
+            Scheme::MxFp4 => Ok((
+                vec![
+                    PlannedTensor::new(format!("{p}.weight_packed"), Dtype::U8, vec![rows, k / 2]),
+                    PlannedTensor::new(format!("{p}.weight_scale"), Dtype::U8, vec![rows, k / 32]),
+                ],
+                vec![],
+            )),
+            // The offset-8 nibbles, even element low, are pack-quantized's int32 words
+            // (element i in bits 4i..4i+4) read little-endian: the same bytes.
+            Scheme::Int4G32 => Ok((
+                vec![
+                    PlannedTensor::new(format!("{p}.weight_packed"), Dtype::I32, vec![rows, k / 8]),
+                    PlannedTensor::new(format!("{p}.weight_scale"), Dtype::F16, vec![rows, k / 32]),
+                    PlannedTensor::new(format!("{p}.weight_shape"), Dtype::I64, vec![2]),
+                ],
+                vec![],
+            )),
+            s if s == tile => Ok((
+                vec![
+                    PlannedTensor::new(format!("{p}.weight"), Dtype::F8_E4M3, vec![rows, k]),
+                    PlannedTensor::new(
+                        format!("{p}.weight_scale"),
+                        Dtype::F32,
+                        vec![shape.scale_rows, shape.scale_cols],
+                    ),
+                ],
+                vec![],
+            )),
+            _ => Err(CliError::Unsupported(format!(
+                "the compressed-tensors convention stores nvfp4, mxfp4, int4-g32 and fp8-block (128x128), not \
+                 {scheme}; use --convention native for other schemes"
+            ))),
+        },
         ConventionArg::Native => {
             let (cd, cs) = codes_dtype(scheme, rows, k);
             let mut v = vec![
@@ -118,6 +149,20 @@ pub fn encode(
             if let Some(i) = input {
                 tensors.push((format!("{p}.input_scale"), f32b(i.decode())));
             }
+        }
+        ConventionArg::CompressedTensors if parts.scheme == Scheme::MxFp4 => {
+            tensors.push((format!("{p}.weight_packed"), data));
+            tensors.push((format!("{p}.weight_scale"), scales));
+        }
+        ConventionArg::CompressedTensors if parts.scheme == Scheme::Int4G32 => {
+            tensors.push((format!("{p}.weight_packed"), data));
+            tensors.push((format!("{p}.weight_scale"), scales));
+            let dims = [parts.rows as i64, parts.k as i64];
+            tensors.push((format!("{p}.weight_shape"), dims.iter().flat_map(|d| d.to_le_bytes()).collect()));
+        }
+        ConventionArg::CompressedTensors if matches!(parts.scheme, Scheme::Fp8Block(_)) => {
+            tensors.push((format!("{p}.weight"), data));
+            tensors.push((format!("{p}.weight_scale"), scales));
         }
         ConventionArg::CompressedTensors => {
             tensors.push((format!("{p}.weight_packed"), data));

@@ -6,6 +6,7 @@
 mod catalog;
 mod config;
 mod coverage;
+mod ctensors;
 mod decode;
 mod deepseek;
 mod detect;
@@ -16,6 +17,7 @@ mod modelopt_recipe;
 pub use catalog::Catalog;
 pub use config::{Configs, ignored_linear_layers, quant_configs};
 pub use coverage::{Declared, check_coverage, check_fp8_block_config};
+pub use ctensors::CtConfig;
 pub use decode::decode;
 pub use deepseek::k_note as deepseek_k_note;
 pub use detect::{Decode, Found, GlobalSource, detect};
@@ -37,7 +39,8 @@ pub enum Convention {
     Native,
     /// NVIDIA ModelOpt NVFP4.
     Modelopt,
-    /// compressed-tensors `nvfp4-pack-quantized`.
+    /// compressed-tensors (`nvfp4-pack-quantized`, `mxfp4-pack-quantized`,
+    /// `pack-quantized` INT4, `float-quantized` FP8).
     CompressedTensors,
     /// OpenAI gpt-oss MXFP4 (`*_blocks`, `*_scales`).
     GptOss,
