@@ -90,7 +90,7 @@ impl Oracle {
 }
 
 /// Runs `blockscale` and panics with its output if it fails; returns its stdout.
-fn blockscale<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(args: I) -> Vec<u8> {
+fn blockscale<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(args: I) -> String {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_blockscale"));
     cmd.args(args);
     let out = cmd.output().expect("cannot run blockscale");
@@ -101,7 +101,7 @@ fn blockscale<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(args: I) -> Vec<u8> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    out.stdout
+    String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
 // ---- Reading and writing safetensors files.
@@ -410,9 +410,16 @@ fn compressed_tensors_nvfp4_matches_oracle_within_one_ulp() {
 /// and `--dtype bf16` (the f32 values rounded to nearest-even, as the reference
 /// implementations cast their f32 result).
 fn third_party(command: &str, seed: u64) {
+    third_party_at(command, seed, false, &[]);
+}
+
+/// [`third_party`] for a checkpoint folder (`model.safetensors` and config.json) when
+/// `folder`, and `inspect --json` naming each dequantized weight's format, `formats`:
+/// `(weight, format)`.
+fn third_party_at(command: &str, seed: u64, folder: bool, formats: &[(&str, &str)]) {
     let Some(oracle) = Oracle::find() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("model.safetensors");
+    let input = dir.path().join(if folder { "checkpoint" } else { "model.safetensors" });
     let expected = dir.path().join("expected.safetensors");
     oracle.run([
         OsStr::new(command),
@@ -424,6 +431,19 @@ fn third_party(command: &str, seed: u64) {
     let expected = File::read(&expected);
     assert!(!expected.dequantized.is_empty());
 
+    if !formats.is_empty() {
+        let report: serde_json::Value =
+            serde_json::from_str(&blockscale([OsStr::new("inspect"), input.as_os_str(), OsStr::new("--json")]))
+                .unwrap();
+        let got: BTreeMap<&str, &str> = report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| Some((t["weight"].as_str()?, t["scheme"].as_str()?)))
+            .collect();
+        assert_eq!(got, formats.iter().copied().collect(), "{command}: inspect's formats");
+    }
+
     for dtype in ["f32", "bf16"] {
         let out = dir.path().join(format!("{dtype}.safetensors"));
         blockscale(
@@ -431,7 +451,7 @@ fn third_party(command: &str, seed: u64) {
                 .into_iter()
                 .chain(["--dtype", dtype, "-q"].map(OsStr::new)),
         );
-        let ours = File::read(&out);
+        let ours = File::read(&if folder { out.join("model.safetensors") } else { out });
         // Every expected tensor, and nothing else (no scales, no packed codes).
         assert_eq!(ours.names(), expected.names(), "{command} --dtype {dtype}: tensors");
         for (name, want) in &expected.tensors {
@@ -516,7 +536,7 @@ fn dequantize_f32(input: &Path, output: &Path) -> File {
 /// What `blockscale inspect --json` says of each quantized weight: (convention, scheme) by name.
 fn inspected_weights(path: &Path) -> BTreeMap<String, (String, String)> {
     let v: serde_json::Value =
-        serde_json::from_slice(&blockscale([OsStr::new("inspect"), path.as_os_str(), OsStr::new("--json")])).unwrap();
+        serde_json::from_str(&blockscale([OsStr::new("inspect"), path.as_os_str(), OsStr::new("--json")])).unwrap();
     v["tensors"]
         .as_array()
         .unwrap()
@@ -649,4 +669,134 @@ fn modelopt_fp8_per_tensor_writer_follows_the_recipe() {
     let want: BTreeMap<String, (String, String)> =
         linear_names(&inputs).into_iter().map(|n| (n, ("modelopt".to_owned(), "fp8-per-tensor".to_owned()))).collect();
     assert_eq!(seen, want);
+}
+
+#[test]
+fn compressed_tensors_mxfp4_dequantizes_as_the_oracle() {
+    let p = "model.layers.0.";
+    let formats = [(&*format!("{p}self_attn.q_proj.weight"), "mxfp4"), (&format!("{p}mlp.down_proj.weight"), "mxfp4")];
+    third_party_at("write-ct-mxfp4", 4, true, &formats);
+}
+
+#[test]
+fn compressed_tensors_int4_dequantizes_as_the_oracle() {
+    // Groups of 32 and 128, per channel, asymmetric: each a config group of its own.
+    let names = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.down_proj"]
+        .map(|l| format!("model.layers.0.{l}.weight"));
+    let formats = ["int4-g32", "int4-g128", "int4-per-channel", "int4-g128-asym"];
+    let formats: Vec<(&str, &str)> = names.iter().map(String::as_str).zip(formats).collect();
+    third_party_at("write-ct-int4", 5, true, &formats);
+}
+
+#[test]
+fn compressed_tensors_fp8_dequantizes_as_the_oracle() {
+    // Per tensor (which ModelOpt's names would also fit: told apart by the config), per
+    // channel, 128 x 128 blocks.
+    let names = ["self_attn.q_proj", "self_attn.o_proj", "mlp.down_proj"].map(|l| format!("model.layers.0.{l}.weight"));
+    let formats = ["fp8-per-tensor", "fp8-per-channel", "fp8-block-128x128"];
+    let formats: Vec<(&str, &str)> = names.iter().map(String::as_str).zip(formats).collect();
+    third_party_at("write-ct-fp8", 6, true, &formats);
+}
+
+/// Quantizes the checkpoint with `--convention compressed-tensors --scheme scheme` and
+/// with the native convention: the oracle's dequantization of the compressed-tensors
+/// file (from the published formula), `blockscale dequantize` of it, and `blockscale
+/// dequantize` of the native file must agree bit for bit. `layer_tensors`: the
+/// suffixes and dtypes the convention writes for a quantized `P.weight`; `format`: the
+/// config's `format`.
+fn compressed_tensors_writer(scheme: &str, format: &str, layer_tensors: &[(&str, Dtype)]) {
+    let Some(oracle) = Oracle::find() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let inputs = write_checkpoint(&path("model.safetensors"));
+    for (convention, out) in [("compressed-tensors", "ct.safetensors"), ("native", "native.safetensors")] {
+        blockscale(
+            [OsStr::new("quantize"), path("model.safetensors").as_os_str(), OsStr::new("-o"), path(out).as_os_str()]
+                .into_iter()
+                .chain(["--scheme", scheme, "--convention", convention, "-q"].map(OsStr::new)),
+        );
+    }
+    // The convention's tensors, named and typed as documented, and its config.
+    let q = File::read(&path("ct.safetensors"));
+    let mut want_names = BTreeSet::new();
+    for t in &inputs {
+        if t.shape.len() == 2 {
+            let prefix = t.name.strip_suffix(".weight").unwrap();
+            for &(suffix, dtype) in layer_tensors {
+                let name = format!("{prefix}{suffix}");
+                assert_eq!(q.get(&name).dtype, dtype, "{scheme}: {name}");
+                want_names.insert(name);
+            }
+        } else {
+            want_names.insert(t.name.to_string());
+        }
+    }
+    assert_eq!(q.names(), want_names.iter().map(String::as_str).collect(), "{scheme}: the tensors written");
+    let bytes = std::fs::read(path("ct.safetensors")).unwrap();
+    let (_, metadata) = SafeTensors::read_metadata(&bytes).unwrap();
+    let qc: serde_json::Value =
+        serde_json::from_str(&metadata.metadata().as_ref().unwrap()["quantization_config"]).unwrap();
+    assert_eq!((qc["quant_method"].as_str(), qc["format"].as_str()), (Some("compressed-tensors"), Some(format)));
+    assert_eq!(qc["quantization_status"], "compressed");
+
+    oracle.run([
+        OsStr::new("dequantize-ct"),
+        path("ct.safetensors").as_os_str(),
+        path("oracle.safetensors").as_os_str(),
+    ]);
+    for (from, to) in [("ct.safetensors", "ours-ct.safetensors"), ("native.safetensors", "ours-native.safetensors")] {
+        blockscale(
+            [OsStr::new("dequantize"), path(from).as_os_str(), OsStr::new("-o"), path(to).as_os_str()]
+                .into_iter()
+                .chain(["--dtype", "f32", "-q"].map(OsStr::new)),
+        );
+    }
+    let theirs = File::read(&path("oracle.safetensors"));
+    let ours = File::read(&path("ours-ct.safetensors"));
+    let native = File::read(&path("ours-native.safetensors"));
+    let quantized: BTreeSet<String> = inputs.iter().filter(|t| t.shape.len() == 2).map(|t| t.name.into()).collect();
+    assert_eq!(theirs.dequantized, quantized, "{scheme}: the layers the oracle dequantized");
+    assert_eq!(ours.names(), native.names(), "{scheme}");
+    assert_eq!(theirs.names(), native.names(), "{scheme}");
+    for t in &inputs {
+        let want = native.get(t.name);
+        for (who, got) in [("oracle", theirs.get(t.name)), ("blockscale", ours.get(t.name))] {
+            assert_eq!(got.shape, want.shape, "{scheme}: {who}: {}", t.name);
+            let (got, want) = (got.f32s(t.name), want.f32s(t.name));
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "{scheme}: {who}: {} [{i}]: {a:e}, native {b:e}", t.name);
+            }
+        }
+        if t.shape.len() == 2 {
+            // Agreeing proves nothing if the quantizer wrote nonsense: the values must be
+            // the scheme's approximation of the input.
+            let original = t.values.iter().map(|v| f64::from(v.to_f32()));
+            let got = ours.get(t.name).f32s(t.name);
+            let (err, energy) =
+                original.zip(&got).fold((0.0, 0.0), |(e, s), (x, &a)| (e + (f64::from(a) - x).powi(2), s + x.powi(2)));
+            let rel = (err / energy).sqrt();
+            assert!(rel < 0.2, "{scheme}: {}: relative RMS error {rel}", t.name);
+        }
+    }
+}
+
+#[test]
+fn compressed_tensors_mxfp4_writer_matches_the_oracle_and_native() {
+    compressed_tensors_writer(
+        "mxfp4",
+        "mxfp4-pack-quantized",
+        &[(".weight_packed", Dtype::U8), (".weight_scale", Dtype::U8)],
+    );
+}
+
+#[test]
+fn compressed_tensors_int4_writer_matches_the_oracle_and_native() {
+    let layer = [(".weight_packed", Dtype::I32), (".weight_scale", Dtype::F16), (".weight_shape", Dtype::I64)];
+    compressed_tensors_writer("int4-g32", "pack-quantized", &layer);
+}
+
+#[test]
+fn compressed_tensors_fp8_block_writer_matches_the_oracle_and_native() {
+    let layer = [(".weight", Dtype::F8_E4M3), (".weight_scale", Dtype::F32)];
+    compressed_tensors_writer("fp8-block", "float-quantized", &layer);
 }

@@ -3,7 +3,8 @@ conventions `blockscale quantize` writes; checkers of the FP8 layouts it writes
 (DeepSeek-V3 FP8 blocks, ModelOpt FP8 per tensor), which recompute every scale and code
 from the original weights by the published recipe; and writers of the third-party
 layouts `blockscale dequantize` reads (OpenAI gpt-oss MXFP4, DeepSeek-V3 FP8, ModelOpt
-FP8 per tensor) together with the values a correct dequantizer must produce.
+FP8 per tensor, compressed-tensors MXFP4, INT4 and FP8) together with the values a
+correct dequantizer must produce.
 
 Written from the formats' published descriptions only, with numpy, ml_dtypes and
 safetensors (run with PYTHONPATH pointing at what `cargo xtask setup-python` installs).
@@ -16,6 +17,10 @@ usage:
   oracle.py write-modelopt-fp8 OUT EXPECTED --seed S
   oracle.py check-deepseek ORIGINAL QUANTIZED OUT
   oracle.py check-modelopt-fp8 ORIGINAL QUANTIZED [--calibration ACTS]
+  oracle.py dequantize-ct IN OUT
+  oracle.py write-ct-mxfp4 OUT_DIR EXPECTED --seed S
+  oracle.py write-ct-int4 OUT_DIR EXPECTED --seed S
+  oracle.py write-ct-fp8 OUT_DIR EXPECTED --seed S
   oracle.py selftest
 
 Every file this script writes as a result has the metadata key `dequantized`: a JSON
@@ -62,6 +67,9 @@ DTYPES = {
 
 # Float dtypes whose every value converts exactly to float32.
 EXACT_TO_F32 = {"F32", "F16", "BF16"}
+
+# Float dtypes a compressed-tensors scale may have: every value converts exactly to float32.
+SCALE_DTYPES = EXACT_TO_F32
 
 # E2M1 (FP4) code -> value: bit 3 is the sign, bits 2..0 index 0, .5, 1, 1.5, 2, 3, 4, 6.
 # Code 8 is negative zero.
@@ -421,6 +429,248 @@ def check_modelopt_fp8(original, quantized, calibration):
     if not checked:
         raise SystemExit(f"{quantized}: no ModelOpt FP8 weight found")
     print(f"modelopt fp8: {len(checked)} weights match the recipe byte for byte")
+# ---- compressed-tensors (vLLM / llm-compressor), from the package's published layout:
+#
+# - pack-quantized (integer weights, here num_bits 4): the values q in -8..7 are stored as
+#   q + 8 and packed densely into int32 words along the last axis, element i of a word in
+#   bits 4i..4i+3 (so eight per word, a row padded with zero bits to whole words);
+#   `weight_shape` (int64 [2]) holds [N, K]; `weight_scale` [N, K / group] (the weight's
+#   float dtype; [N, 1] per channel); an asymmetric weight adds `weight_zero_point`,
+#   values in -8..7 packed the same way but along the first axis ([ceil(N / 8), G]).
+#   W = (q - zero_point) * scale.
+# - mxfp4-pack-quantized: `weight_packed` U8 [N, K/2] (E2M1 pairs, even element in the
+#   low nibble), `weight_scale` U8 [N, K/32] holding biased exponents: W = e2m1 * 2^(s - 127).
+# - float-quantized: `weight` F8_E4M3 [N, K] and `weight_scale` [1] (strategy tensor),
+#   [N, 1] (channel) or [ceil(N/bh), ceil(K/bw)] (block, block_structure [bh, bw]):
+#   W = float(w) * scale of the element's tile.
+
+
+def pack_int32_nibbles(q, axis):
+    """q (ints in -8..7, 2-D) -> int32 words: q + 8 packed eight to a word along `axis`."""
+    u = (np.asarray(q, dtype=np.int64) + 8).astype(np.uint32)
+    if axis == 0:
+        u = u.T
+    rows, cols = u.shape
+    words = -(-cols // 8)
+    padded = np.zeros((rows, words * 8), dtype=np.uint32)
+    padded[:, :cols] = u
+    parts = padded.reshape(rows, words, 8)
+    packed = np.zeros((rows, words), dtype=np.uint32)
+    for i in range(8):
+        packed |= parts[:, :, i] << np.uint32(4 * i)
+    packed = packed.view(np.int32)
+    return np.ascontiguousarray(packed.T if axis == 0 else packed)
+
+
+def unpack_int32_nibbles(words, count, axis):
+    """The inverse of pack_int32_nibbles: `count` values along `axis`, in -8..7."""
+    w = np.asarray(words).view(np.uint32)
+    if axis == 0:
+        w = w.T
+    values = np.stack([(w >> np.uint32(4 * i)) & np.uint32(0xF) for i in range(8)], axis=-1)
+    values = values.reshape(w.shape[0], -1)[:, :count].astype(np.int64) - 8
+    return values.T if axis == 0 else values
+
+
+def exact_f32(values64, name):
+    """float64 values that must be float32 values (products of few significant bits)."""
+    values = values64.astype(np.float32)
+    if not np.array_equal(values.astype(np.float64), values64):
+        raise SystemExit(f"{name}: a product is not exact in float32")
+    return values
+
+
+def ct_config(groups, format_name):
+    return {
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": format_name,
+            "quantization_status": "compressed",
+            "config_groups": groups,
+            "ignore": ["lm_head"],
+            "kv_cache_scheme": None,
+        }
+    }
+
+
+def write_ct(out_dir, expected_path, quantized, expected, dequantized, others, config):
+    """A compressed-tensors checkpoint folder (model.safetensors + config.json) and its
+    expected dequantization."""
+    os.makedirs(out_dir, exist_ok=True)
+    write_pair(os.path.join(out_dir, "model.safetensors"), expected_path, quantized, expected, dequantized, others)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump({"model_type": "llama", "torch_dtype": "bfloat16", **config}, f, indent=2)
+
+
+def ct_others(rng, k):
+    return {
+        "model.layers.0.input_layernorm.weight": bf16(rng, (k,)) + ml_dtypes.bfloat16(1),
+        "lm_head.weight": bf16(rng, (32, k), 0.02),
+    }
+
+
+def write_ct_mxfp4(out_dir, expected_path, seed):
+    """compressed-tensors mxfp4-pack-quantized (MXFP4A16 preset)."""
+    rng = np.random.default_rng(seed)
+    quantized, expected, dequantized = {}, {}, []
+    for name, (n, k) in (("model.layers.0.self_attn.q_proj", (96, 128)), ("model.layers.0.mlp.down_proj", (64, 192))):
+        codes = rng.integers(0, 16, size=(n, k), dtype=np.uint8)
+        scales = rng.integers(100, 150, size=(n, k // 32), dtype=np.uint8)
+        quantized[name + ".weight_packed"] = pack_fp4(codes)
+        quantized[name + ".weight_scale"] = scales
+        values = E2M1[codes].astype(np.float64) * np.exp2(np.repeat(scales.astype(np.float64) - 127, 32, axis=1))
+        expected[name + ".weight"] = exact_f32(values, name)
+        dequantized.append(name + ".weight")
+    weights = {
+        "num_bits": 4, "type": "float", "strategy": "group", "group_size": 32,
+        "symmetric": True, "dynamic": False, "scale_dtype": "torch.uint8",
+    }
+    config = ct_config({"group_0": {"targets": ["Linear"], "weights": weights}}, "mxfp4-pack-quantized")
+    write_ct(out_dir, expected_path, quantized, expected, dequantized, ct_others(rng, 128), config)
+
+
+def random_scales(rng, shape, dtype):
+    """Positive scales of the size amax / 7 takes, in the scale dtype (full mantissas)."""
+    return rng.uniform(1e-3, 3e-2, size=shape).astype(np.float32).astype(dtype)
+
+
+def write_ct_int4(out_dir, expected_path, seed):
+    """compressed-tensors pack-quantized W4A16: symmetric groups of 32 (F16 scales) and of
+    128, per channel (K not a multiple of 8: a part-filled last word), and asymmetric
+    groups of 128 with N not a multiple of 8 (zero points in a part-filled last word
+    row), each a config group of its own."""
+    rng = np.random.default_rng(seed)
+    quantized, expected, dequantized, groups = {}, {}, [], {}
+    layers = (
+        ("model.layers.0.self_attn.q_proj", (64, 256), 32, True, np.float16),
+        ("model.layers.0.self_attn.k_proj", (48, 256), 128, True, ml_dtypes.bfloat16),
+        ("model.layers.0.self_attn.v_proj", (40, 196), None, True, ml_dtypes.bfloat16),
+        ("model.layers.0.mlp.down_proj", (100, 384), 128, False, ml_dtypes.bfloat16),
+    )
+    for i, (name, (n, k), group, symmetric, scale_dtype) in enumerate(layers):
+        g = k if group is None else group
+        q = rng.integers(-8, 8, size=(n, k))
+        scale = random_scales(rng, (n, k // g), scale_dtype)
+        zp = np.zeros((n, k // g), dtype=np.int64) if symmetric else rng.integers(-8, 8, size=(n, k // g))
+        quantized[name + ".weight_packed"] = pack_int32_nibbles(q, axis=1)
+        quantized[name + ".weight_scale"] = scale
+        quantized[name + ".weight_shape"] = np.array([n, k], dtype=np.int64)
+        if not symmetric:
+            quantized[name + ".weight_zero_point"] = pack_int32_nibbles(zp, axis=0)
+        full_scale = np.repeat(scale.astype(np.float64), g, axis=1)
+        expected[name + ".weight"] = exact_f32((q - np.repeat(zp, g, axis=1)) * full_scale, name)
+        dequantized.append(name + ".weight")
+        weights = {
+            "num_bits": 4, "type": "int", "symmetric": symmetric, "dynamic": False,
+            "strategy": "channel" if group is None else "group", "group_size": group,
+            "actorder": "weight" if i == 1 else None, "observer": "minmax",
+        }
+        groups[f"group_{i}"] = {"targets": [f"re:.*{name.rsplit('.', 1)[1]}$"], "weights": weights}
+    write_ct(out_dir, expected_path, quantized, expected, dequantized, ct_others(rng, 256), ct_config(groups, "pack-quantized"))
+
+
+def write_ct_fp8(out_dir, expected_path, seed):
+    """compressed-tensors float-quantized FP8: per tensor (F32 [1]), per channel (BF16
+    [N, 1]) and 128 x 128 blocks (F32, N and K not multiples of 128), each a config
+    group of its own with dynamic activations."""
+    rng = np.random.default_rng(seed)
+    quantized, expected, dequantized, groups = {}, {}, [], {}
+    layers = (
+        ("model.layers.0.self_attn.q_proj", (96, 160), "tensor"),
+        ("model.layers.0.self_attn.o_proj", (80, 160), "channel"),
+        ("model.layers.0.mlp.down_proj", (200, 300), "block"),
+    )
+    for i, (name, (n, k), strategy) in enumerate(layers):
+        w = random_e4m3(rng, (n, k))
+        if strategy == "tensor":
+            scale = rng.uniform(1e-4, 3e-2, size=(1,)).astype(np.float32)
+            full_scale = np.full((n, k), scale[0])
+        elif strategy == "channel":
+            scale = random_scales(rng, (n, 1), ml_dtypes.bfloat16)
+            full_scale = np.repeat(scale.astype(np.float32), k, axis=1)
+        else:
+            scale = rng.uniform(1e-4, 3e-2, size=(-(-n // 128), -(-k // 128))).astype(np.float32)
+            full_scale = np.repeat(np.repeat(scale, 128, axis=0), 128, axis=1)[:n, :k]
+        quantized[name + ".weight"] = w
+        quantized[name + ".weight_scale"] = scale
+        # One float32 multiply of two float32 values (the BF16 scale converts exactly).
+        expected[name + ".weight"] = w.astype(np.float32) * full_scale.astype(np.float32)
+        dequantized.append(name + ".weight")
+        weights = {"num_bits": 8, "type": "float", "strategy": strategy, "symmetric": True, "dynamic": False}
+        if strategy == "block":
+            weights["block_structure"] = [128, 128]
+        activations = {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True, "dynamic": True}
+        groups[f"group_{i}"] = {
+            "targets": [f"re:.*{name.rsplit('.', 1)[1]}$"],
+            "weights": weights,
+            "input_activations": activations,
+        }
+    write_ct(out_dir, expected_path, quantized, expected, dequantized, ct_others(rng, 160), ct_config(groups, "float-quantized"))
+
+
+def dequantize_ct(in_path, out_path):
+    """Dequantizes a compressed-tensors file whose metadata carries its
+    `quantization_config` (what `blockscale quantize --convention compressed-tensors`
+    writes for one file) by the formulas above; every config group must use one format."""
+    tensors = read(in_path)
+    qc = json.loads(safetensors.safe_open(in_path, "np").metadata()["quantization_config"])
+    if qc["quant_method"] != "compressed-tensors":
+        raise SystemExit(f"{in_path}: not a compressed-tensors config")
+    fmt = qc["format"]
+    (group,) = qc["config_groups"].values()
+    args = group["weights"]
+    consumed, out, dequantized = set(), {}, []
+    for name, (dtype, array) in tensors.items():
+        if name.endswith(".weight_packed") and fmt == "pack-quantized":
+            prefix = name[: -len(".weight_packed")]
+            assert dtype == "I32" and args["num_bits"] == 4 and args["type"] == "int", (name, dtype, args)
+            shape_dtype, shape = tensors[prefix + ".weight_shape"]
+            assert shape_dtype == "I64", shape_dtype
+            n, k = (int(x) for x in shape)
+            scale_dtype, scale = tensors[prefix + ".weight_scale"]
+            assert scale_dtype in SCALE_DTYPES, scale_dtype
+            g = k if args["strategy"] == "channel" else args["group_size"]
+            assert scale.shape == (n, k // g), (scale.shape, n, k, g)
+            q = unpack_int32_nibbles(array, k, axis=1)
+            zp = np.zeros((n, k // g), dtype=np.int64)
+            if not args["symmetric"]:
+                zp = unpack_int32_nibbles(tensors[prefix + ".weight_zero_point"][1], n, axis=0)
+                consumed.add(prefix + ".weight_zero_point")
+            values = (q - np.repeat(zp, g, axis=1)) * np.repeat(scale.astype(np.float64), g, axis=1)
+            out[prefix + ".weight"] = exact_f32(values, name)
+            consumed.update({name, prefix + ".weight_scale", prefix + ".weight_shape"})
+        elif name.endswith(".weight_packed") and fmt == "mxfp4-pack-quantized":
+            prefix = name[: -len(".weight_packed")]
+            assert dtype == "U8" and args["group_size"] == 32, (name, dtype, args)
+            scale_dtype, scale = tensors[prefix + ".weight_scale"]
+            assert scale_dtype == "U8", scale_dtype
+            codes = unpack_fp4(array)
+            exponents = np.repeat(scale.astype(np.float64) - 127, 32, axis=1)
+            out[prefix + ".weight"] = exact_f32(E2M1[codes].astype(np.float64) * np.exp2(exponents), name)
+            consumed.update({name, prefix + ".weight_scale"})
+        elif name.endswith(".weight") and dtype == "F8_E4M3" and fmt == "float-quantized":
+            prefix = name[: -len(".weight")]
+            assert args["num_bits"] == 8 and args["type"] == "float", args
+            scale_dtype, scale = tensors[prefix + ".weight_scale"]
+            assert scale_dtype in SCALE_DTYPES, scale_dtype
+            n, k = array.shape
+            if args["strategy"] == "block":
+                bh, bw = args["block_structure"]
+                assert scale.shape == (-(-n // bh), -(-k // bw)), scale.shape
+                full = np.repeat(np.repeat(scale.astype(np.float32), bh, axis=0), bw, axis=1)[:n, :k]
+            elif args["strategy"] == "channel":
+                full = np.repeat(scale.astype(np.float32).reshape(n, 1), k, axis=1)
+            else:
+                full = np.full((n, k), scale.astype(np.float32).reshape(-1)[0])
+            out[name] = array.astype(np.float32) * full
+            consumed.update({name, prefix + ".weight_scale"})
+        else:
+            continue
+        dequantized.append(name if name.endswith(".weight") else name[: -len("_packed")])
+    for name, (dtype, array) in tensors.items():
+        if name not in consumed:
+            out[name] = to_f32_exact(name, dtype, array)
+    write(out_path, out, dequantized)
 
 
 def selftest():
@@ -525,13 +775,80 @@ def selftest():
             r, c = int(rng.integers(0, 64)), int(rng.integers(0, 200))
             assert want[r, c].tobytes() == (np.float32(float(w[r, c])) * scale[1]).tobytes()
         assert sorted(mx) == sorted(n for n in m if not n.endswith(("_scale",)))
+        # compressed-tensors INT4 packing against bit-by-bit loops: element i of word j of a
+        # row is bits 4i..4i+3 of the word, stored + 8; zero points run down the columns.
+        q = rng.integers(-8, 8, size=(11, 21))
+        words = pack_int32_nibbles(q, axis=1)
+        assert words.shape == (11, 3) and words.dtype == np.int32
+        for r in range(11):
+            for c in range(21):
+                assert (int(words[r, c // 8]) >> (4 * (c % 8))) & 0xF == q[r, c] + 8
+        assert np.array_equal(unpack_int32_nibbles(words, 21, axis=1), q)
+        zwords = pack_int32_nibbles(q, axis=0)
+        assert zwords.shape == (2, 21)
+        for r in range(11):
+            for c in range(21):
+                assert (int(zwords[r // 8, c]) >> (4 * (r % 8))) & 0xF == q[r, c] + 8
+        assert np.array_equal(unpack_int32_nibbles(zwords, 11, axis=0), q)
+        # A word holding 0..7 (stored 8..15) reads 0xFEDCBA98 as unsigned.
+        assert pack_int32_nibbles(np.arange(8).reshape(1, 8), axis=1).view(np.uint32)[0, 0] == 0xFEDCBA98
+
+        # The compressed-tensors writers, element by element from the written tensors.
+        write_ct_int4(path("ci"), path("ci.exp"), seed=1)
+        ci, cix = read(path("ci/model.safetensors")), read(path("ci.exp"))
+        p = "model.layers.0.mlp.down_proj"
+        assert ci[p + ".weight_packed"][1].shape == (100, 48) and ci[p + ".weight_zero_point"][1].shape == (13, 3)
+        assert ci[p + ".weight_shape"][0] == "I64" and ci[p + ".weight_shape"][1].tolist() == [100, 384]
+        assert ci["model.layers.0.self_attn.v_proj.weight_packed"][1].shape == (40, 25)
+        words, zwords, scale = (ci[p + s][1] for s in (".weight_packed", ".weight_zero_point", ".weight_scale"))
+        for _ in range(2000):
+            r, c = int(rng.integers(0, 100)), int(rng.integers(0, 384))
+            qv = ((int(words[r, c // 8]) >> (4 * (c % 8))) & 0xF) - 8
+            zv = ((int(zwords[r // 8, c // 128]) >> (4 * (r % 8))) & 0xF) - 8
+            assert cix[p + ".weight"][1][r, c] == (qv - zv) * float(scale[r, c // 128])
+        write_ct_mxfp4(path("cm"), path("cm.exp"), seed=1)
+        cm, cmx = read(path("cm/model.safetensors")), read(path("cm.exp"))
+        p = "model.layers.0.mlp.down_proj"
+        blocks, scales = cm[p + ".weight_packed"][1], cm[p + ".weight_scale"][1]
+        assert cm[p + ".weight_scale"][0] == "U8" and scales.shape == (64, 6)
+        for _ in range(2000):
+            r, c = int(rng.integers(0, 64)), int(rng.integers(0, 192))
+            byte = int(blocks[r, c // 2])
+            code = byte >> 4 if c % 2 else byte & 0xF
+            assert cmx[p + ".weight"][1][r, c] == float(E2M1[code]) * 2.0 ** (int(scales[r, c // 32]) - 127)
+        write_ct_fp8(path("cf"), path("cf.exp"), seed=1)
+        cf, cfx = read(path("cf/model.safetensors")), read(path("cf.exp"))
+        for p, pick in (
+            ("model.layers.0.self_attn.q_proj", lambda s, r, c: s[0]),
+            ("model.layers.0.self_attn.o_proj", lambda s, r, c: s[r, 0]),
+            ("model.layers.0.mlp.down_proj", lambda s, r, c: s[r // 128, c // 128]),
+        ):
+            w, s = cf[p + ".weight"][1], cf[p + ".weight_scale"][1]
+            for _ in range(1000):
+                r, c = int(rng.integers(0, w.shape[0])), int(rng.integers(0, w.shape[1]))
+                want = np.float32(float(w[r, c])) * np.float32(pick(s, r, c))
+                assert cfx[p + ".weight"][1][r, c].tobytes() == want.tobytes()
+        with open(path("cf/config.json")) as f:
+            groups = json.load(f)["quantization_config"]["config_groups"]
+        assert [g["weights"]["strategy"] for g in groups.values()] == ["tensor", "channel", "block"]
+
+        # dequantize-ct reads back what the writers' formulas give, on a one-group file.
+        layer = {k: v for k, v in ci.items() if k.startswith("model.layers.0.mlp.down_proj")}
+        (group,) = [g for g in json.load(open(path("ci/config.json")))["quantization_config"]["config_groups"].values()
+                    if g["targets"] == ["re:.*down_proj$"]]
+        qc = ct_config({"group_0": group}, "pack-quantized")["quantization_config"]
+        write(path("one"), {k: v for k, (_, v) in layer.items()}, metadata={"quantization_config": json.dumps(qc)})
+        dequantize_ct(path("one"), path("one.out"))
+        one = read(path("one.out"))
+        assert sorted(one) == ["model.layers.0.mlp.down_proj.weight"]
+        assert np.array_equal(one["model.layers.0.mlp.down_proj.weight"][1], cix["model.layers.0.mlp.down_proj.weight"][1])
     print("oracle selftest: ok")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in ("dequantize-modelopt", "dequantize-compressed"):
+    for command in ("dequantize-modelopt", "dequantize-compressed", "dequantize-ct"):
         p = sub.add_parser(command)
         p.add_argument("input")
         p.add_argument("output")
@@ -543,7 +860,7 @@ def main():
     p.add_argument("original")
     p.add_argument("quantized")
     p.add_argument("--calibration")
-    for command in ("write-gptoss", "write-deepseek", "write-modelopt-fp8"):
+    for command in ("write-gptoss", "write-deepseek", "write-modelopt-fp8", "write-ct-mxfp4", "write-ct-int4", "write-ct-fp8"):
         p = sub.add_parser(command)
         p.add_argument("output")
         p.add_argument("expected")
@@ -564,6 +881,14 @@ def main():
         check_deepseek(args.original, args.quantized, args.output)
     elif args.command == "check-modelopt-fp8":
         check_modelopt_fp8(args.original, args.quantized, args.calibration)
+    elif args.command == "dequantize-ct":
+        dequantize_ct(args.input, args.output)
+    elif args.command == "write-ct-mxfp4":
+        write_ct_mxfp4(args.output, args.expected, args.seed)
+    elif args.command == "write-ct-int4":
+        write_ct_int4(args.output, args.expected, args.seed)
+    elif args.command == "write-ct-fp8":
+        write_ct_fp8(args.output, args.expected, args.seed)
     else:
         selftest()
 
