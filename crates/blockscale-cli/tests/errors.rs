@@ -183,6 +183,10 @@ fn unsupported_requests_are_refused_before_reading() {
     let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "mxfp4", "--convention", "modelopt"]);
     assert_eq!(code(&o), 6);
     assert!(stderr(&o).contains("--convention native"));
+    let o =
+        run(&["quantize", s(&input), "-o", s(&out), "--scheme", "mxfp8-e4m3", "--convention", "compressed-tensors"]);
+    assert_eq!(code(&o), 6);
+    assert!(stderr(&o).contains("nvfp4, mxfp4, int4-g32 and fp8-block"), "{}", stderr(&o));
     let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp5"]);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("nvfp5") && stderr(&o).contains("mxfp6-e2m3"));
@@ -388,4 +392,89 @@ fn fp8_per_tensor_names_a_non_finite_weight_and_a_zero_calibration() {
     let e = stderr(&o);
     assert!(e.contains("acts.safetensors") && e.contains("\"l\"") && e.contains("all zeros"), "{e}");
     assert!(!out.exists());
+}
+
+#[test]
+fn compressed_tensors_configs_blockscale_does_not_decode_are_refused() {
+    // A pack-quantized INT4 layer: [4, 32] in int32 words of eight nibbles (all code 9,
+    // value 1), BF16 scales per channel, weight_shape.
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("w4a16");
+    std::fs::create_dir(&folder).unwrap();
+    let p = "model.layers.0.mlp.down_proj";
+    let mut tensors: Vec<Tensor> = vec![
+        (format!("{p}.weight_packed"), Dtype::I32, vec![4, 4], 0x9999_9999u32.to_le_bytes().repeat(16)),
+        (format!("{p}.weight_scale"), Dtype::BF16, vec![4, 1], bf16_bytes(&[0.5, 0.25, 1.0, 2.0])),
+        (format!("{p}.weight_shape"), Dtype::I64, vec![2], [4i64, 32].iter().flat_map(|d| d.to_le_bytes()).collect()),
+    ];
+    write(&folder.join("model.safetensors"), &tensors);
+    let config = |format: &str, weights: &str| {
+        let qc = format!(
+            r#"{{"quant_method": "compressed-tensors", "format": "{format}", "quantization_status": "compressed",
+                "config_groups": {{"group_0": {{"targets": ["Linear"], "weights": {weights}}}}}}}"#
+        );
+        std::fs::write(folder.join("config.json"), format!(r#"{{"quantization_config": {qc}}}"#)).unwrap();
+    };
+    let out = dir.path().join("out");
+    let dequantize = || run(&["dequantize", s(&folder), "-o", s(&out), "--dtype", "f32"]);
+    let refused = |what: &[&str]| {
+        let o = dequantize();
+        assert_eq!(code(&o), 6, "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(what.iter().all(|w| e.contains(w)) && e.contains("nothing was written"), "{what:?}: {e}");
+        assert!(!out.exists());
+        assert_eq!(leftovers(dir.path(), &["w4a16"]), Vec::<String>::new());
+    };
+
+    // Read: per channel, value 1 times the row's scale.
+    let channel = r#"{"num_bits": 4, "type": "int", "strategy": "channel", "symmetric": true, "actorder": null}"#;
+    config("pack-quantized", channel);
+    assert_eq!(code(&dequantize()), 0);
+    let got = read(&out.join("model.safetensors"));
+    let values = f32s(&got[&format!("{p}.weight")].2);
+    assert_eq!(values, [0.5, 0.25, 1.0, 2.0].iter().flat_map(|&s| [s; 32]).collect::<Vec<f32>>());
+    std::fs::remove_dir_all(&out).unwrap();
+
+    // Activation ordering by group (weight_g_idx), declared or only present.
+    config(
+        "pack-quantized",
+        r#"{"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32, "actorder": "group"}"#,
+    );
+    refused(&["\"group_0\"", "actorder \"group\"", "weight_g_idx"]);
+    config("pack-quantized", channel);
+    tensors.push((format!("{p}.weight_g_idx"), Dtype::I32, vec![32], vec![0; 128]));
+    write(&folder.join("model.safetensors"), &tensors);
+    refused(&[&format!("{p}.weight_g_idx"), "activation-ordered"]);
+    tensors.pop();
+    write(&folder.join("model.safetensors"), &tensors);
+
+    // A format or a num_bits / type / strategy blockscale does not decode.
+    config("marlin-24", channel);
+    refused(&["format \"marlin-24\"", "pack-quantized (INT4"]);
+    config("pack-quantized", r#"{"num_bits": 8, "type": "int", "strategy": "channel"}"#);
+    refused(&["num_bits 8", "4-bit integers only"]);
+    config("float-quantized", r#"{"num_bits": 8, "type": "float", "strategy": "token"}"#);
+    refused(&["strategy \"token\""]);
+    // inspect refuses them too (exit code as dequantize's).
+    assert_eq!(code(&run(&["inspect", s(&folder)])), 6);
+}
+
+#[test]
+fn a_per_channel_fp8_scale_without_a_config_is_read() {
+    // ModelOpt-style names without a config, one F32 scale per row ([N, 1]): code 0x38 is
+    // 1.0, so each row comes back as its scale.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("fp8.safetensors");
+    let scales = [0.5f32, 0.125, 3.0];
+    write(
+        &input,
+        &[
+            ("l.weight".into(), Dtype::F8_E4M3, vec![3, 16], vec![0x38; 48]),
+            ("l.weight_scale".into(), Dtype::F32, vec![3, 1], scales.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        ],
+    );
+    let out = dir.path().join("out.safetensors");
+    ok(&["dequantize", s(&input), "-o", s(&out), "--dtype", "f32", "-q"]);
+    let values = f32s(&read(&out)["l.weight"].2);
+    assert_eq!(values, scales.iter().flat_map(|&s| [s; 16]).collect::<Vec<f32>>());
 }
