@@ -34,6 +34,10 @@ struct Case {
     name: &'static str,
     args: &'static [&'static str],
     peer: Peer,
+    /// For a dequantizer peer, the dtype it computes in (and so the one to compare at):
+    /// compressed-tensors unpacks FP4 to bf16, multiplies INT4 in its scale's dtype
+    /// (f16 here), and FP8 in f32; FP8BlockDequantizer works in f32.
+    dtype: &'static str,
 }
 
 const CASES: &[Case] = &[
@@ -41,26 +45,31 @@ const CASES: &[Case] = &[
         name: "compressed-tensors nvfp4",
         args: &["--scheme", "nvfp4", "--convention", "compressed-tensors"],
         peer: Peer::CompressedTensors,
+        dtype: "bf16",
     },
     Case {
         name: "compressed-tensors mxfp4",
         args: &["--scheme", "mxfp4", "--convention", "compressed-tensors"],
         peer: Peer::CompressedTensors,
+        dtype: "bf16",
     },
     Case {
         name: "compressed-tensors int4-g32",
         args: &["--scheme", "int4-g32", "--convention", "compressed-tensors"],
         peer: Peer::CompressedTensors,
+        dtype: "f16",
     },
     Case {
         name: "compressed-tensors fp8-block",
         args: &["--scheme", "fp8-block", "--convention", "compressed-tensors"],
         peer: Peer::CompressedTensors,
+        dtype: "f32",
     },
     Case {
         name: "deepseek fp8-block",
         args: &["--scheme", "fp8-block", "--convention", "deepseek"],
         peer: Peer::Fp8Block,
+        dtype: "f32",
     },
     Case {
         name: "modelopt nvfp4 --recipe modelopt (calibrated)",
@@ -75,11 +84,13 @@ const CASES: &[Case] = &[
             "acts.safetensors",
         ],
         peer: Peer::ModeloptNvfp4,
+        dtype: "",
     },
     Case {
         name: "modelopt fp8 (per tensor)",
         args: &["--scheme", "fp8-per-tensor", "--convention", "modelopt"],
         peer: Peer::ModeloptFp8,
+        dtype: "",
     },
 ];
 
@@ -117,11 +128,12 @@ pub fn run_all(force: bool) -> Result<()> {
     let mut rows = Vec::new();
     for case in CASES {
         let verdict = run_case(case, &cli, &work, &python).unwrap_or_else(|e| (false, format!("{e:#}")));
-        rows.push((case.name, verdict));
+        rows.push((case, verdict));
     }
-    println!("\n| case | result | detail |\n|---|---|---|");
-    for (name, (same, detail)) in &rows {
-        println!("| {name} | {} | {detail} |", if *same { "same" } else { "DIFFERS" });
+    println!("\n| case | compared at | result | detail |\n|---|---|---|---|");
+    for (case, (same, detail)) in &rows {
+        let at = if case.dtype.is_empty() { "bytes" } else { case.dtype };
+        println!("| {} | {at} | {} | {detail} |", case.name, if *same { "same" } else { "DIFFERS" });
     }
     let bad = rows.iter().filter(|(_, (same, _))| !same).count();
     if bad > 0 {
@@ -162,13 +174,11 @@ fn run_case(
     blockscale(cli, work, &[&["quantize", "orig", "-o", &q, "-q"], case.args].concat())?;
     let line = match case.peer {
         Peer::CompressedTensors | Peer::Fp8Block => {
-            // Both peers decompress in bf16 (compressed-tensors unpacks FP4 to bf16), the
-            // dtype of the original checkpoint: compare there.
             let (peer_out, ours) = (format!("{slug}.peer.safetensors"), format!("{slug}.ours"));
             let command =
                 if matches!(case.peer, Peer::CompressedTensors) { "ct-dequantize" } else { "fp8block-dequantize" };
-            python(&[command, &q, &peer_out, "--dtype", "bf16"])?;
-            blockscale(cli, work, &["dequantize", &q, "-o", &ours, "--dtype", "bf16", "-q"])?;
+            python(&[command, &q, &peer_out, "--dtype", case.dtype])?;
+            blockscale(cli, work, &["dequantize", &q, "-o", &ours, "--dtype", case.dtype, "-q"])?;
             python(&["compare", &peer_out, &ours])?
         }
         Peer::ModeloptNvfp4 => python(&["modelopt-nvfp4", "orig", &q, "--calibration", "acts.safetensors"])?,
