@@ -94,9 +94,50 @@ impl FloatValues<'_> {
     }
 }
 
+/// The largest |value| of a row-major matrix of rows of `k` values (0 for none), or the
+/// first NaN or infinity in row-major order as `(row, column, value)`; in parallel over
+/// rows. The recipes the CLI computes itself (FP8 per tensor, ModelOpt's NVFP4) start here.
+pub fn finite_amax<T: Copy + Sync>(
+    v: &[T],
+    k: usize,
+    f32_of: impl Fn(T) -> f32 + Sync,
+) -> Result<f32, (usize, usize, f32)> {
+    use rayon::prelude::*;
+    let rows: Vec<Result<f32, (usize, f32)>> = v
+        .par_chunks(k.max(1))
+        .map(|row| {
+            let mut amax = 0f32;
+            for (c, &x) in row.iter().enumerate() {
+                let x = f32_of(x);
+                if !x.is_finite() {
+                    return Err((c, x));
+                }
+                amax = amax.max(x.abs());
+            }
+            Ok(amax)
+        })
+        .collect();
+    let mut amax = 0f32;
+    for (r, row) in rows.into_iter().enumerate() {
+        match row {
+            Ok(a) => amax = amax.max(a),
+            Err((c, x)) => return Err((r, c, x)),
+        }
+    }
+    Ok(amax)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finite_amax_is_the_largest_magnitude_or_the_first_non_finite() {
+        assert_eq!(finite_amax(&[1.0f32, -3.0, 2.0, 0.5], 2, |x| x), Ok(3.0));
+        assert_eq!(finite_amax::<f32>(&[], 2, |x| x), Ok(0.0));
+        let v = [1.0f32, 2.0, 3.0, f32::INFINITY, f32::NAN, 0.0];
+        assert_eq!(finite_amax(&v, 3, |x| x), Err((1, 0, f32::INFINITY)));
+    }
 
     #[test]
     fn borrows_aligned_and_copies_unaligned_bytes() {

@@ -20,7 +20,7 @@ use blockscale::{
 };
 use rayon::prelude::*;
 
-use crate::values::FloatValues;
+use crate::values::{FloatValues, finite_amax};
 
 /// The NVFP4 block.
 const BLOCK: usize = 16;
@@ -58,34 +58,7 @@ fn quantize_with<T: Copy + Sync>(
 ) -> Result<QuantizedMatrix, NonFiniteAt> {
     assert!(k.is_multiple_of(BLOCK) && v.len() == rows * k, "the plan checks K and the tensor's length");
     let row_len = k.max(1);
-    // The tensor's amax, and its first non-finite value in row-major order.
-    let (amax, bad) = v
-        .par_chunks(row_len)
-        .enumerate()
-        .map(|(r, row)| {
-            let mut amax = 0f32;
-            for (c, &x) in row.iter().enumerate() {
-                let x = f(x);
-                if !x.is_finite() {
-                    return (amax, Some(NonFiniteAt { row: r, col: c, value: x }));
-                }
-                amax = amax.max(x.abs());
-            }
-            (amax, None)
-        })
-        .reduce(
-            || (0.0, None),
-            |(a, ba), (b, bb)| {
-                let first = match (ba, bb) {
-                    (Some(x), Some(y)) => Some(if (x.row, x.col) <= (y.row, y.col) { x } else { y }),
-                    (x, y) => x.or(y),
-                };
-                (a.max(b), first)
-            },
-        );
-    if let Some(at) = bad {
-        return Err(at);
-    }
+    let amax = finite_amax(v, k, &f).map_err(|(row, col, value)| NonFiniteAt { row, col, value })?;
     let g = if amax == 0.0 { 1.0 } else { amax / blockscale::NVFP4_AMAX_TO_SCALE };
     let six_g = 6.0 * g;
     let mut data = vec![0u8; rows * k / 2];

@@ -11,7 +11,7 @@
 use blockscale::E4M3;
 use rayon::prelude::*;
 
-use crate::values::FloatValues;
+use crate::values::{FloatValues, finite_amax};
 
 /// One tensor quantized to FP8 with one scale.
 #[derive(Debug, PartialEq)]
@@ -44,28 +44,7 @@ fn quantize_slice<T: Copy + Sync>(
     in_own_dtype: impl Fn(f32) -> f32 + Sync,
 ) -> Result<Fp8Tensor, NonFiniteAt> {
     let k = k.max(1);
-    // Per row: the amax of its values, or its first non-finite one.
-    let rows: Vec<Result<f32, (usize, f32)>> = v
-        .par_chunks(k)
-        .map(|row| {
-            let mut amax = 0f32;
-            for (c, &x) in row.iter().enumerate() {
-                let x = f32_of(x);
-                if !x.is_finite() {
-                    return Err((c, x));
-                }
-                amax = amax.max(x.abs());
-            }
-            Ok(amax)
-        })
-        .collect();
-    let mut amax = 0f32;
-    for (r, row) in rows.into_iter().enumerate() {
-        match row {
-            Ok(a) => amax = amax.max(a),
-            Err((c, x)) => return Err((r, c, x)),
-        }
-    }
+    let amax = finite_amax(v, k, &f32_of)?;
     let scale = amax / 448.0;
     let mut codes = vec![0u8; v.len()];
     if scale > 0.0 {
