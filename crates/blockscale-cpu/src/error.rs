@@ -36,6 +36,22 @@ pub enum CpuError {
         /// Its length.
         actual: usize,
     },
+    /// A caller-provided byte buffer of the wrong length ([`crate::quantize_into`]).
+    #[error("{what} buffer has {actual} bytes but {scheme} [{rows}, {k}] needs {expected}")]
+    BufferLength {
+        /// Which buffer: `"data"` or `"scales"`.
+        what: &'static str,
+        /// The scheme.
+        scheme: blockscale_formats::Scheme,
+        /// Rows of the shape.
+        rows: usize,
+        /// K of the shape.
+        k: usize,
+        /// Bytes it needs.
+        expected: usize,
+        /// Bytes it has.
+        actual: usize,
+    },
     /// An output array whose shape differs from the quantized matrix's.
     #[error("output is [{}, {}] but the quantized matrix is [{}, {}]", actual.0, actual.1, expected.0, expected.1)]
     OutputShape {

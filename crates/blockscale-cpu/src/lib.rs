@@ -82,7 +82,7 @@ pub use kernels::{avx2_available, avx512_available};
 pub use metrics::{ErrorMetrics, error_metrics, error_metrics_slice};
 pub use options::{GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions, Simd};
 pub use output::Output;
-pub use quantize::{quantize, quantize_slice};
+pub use quantize::{quantize, quantize_into, quantize_slice};
 
 /// Direct access to the element kernels, for the crate's own tests (which compare the
 /// SIMD and portable paths on every f32 input). Not part of the API.

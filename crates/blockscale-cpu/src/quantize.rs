@@ -275,11 +275,7 @@ pub fn quantize<T: Input>(
     let scale_len = shape.scale_len(options.scale_layout)?;
 
     let mut data = vec![0u8; shape.data_bytes];
-    let chunk = match (options.scale_layout, scheme.block_rows()) {
-        (_, BAND) => shape.scale_cols,
-        (ScaleLayout::Linear, _) => BAND * shape.scale_cols,
-        (ScaleLayout::Swizzled128x4, _) => shape.scale_cols.div_ceil(4) * SWIZZLE_TILE,
-    };
+    let chunk = band_scale_chunk(scheme, options.scale_layout, &shape);
     let bad;
     let scales = match scheme.scale_format() {
         ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => {
@@ -318,6 +314,107 @@ pub fn quantize<T: Input>(
         scale_layout: options.scale_layout,
         global_scale,
     })?)
+}
+
+/// [`quantize`] into caller-provided buffers (a memory-mapped output file, say), without
+/// allocating the quantized matrix: the same bytes [`quantize`] would put in
+/// [`QuantizedMatrix::data`] go into `data`, and its scales, as little-endian bytes of
+/// the scheme's scale format (one byte per UE4M3/UE8M0 scale, four per F32, two per
+/// F16) in `options.scale_layout`, go into `scales`. Returns the per-tensor scale (NVFP4
+/// only).
+///
+/// `data` must be [`QuantShape::data_bytes`] long and `scales`
+/// [`QuantShape::scale_len`] times the scale format's bytes. On an error the buffers may
+/// hold part of the result.
+///
+/// ```
+/// use blockscale_cpu::{QuantizeOptions, quantize, quantize_into};
+/// use blockscale_formats::{ScaleData, Scheme};
+/// use ndarray::Array2;
+///
+/// let x = Array2::from_shape_fn((4, 64), |(r, c)| (r as f32 - 1.5) * (c as f32 / 16.0));
+/// let o = QuantizeOptions::default();
+/// let (mut data, mut scales) = (vec![0u8; 4 * 64], vec![0u8; 4 * 2]);
+/// let global = quantize_into(x.view(), Scheme::MxFp8E4M3, &o, &mut data, &mut scales).unwrap();
+/// let q = quantize(x.view(), Scheme::MxFp8E4M3, &o).unwrap();
+/// assert_eq!((q.data(), q.scales(), global), (&data[..], &ScaleData::Bytes(scales), None));
+/// ```
+///
+/// # Errors
+/// As [`quantize`], and [`CpuError::BufferLength`] for a buffer of the wrong length.
+pub fn quantize_into<T: Input>(
+    input: ArrayView2<'_, T>,
+    scheme: Scheme,
+    options: &QuantizeOptions,
+    data: &mut [u8],
+    scales: &mut [u8],
+) -> Result<Option<GlobalScale>, CpuError> {
+    let (rows, k) = input.dim();
+    let shape = scheme.shape(rows, k)?;
+    let scale_len = shape.scale_len(options.scale_layout)?;
+    let scale_bytes = match scheme.scale_format() {
+        ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => 1,
+        ScaleFormat::F32 => 4,
+        ScaleFormat::F16 => 2,
+    };
+    let length = |what, expected, actual: usize| {
+        if actual == expected {
+            Ok(())
+        } else {
+            Err(CpuError::BufferLength { what, scheme, rows, k, expected, actual })
+        }
+    };
+    length("data", shape.data_bytes, data.len())?;
+    length("scales", scale_len * scale_bytes, scales.len())?;
+    let plan = plan(&input, shape, options)?;
+    let chunk = band_scale_chunk(scheme, options.scale_layout, &shape);
+    let single = options.single_threaded;
+    let bad = match scheme.scale_format() {
+        ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => {
+            if options.scale_layout == ScaleLayout::Swizzled128x4 {
+                // The bands write real blocks only; the swizzle's padding is zero.
+                scales.fill(0);
+            }
+            run_bands(&plan, &input, data, scales, chunk, single)
+        }
+        ScaleFormat::F32 => {
+            let mut v = vec![0f32; scale_len];
+            let bad = run_bands(&plan, &input, data, &mut v, chunk, single);
+            for (b, x) in scales.chunks_exact_mut(4).zip(&v) {
+                b.copy_from_slice(&x.to_le_bytes());
+            }
+            bad
+        }
+        ScaleFormat::F16 => {
+            let mut v = vec![f16::ZERO; scale_len];
+            let bad = run_bands(&plan, &input, data, &mut v, chunk, single);
+            for (b, x) in scales.chunks_exact_mut(2).zip(&v) {
+                b.copy_from_slice(&x.to_le_bytes());
+            }
+            bad
+        }
+    };
+    if let Some((row, col, value)) = bad {
+        return Err(CpuError::NonFinite { row, col, value });
+    }
+    if options.data_layout == DataLayout::BlockInterleaved {
+        let inter = interleave(data, rows, k)?;
+        data.copy_from_slice(&inter);
+    }
+    Ok(match plan.kind {
+        Kind::NvFp4 { g, .. } => Some(GlobalScale::from_encode(g)?),
+        _ => None,
+    })
+}
+
+/// Scale entries per band: a row of tiles (FP8 128x128), 128 rows of scales, or a row
+/// of 128x4 swizzle tiles.
+fn band_scale_chunk(scheme: Scheme, layout: ScaleLayout, shape: &QuantShape) -> usize {
+    match (layout, scheme.block_rows()) {
+        (_, BAND) => shape.scale_cols,
+        (ScaleLayout::Linear, _) => BAND * shape.scale_cols,
+        (ScaleLayout::Swizzled128x4, _) => shape.scale_cols.div_ceil(4) * SWIZZLE_TILE,
+    }
 }
 
 /// [`quantize`] for a flat row-major `rows x k` slice.
