@@ -133,3 +133,77 @@ pub fn encode(
     }
     Encoded { tensors }
 }
+
+/// For a weight quantized straight into the output file: `Some` when `convention`
+/// stores the codes and the scales exactly as a [`QuantizedMatrix`] holds them
+/// (`data()`, and the scales as little-endian bytes), as the first two of its planned
+/// tensors, with the tensors that follow them in [`encode`]'s output; `None` for a
+/// convention that transforms them (its weights go through [`encode`]).
+pub fn encode_in_place(
+    convention: ConventionArg,
+    name: &str,
+    global: Option<blockscale::GlobalScale>,
+    input: Option<blockscale::GlobalScale>,
+) -> Option<Vec<(String, Vec<u8>)>> {
+    let p = prefix(name);
+    let f32b = |x: f32| x.to_le_bytes().to_vec();
+    let mut tensors = Vec::new();
+    #[allow(unreachable_patterns)] // A convention added later is not in place until listed.
+    match convention {
+        ConventionArg::Modelopt => {
+            tensors.push((format!("{p}.weight_scale_2"), f32b(global.map_or(1.0, |g| g.decode()))));
+            if let Some(i) = input {
+                tensors.push((format!("{p}.input_scale"), f32b(i.decode())));
+            }
+        }
+        ConventionArg::CompressedTensors => {
+            tensors.push((format!("{p}.weight_global_scale"), f32b(global.map_or(1.0, |g| g.encode()))));
+            if let Some(i) = input {
+                tensors.push((format!("{p}.input_global_scale"), f32b(i.encode())));
+            }
+        }
+        ConventionArg::Native => {
+            if let Some(g) = global {
+                tensors.push((format!("{name}.global_encode"), f32b(g.encode())));
+            }
+        }
+        _ => return None,
+    }
+    Some(tensors)
+}
+
+#[cfg(test)]
+mod in_place_tests {
+    use blockscale::{GlobalScale, QuantizeOptions, quantize};
+    use ndarray::Array2;
+
+    use super::*;
+
+    /// Every (convention, scheme) pair `quantize` can write, with and without an
+    /// activation scale: the codes and scales stored verbatim first, then exactly the
+    /// tensors `encode_in_place` gives.
+    #[test]
+    fn in_place_is_encode_split_after_codes_and_scales() {
+        let x = Array2::from_shape_fn((4, 256), |(r, c)| ((r * 37 + c * 11) % 29) as f32 - 14.0);
+        let cases = [
+            (ConventionArg::Modelopt, Scheme::NvFp4),
+            (ConventionArg::CompressedTensors, Scheme::NvFp4),
+            (ConventionArg::Native, Scheme::NvFp4),
+            (ConventionArg::Native, Scheme::MxFp6E3M2),
+            (ConventionArg::Native, Scheme::Fp8Block(blockscale::Fp8Tile::Row1x128)),
+            (ConventionArg::Native, Scheme::Int4G32),
+        ];
+        for (convention, scheme) in cases {
+            for input in [None, Some(GlobalScale::from_amax(3.5).unwrap())] {
+                let o = QuantizeOptions::default().with_scale_layout(ScaleLayout::Linear);
+                let q = quantize(x.view(), scheme, &o).unwrap();
+                let (data, scales, global) = (q.data().to_vec(), scale_bytes(q.scales()), q.global_scale());
+                let mut all = encode(convention, "l.weight", q, input).tensors;
+                let rest = all.split_off(2);
+                assert_eq!((&all[0].1, &all[1].1), (&data, &scales), "{convention:?} {scheme}");
+                let in_place = encode_in_place(convention, "l.weight", global, input).unwrap();
+                assert_eq!(in_place, rest, "{convention:?} {scheme}");
+            }
+        }
+    }
+}

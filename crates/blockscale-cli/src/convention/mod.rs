@@ -15,7 +15,7 @@ pub use config::{Configs, ignored_linear_layers, quant_configs};
 pub use coverage::{Declared, check_coverage, check_fp8_block_config};
 pub use decode::decode;
 pub use detect::{Decode, Found, GlobalSource, detect};
-pub use encode::{encode, plan_outputs, prefix as layer_prefix};
+pub use encode::{encode, encode_in_place, plan_outputs, prefix as layer_prefix};
 
 use crate::cli::ConventionArg;
 

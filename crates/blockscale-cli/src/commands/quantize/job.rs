@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use blockscale::{Backend, QuantizeOptions, ScaleData, Scheme};
+use blockscale::{Backend, QuantizeOptions, ScaleData, ScaleFormat, Scheme};
 use indicatif::ProgressBar;
 
 use crate::checkpoint::TensorEntry;
 use crate::cli::ConventionArg;
-use crate::convention::encode;
+use crate::convention::{encode, encode_in_place};
 use crate::error::CliError;
 use crate::values::FloatValues;
 
@@ -56,27 +56,79 @@ impl Job {
     pub fn run(&self, w: Weight<'_>, progress: &ProgressBar) -> Result<Quantized, CliError> {
         let Weight { path, tensor: t, bytes, plan } = w;
         let values = FloatValues::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
-        let q = values.quantize(&self.backend, (plan.rows, plan.k), self.scheme, &self.options).map_err(|e| {
-            match non_finite_at(&e) {
-                Some((row, col, value)) => {
-                    CliError::NonFinite { path: path.to_owned(), tensor: t.name.clone(), row, col, value }
-                }
-                None => CliError::tensor(path, &t.name, e.to_string()),
-            }
-        })?;
+        let q = values
+            .quantize(&self.backend, (plan.rows, plan.k), self.scheme, &self.options)
+            .map_err(|e| self.error(path, &t.name, &e))?;
         drop(values);
         let poisoned_blocks = poisoned(q.scales(), self.scheme);
-        if poisoned_blocks > 0 {
+        self.warn_poisoned(path, &t.name, poisoned_blocks, progress);
+        let tensors = encode(self.convention, &t.name, q, plan.input_scale).tensors;
+        Ok(Quantized { tensors, poisoned_blocks })
+    }
+}
+
+impl Job {
+    /// Whether [`Job::run_into`] can put this run's weights straight into the output
+    /// file: on the CPU, in a convention that stores codes and scales as they are.
+    pub fn in_place(&self) -> bool {
+        matches!(self.backend, Backend::Cpu) && encode_in_place(self.convention, "w", None, None).is_some()
+    }
+
+    /// [`Job::run`] into the output file (only where [`Job::in_place`]): the codes go
+    /// into `data` and the scales into `scales`, the places of the weight's first two
+    /// planned tensors; the rest (per-tensor scales) are returned to write.
+    ///
+    /// # Errors
+    /// As [`Job::run`].
+    pub fn run_into(
+        &self,
+        w: Weight<'_>,
+        progress: &ProgressBar,
+        data: &mut [u8],
+        scales: &mut [u8],
+    ) -> Result<Quantized, CliError> {
+        let Weight { path, tensor: t, bytes, plan } = w;
+        let values = FloatValues::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
+        let global = values
+            .quantize_into((plan.rows, plan.k), self.scheme, &self.options, data, scales)
+            .map_err(|e| self.error(path, &t.name, &e.into()))?;
+        drop(values);
+        let poisoned_blocks = poisoned_bytes(scales, self.scheme);
+        self.warn_poisoned(path, &t.name, poisoned_blocks, progress);
+        let tensors = encode_in_place(self.convention, &t.name, global, plan.input_scale)
+            .expect("run_into is only called where in_place() holds");
+        Ok(Quantized { tensors, poisoned_blocks })
+    }
+
+    fn error(&self, path: &Path, tensor: &str, e: &blockscale::Error) -> CliError {
+        match non_finite_at(e) {
+            Some((row, col, value)) => {
+                CliError::NonFinite { path: path.to_owned(), tensor: tensor.to_owned(), row, col, value }
+            }
+            None => CliError::tensor(path, tensor, e.to_string()),
+        }
+    }
+
+    fn warn_poisoned(&self, path: &Path, tensor: &str, blocks: usize, progress: &ProgressBar) {
+        if blocks > 0 {
             progress.suspend(|| {
                 eprintln!(
-                    "warning: {}: tensor {:?}: {poisoned_blocks} blocks held NaN/Inf and are stored as NaN blocks",
+                    "warning: {}: tensor {tensor:?}: {blocks} blocks held NaN/Inf and are stored as NaN blocks",
                     path.display(),
-                    t.name
                 )
             });
         }
-        let tensors = encode(self.convention, &t.name, q, plan.input_scale).tensors;
-        Ok(Quantized { tensors, poisoned_blocks })
+    }
+}
+
+/// [`poisoned`] for scales as little-endian bytes of the scheme's scale format.
+fn poisoned_bytes(scales: &[u8], scheme: Scheme) -> usize {
+    match scheme.scale_format() {
+        ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => poisoned(&ScaleData::Bytes(scales.to_vec()), scheme),
+        ScaleFormat::F32 => {
+            scales.chunks_exact(4).filter(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_nan()).count()
+        }
+        ScaleFormat::F16 => scales.chunks_exact(2).filter(|c| half::f16::from_le_bytes([c[0], c[1]]).is_nan()).count(),
     }
 }
 
