@@ -39,6 +39,9 @@ impl PlannedTensor {
     }
 }
 
+/// The places of two tensors in a mapped file ([`ShardWriter::pair_mut`]).
+pub type Pair<'a> = (&'a mut [u8], &'a mut [u8]);
+
 /// A safetensors file being written tensor by tensor.
 pub struct ShardWriter {
     path: PathBuf,
@@ -112,7 +115,7 @@ impl ShardWriter {
     /// # Errors
     /// [`CliError::Tensor`] for a name not planned or already written, or `a == b` (bugs
     /// of the caller).
-    pub fn pair_mut(&mut self, a: &str, b: &str) -> Result<Option<(&mut [u8], &mut [u8])>, CliError> {
+    pub fn pair_mut(&mut self, a: &str, b: &str) -> Result<Option<Pair<'_>>, CliError> {
         let Some(map) = &mut self.map else { return Ok(None) };
         let path = &self.path;
         if a == b {
