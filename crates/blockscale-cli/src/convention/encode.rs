@@ -134,7 +134,7 @@ pub fn encode(
     Encoded { tensors }
 }
 
-/// For a weight quantized straight into the output file: `Some` when `convention`
+/// For a weight quantized into buffers written as they are: `Some` when `convention`
 /// stores the codes and the scales exactly as a [`QuantizedMatrix`] holds them
 /// (`data()`, and the scales as little-endian bytes), as the first two of its planned
 /// tensors, with the tensors that follow them in [`encode`]'s output; `None` for a

@@ -68,15 +68,17 @@ impl Job {
 }
 
 impl Job {
-    /// Whether [`Job::run_into`] can put this run's weights straight into the output
-    /// file: on the CPU, in a convention that stores codes and scales as they are.
-    pub fn in_place(&self) -> bool {
+    /// Whether [`Job::run_into`] can quantize this run's weights into caller buffers
+    /// that are then written as they are: on the CPU, in a convention that stores codes
+    /// and scales unchanged.
+    pub fn quantizes_into(&self) -> bool {
         matches!(self.backend, Backend::Cpu) && encode_in_place(self.convention, "w", None, None).is_some()
     }
 
-    /// [`Job::run`] into the output file (only where [`Job::in_place`]): the codes go
-    /// into `data` and the scales into `scales`, the places of the weight's first two
-    /// planned tensors; the rest (per-tensor scales) are returned to write.
+    /// [`Job::run`] into caller buffers (only where [`Job::quantizes_into`]): the codes
+    /// go into `data` and the scales into `scales`, buffers of the sizes of the weight's
+    /// first two planned tensors, to be written as they are; the rest (per-tensor
+    /// scales) are returned.
     ///
     /// # Errors
     /// As [`Job::run`].
@@ -96,7 +98,7 @@ impl Job {
         let poisoned_blocks = poisoned_bytes(scales, self.scheme);
         self.warn_poisoned(path, &t.name, poisoned_blocks, progress);
         let tensors = encode_in_place(self.convention, &t.name, global, plan.input_scale)
-            .expect("run_into is only called where in_place() holds");
+            .expect("run_into is only called where quantizes_into() holds");
         Ok(Quantized { tensors, poisoned_blocks })
     }
 

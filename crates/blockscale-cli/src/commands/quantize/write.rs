@@ -17,14 +17,14 @@ use super::job::{Quantized, Weight};
 use super::plan::Plan;
 use super::report::{QuantizeReport, QuantizedEntry};
 
-/// The places of a weight's codes and scales in the mapped output file, for a job that
-/// quantizes in place.
-pub type Place<'a> = Option<(&'a mut [u8], &'a mut [u8])>;
+/// Buffers of exactly a weight's codes and scales sizes, for a job that quantizes into
+/// them (reused from weight to weight).
+pub type Buffers<'a> = Option<(&'a mut [u8], &'a mut [u8])>;
 
 /// Writes the output `plan` describes, quantizing each weight with `job`, commits it,
-/// and returns the report. With `in_place`, `job` is given the places of each weight's
-/// first two planned tensors (codes and scales) when the shard is mapped, fills them,
-/// and returns only the others; otherwise it is given `None` and returns them all.
+/// and returns the report. With `into_buffers`, `job` is given buffers the sizes of each
+/// weight's first two planned tensors (codes and scales), fills them and returns only
+/// the others; otherwise it is given `None` and returns them all.
 ///
 /// # Errors
 /// The first error of `job`; [`CliError::Write`] and the writer's errors; the side
@@ -33,8 +33,8 @@ pub type Place<'a> = Option<(&'a mut [u8], &'a mut [u8])>;
 pub fn write(
     args: &QuantizeArgs,
     plan: Plan,
-    in_place: bool,
-    mut job: impl FnMut(Weight<'_>, &ProgressBar, Place<'_>) -> Result<Quantized, CliError>,
+    into_buffers: bool,
+    mut job: impl FnMut(Weight<'_>, &ProgressBar, Buffers<'_>) -> Result<Quantized, CliError>,
 ) -> Result<QuantizeReport, CliError> {
     let Plan { start, scheme, convention, backend, checkpoint, output, shards, configs, skipped, unused_calibration } =
         plan;
@@ -46,6 +46,7 @@ pub fn write(
     let mut weight_map = BTreeMap::new();
     let mut bytes_out = 0u64;
     let mut total_size = 0u64;
+    let mut buffers: (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
     for sp in &shards {
         let shard = &sp.shard;
         let file_name = Checkpoint::file_name(shard.path());
@@ -69,16 +70,20 @@ pub fn write(
                     let weight = Weight { path: shard.path(), tensor: t, bytes, plan };
                     let mut out_bytes = 0;
                     let q = match plan.outputs.as_slice() {
-                        [codes, scales, ..] if in_place => match w.pair_mut(codes, scales)? {
-                            Some((d, s)) => {
-                                out_bytes += d.len() + s.len();
-                                let q = job(weight, &pb, Some((d, s)))?;
-                                w.release(codes);
-                                w.release(scales);
-                                q
-                            }
-                            None => job(weight, &pb, None)?,
-                        },
+                        [codes, scales, ..] if into_buffers => {
+                            let len = |name| w.planned_len(name).unwrap_or(0);
+                            let (nc, ns) = (len(codes), len(scales));
+                            // Grown to the largest weight once, then reused: no fresh
+                            // pages to fault in and zero for every weight.
+                            buffers.0.resize(nc.max(buffers.0.len()), 0);
+                            buffers.1.resize(ns.max(buffers.1.len()), 0);
+                            let (d, s) = (&mut buffers.0[..nc], &mut buffers.1[..ns]);
+                            let q = job(weight, &pb, Some((&mut *d, &mut *s)))?;
+                            w.write(codes, d)?;
+                            w.write(scales, s)?;
+                            out_bytes += nc + ns;
+                            q
+                        }
                         _ => job(weight, &pb, None)?,
                     };
                     for (name, b) in &q.tensors {
@@ -140,7 +145,7 @@ mod tests {
     #[test]
     fn weights_go_through_the_job_and_the_rest_is_copied() {
         // Both ways a weight reaches the file: its bytes returned by the job, or codes
-        // and scales filled in place by it (the temp dir's file system reserves blocks).
+        // and scales filled into the writer's buffers by it.
         for in_place in [false, true] {
             let dir = tempfile::tempdir().unwrap();
             let input = dir.path().join("m.safetensors");
