@@ -126,7 +126,8 @@ impl Job {
 /// [`poisoned`] for scales as little-endian bytes of the scheme's scale format.
 fn poisoned_bytes(scales: &[u8], scheme: Scheme) -> usize {
     match scheme.scale_format() {
-        ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => poisoned(&ScaleData::Bytes(scales.to_vec()), scheme),
+        ScaleFormat::UE4M3 => scales.iter().filter(|&&x| x == 0x7f).count(),
+        ScaleFormat::UE8M0 => scales.iter().filter(|&&x| x == 0xff).count(),
         ScaleFormat::F32 => {
             scales.chunks_exact(4).filter(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_nan()).count()
         }
@@ -169,6 +170,16 @@ mod tests {
         assert_eq!(poisoned(&ScaleData::Bytes(vec![0x7f, 0xff, 0x7f]), Scheme::NvFp4), 2);
         assert_eq!(poisoned(&ScaleData::Bytes(vec![0x7f, 0xff, 0x7f]), Scheme::MxFp4), 1);
         assert_eq!(poisoned(&ScaleData::F32(vec![f32::NAN, 1.0]), Scheme::Int4G32), 1);
+    }
+
+    #[test]
+    fn poisoned_blocks_are_counted_in_little_endian_scale_bytes() {
+        assert_eq!(poisoned_bytes(&[0x7f, 0xff, 0x7f], Scheme::NvFp4), 2);
+        assert_eq!(poisoned_bytes(&[0x7f, 0xff, 0x7f], Scheme::MxFp4), 1);
+        let f32s: Vec<u8> = [1.0, f32::NAN, -2.0].iter().flat_map(|x: &f32| x.to_le_bytes()).collect();
+        assert_eq!(poisoned_bytes(&f32s, Scheme::Fp8Block(blockscale::Fp8Tile::Row1x128)), 1);
+        let f16s: Vec<u8> = [half::f16::NAN, half::f16::ONE].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(poisoned_bytes(&f16s, Scheme::Int4G32), 1);
     }
 
     /// The job and the one weight's plan for a 2 x 32 weight holding `values`, with `extra` options.
