@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use blockscale::{Backend, QuantizeOptions, QuantizedMatrix, Scheme};
+use blockscale::{Backend, GlobalScale, QuantizeOptions, QuantizedMatrix, Scheme};
 use half::{bf16, f16};
 use ndarray::ArrayView2;
 
@@ -125,6 +125,48 @@ pub fn finite_amax<T: Copy + Sync>(
         }
     }
     Ok(amax)
+}
+
+impl FloatValues<'_> {
+    /// Quantizes the values as a `rows x k` matrix on the CPU into `data` and `scales`
+    /// ([`blockscale::quantize_into`]); returns the per-tensor scale (NVFP4).
+    ///
+    /// # Errors
+    /// As [`blockscale::quantize_into`]; `rows x k` must be the length.
+    pub fn quantize_into(
+        &self,
+        (rows, k): (usize, usize),
+        scheme: Scheme,
+        options: &QuantizeOptions,
+        data: &mut [u8],
+        scales: &mut [u8],
+    ) -> Result<Option<GlobalScale>, blockscale::CpuError> {
+        assert_eq!(rows * k, self.len(), "a tensor's values are rows x k");
+        let shape = (rows, k);
+        match self {
+            Self::Bf16(v) => blockscale::quantize_into(
+                ArrayView2::from_shape(shape, v).expect("checked"),
+                scheme,
+                options,
+                data,
+                scales,
+            ),
+            Self::F16(v) => blockscale::quantize_into(
+                ArrayView2::from_shape(shape, v).expect("checked"),
+                scheme,
+                options,
+                data,
+                scales,
+            ),
+            Self::F32(v) => blockscale::quantize_into(
+                ArrayView2::from_shape(shape, v).expect("checked"),
+                scheme,
+                options,
+                data,
+                scales,
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

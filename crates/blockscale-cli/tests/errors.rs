@@ -478,3 +478,29 @@ fn a_per_channel_fp8_scale_without_a_config_is_read() {
     let values = f32s(&read(&out)["l.weight"].2);
     assert_eq!(values, scales.iter().flat_map(|&s| [s; 16]).collect::<Vec<f32>>());
 }
+
+/// A file-size limit (`ulimit -f`, with SIGXFSZ ignored so that the write fails with
+/// EFBIG instead of killing the process) stands in for a full disk: the first shard
+/// fits, the second does not. The error names the file being written, and neither the
+/// output folder nor a temporary is left.
+#[test]
+fn an_output_that_cannot_be_written_is_an_error_leaving_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    // NVFP4 of 64 x 1024: 32 KiB of codes and 4 KiB of scales; of 512 x 1024, 288 KiB.
+    write(&model.join("a.safetensors"), &[bf16_weight("a.weight", 1, 64, 1024)]);
+    write(&model.join("b.safetensors"), &[bf16_weight("b.weight", 2, 512, 1024)]);
+    let q = dir.path().join("q");
+    let o = std::process::Command::new("bash")
+        .args(["-c", "trap '' XFSZ; ulimit -f 128; exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_blockscale"))
+        .args(["quantize", s(&model), "-o", s(&q), "--scheme", "nvfp4", "--convention", "modelopt"])
+        .output()
+        .expect("bash runs");
+    assert_eq!(code(&o), 5, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("b.safetensors") && e.contains("writing failed"), "{e}");
+    assert!(!q.exists());
+    assert_eq!(leftovers(dir.path(), &["model"]), Vec::<String>::new());
+}

@@ -6,7 +6,8 @@
 //! rayon over 128-row bands).
 //!
 //! - [`quantize`] / [`quantize_slice`]: f32, f16 or bf16 input (any strides) to a
-//!   [`QuantizedMatrix`], scales in the linear or swizzled layout.
+//!   [`QuantizedMatrix`], scales in the linear or swizzled layout; [`quantize_into`]
+//!   writes the same codes and scale bytes into caller buffers.
 //! - [`dequantize`] (and [`dequantize_into`], [`dequantize_slice`]): back to f32,
 //!   f16 or bf16.
 //! - [`fake_quantize`]: the dequantized values without materialising the codes.

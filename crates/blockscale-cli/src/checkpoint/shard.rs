@@ -112,6 +112,17 @@ impl Shard {
         &self.map.as_deref().unwrap_or(&[])[t.range.clone()]
     }
 
+    /// Asks the kernel to start reading the pages of `t` into the page cache (readahead,
+    /// `MADV_WILLNEED`) without waiting for them: called for the next tensor while this
+    /// one is processed, so reading from disk overlaps quantizing. Only advice: an
+    /// unsupported system ignores it.
+    pub fn will_need(&self, t: &TensorEntry) {
+        let Some(map) = &self.map else { return };
+        // From the page holding its first byte (madvise wants an aligned start).
+        let start = t.range.start / page_size() * page_size();
+        let _ = map.advise_range(memmap2::Advice::WillNeed, start, t.range.end - start);
+    }
+
     /// Drops the pages of `t` from this process's memory (they stay in the page cache
     /// and come back on the next access), so that reading a model tensor by tensor keeps
     /// the resident set near one tensor rather than growing to the file.

@@ -93,6 +93,11 @@ impl ShardWriter {
         Ok(Self { path: path.to_owned(), file, data_start, slots, total })
     }
 
+    /// The planned size in bytes of tensor `name`, if planned.
+    pub fn planned_len(&self, name: &str) -> Option<usize> {
+        self.slots.get(name).map(|s| s.1)
+    }
+
     /// Writes the data of tensor `name` (exactly its planned size).
     ///
     /// # Errors

@@ -129,58 +129,113 @@ pub fn encode(
     q: QuantizedMatrix,
     input: Option<blockscale::GlobalScale>,
 ) -> Encoded {
-    let p = prefix(name);
-    let f32b = |x: f32| x.to_le_bytes().to_vec();
     // Moved, not copied: the data and byte scales are output tensors as they are.
     let parts = q.into_parts();
     let scales = match parts.scales {
         ScaleData::Bytes(b) => b,
         other => scale_bytes(&other),
     };
-    let g = parts.global_scale;
-    let data = parts.data;
+    let (scheme, shape, global) = (parts.scheme, (parts.rows, parts.k), parts.global_scale);
+    let tensors = match encode_in_place(convention, scheme, name, shape, global, input) {
+        Some(rest) => {
+            let p = prefix(name);
+            let (data_name, scale_name) = match convention {
+                ConventionArg::CompressedTensors if !matches!(scheme, Scheme::Fp8Block(_)) => {
+                    (format!("{p}.weight_packed"), format!("{p}.weight_scale"))
+                }
+                ConventionArg::Native => (format!("{name}.codes"), format!("{name}.scales")),
+                _ => (format!("{p}.weight"), format!("{p}.weight_scale")),
+            };
+            [(data_name, parts.data), (scale_name, scales)].into_iter().chain(rest).collect()
+        }
+        None => super::deepseek::encode(name, parts.data, scales),
+    };
+    Encoded { tensors }
+}
+
+/// The tensors [`encode`] writes after a weight's codes and scales (stored exactly as a
+/// [`QuantizedMatrix`] holds them: `data()`, and the scales as little-endian bytes, the
+/// first two planned tensors), so that a weight quantized into buffers written as they
+/// are needs only these; `None` for DeepSeek's layout, whose scales [`encode`] hands to
+/// its own module.
+pub fn encode_in_place(
+    convention: ConventionArg,
+    scheme: Scheme,
+    name: &str,
+    (rows, k): (usize, usize),
+    global: Option<blockscale::GlobalScale>,
+    input: Option<blockscale::GlobalScale>,
+) -> Option<Vec<(String, Vec<u8>)>> {
+    let p = prefix(name);
+    let f32b = |x: f32| x.to_le_bytes().to_vec();
     let mut tensors = Vec::new();
     match convention {
         ConventionArg::Modelopt => {
-            tensors.push((format!("{p}.weight"), data));
-            tensors.push((format!("{p}.weight_scale"), scales));
             // Decode scales: the reciprocal of the encode scale quantization used.
-            tensors.push((format!("{p}.weight_scale_2"), f32b(g.map_or(1.0, |g| g.decode()))));
+            tensors.push((format!("{p}.weight_scale_2"), f32b(global.map_or(1.0, |g| g.decode()))));
             if let Some(i) = input {
                 tensors.push((format!("{p}.input_scale"), f32b(i.decode())));
             }
         }
-        ConventionArg::CompressedTensors if parts.scheme == Scheme::MxFp4 => {
-            tensors.push((format!("{p}.weight_packed"), data));
-            tensors.push((format!("{p}.weight_scale"), scales));
-        }
-        ConventionArg::CompressedTensors if parts.scheme == Scheme::Int4G32 => {
-            tensors.push((format!("{p}.weight_packed"), data));
-            tensors.push((format!("{p}.weight_scale"), scales));
-            let dims = [parts.rows as i64, parts.k as i64];
-            tensors.push((format!("{p}.weight_shape"), dims.iter().flat_map(|d| d.to_le_bytes()).collect()));
-        }
-        ConventionArg::CompressedTensors if matches!(parts.scheme, Scheme::Fp8Block(_)) => {
-            tensors.push((format!("{p}.weight"), data));
-            tensors.push((format!("{p}.weight_scale"), scales));
-        }
-        ConventionArg::CompressedTensors => {
-            tensors.push((format!("{p}.weight_packed"), data));
-            tensors.push((format!("{p}.weight_scale"), scales));
-            // Encode scales ("divisor" semantics).
-            tensors.push((format!("{p}.weight_global_scale"), f32b(g.map_or(1.0, |g| g.encode()))));
-            if let Some(i) = input {
-                tensors.push((format!("{p}.input_global_scale"), f32b(i.encode())));
+        ConventionArg::CompressedTensors => match scheme {
+            Scheme::NvFp4 => {
+                // Encode scales ("divisor" semantics).
+                tensors.push((format!("{p}.weight_global_scale"), f32b(global.map_or(1.0, |g| g.encode()))));
+                if let Some(i) = input {
+                    tensors.push((format!("{p}.input_global_scale"), f32b(i.encode())));
+                }
             }
-        }
-        ConventionArg::Deepseek => tensors = super::deepseek::encode(name, data, scales),
+            Scheme::Int4G32 => {
+                let dims = [rows as i64, k as i64];
+                tensors.push((format!("{p}.weight_shape"), dims.iter().flat_map(|d| d.to_le_bytes()).collect()));
+            }
+            _ => {}
+        },
+        ConventionArg::Deepseek => return None,
         ConventionArg::Native => {
-            tensors.push((format!("{name}.codes"), data));
-            tensors.push((format!("{name}.scales"), scales));
-            if let Some(g) = g {
+            if let Some(g) = global {
                 tensors.push((format!("{name}.global_encode"), f32b(g.encode())));
             }
         }
     }
-    Encoded { tensors }
+    Some(tensors)
+}
+
+#[cfg(test)]
+mod in_place_tests {
+    use blockscale::{GlobalScale, QuantizeOptions, quantize};
+    use ndarray::Array2;
+
+    use super::*;
+
+    /// Every (convention, scheme) pair `quantize` can write, with and without an
+    /// activation scale: the codes and scales stored verbatim first, then exactly the
+    /// tensors `encode_in_place` gives.
+    #[test]
+    fn in_place_is_encode_split_after_codes_and_scales() {
+        let x = Array2::from_shape_fn((4, 256), |(r, c)| ((r * 37 + c * 11) % 29) as f32 - 14.0);
+        let cases = [
+            (ConventionArg::Modelopt, Scheme::NvFp4),
+            (ConventionArg::CompressedTensors, Scheme::NvFp4),
+            (ConventionArg::Native, Scheme::NvFp4),
+            (ConventionArg::Native, Scheme::MxFp6E3M2),
+            (ConventionArg::Native, Scheme::Fp8Block(blockscale::Fp8Tile::Row1x128)),
+            (ConventionArg::Native, Scheme::Int4G32),
+            (ConventionArg::CompressedTensors, Scheme::MxFp4),
+            (ConventionArg::CompressedTensors, Scheme::Int4G32),
+            (ConventionArg::CompressedTensors, Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128)),
+        ];
+        for (convention, scheme) in cases {
+            for input in [None, Some(GlobalScale::from_amax(3.5).unwrap())] {
+                let o = QuantizeOptions::default().with_scale_layout(ScaleLayout::Linear);
+                let q = quantize(x.view(), scheme, &o).unwrap();
+                let (data, scales, global) = (q.data().to_vec(), scale_bytes(q.scales()), q.global_scale());
+                let mut all = encode(convention, "l.weight", q, input).tensors;
+                let rest = all.split_off(2);
+                assert_eq!((&all[0].1, &all[1].1), (&data, &scales), "{convention:?} {scheme}");
+                let in_place = encode_in_place(convention, scheme, "l.weight", (4, 256), global, input).unwrap();
+                assert_eq!(in_place, rest, "{convention:?} {scheme}");
+            }
+        }
+    }
 }

@@ -21,7 +21,7 @@ pub use ctensors::CtConfig;
 pub use decode::decode;
 pub use deepseek::k_note as deepseek_k_note;
 pub use detect::{Decode, Found, GlobalSource, detect};
-pub use encode::{encode, plan_outputs, prefix as layer_prefix};
+pub use encode::{encode, encode_in_place, plan_outputs, prefix as layer_prefix};
 pub use modelopt_fp8::{
     encode as encode_fp8_per_tensor, plan_outputs as plan_fp8_per_tensor, quant_configs as fp8_per_tensor_configs,
 };

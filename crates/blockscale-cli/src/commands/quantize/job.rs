@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use blockscale::{Backend, QuantizeOptions, ScaleData, Scheme};
+use blockscale::{Backend, QuantizeOptions, ScaleData, ScaleFormat, Scheme};
 use indicatif::ProgressBar;
 
 use crate::checkpoint::TensorEntry;
 use crate::cli::{ConventionArg, RecipeArg};
-use crate::convention::{encode, encode_fp8_per_tensor, quantize_modelopt_nvfp4};
+use crate::convention::{encode, encode_fp8_per_tensor, encode_in_place, quantize_modelopt_nvfp4};
 use crate::error::CliError;
 use crate::scheme_arg::QuantizeScheme;
 use crate::values::FloatValues;
@@ -76,31 +76,99 @@ impl Job {
                 return Ok(Quantized { tensors, poisoned_blocks: 0 });
             }
         };
-        let non_finite =
-            |(row, col, value)| CliError::NonFinite { path: path.to_owned(), tensor: t.name.clone(), row, col, value };
         let q = match self.recipe {
-            RecipeArg::Modelopt => quantize_modelopt_nvfp4(&values, plan.rows, plan.k)
-                .map_err(|at| non_finite((at.row, at.col, at.value)))?,
+            RecipeArg::Modelopt => {
+                quantize_modelopt_nvfp4(&values, plan.rows, plan.k).map_err(|at| CliError::NonFinite {
+                    path: path.to_owned(),
+                    tensor: t.name.clone(),
+                    row: at.row,
+                    col: at.col,
+                    value: at.value,
+                })?
+            }
             RecipeArg::Blockscale => values
                 .quantize(&self.backend, (plan.rows, plan.k), scheme, &self.options)
-                .map_err(|e| match non_finite_at(&e) {
-                    Some(at) => non_finite(at),
-                    None => CliError::tensor(path, &t.name, e.to_string()),
-                })?,
+                .map_err(|e| self.error(path, &t.name, &e))?,
         };
         drop(values);
         let poisoned_blocks = poisoned(q.scales(), scheme);
-        if poisoned_blocks > 0 {
+        self.warn_poisoned(path, &t.name, poisoned_blocks, progress);
+        let tensors = encode(self.convention, &t.name, q, plan.input_scale).tensors;
+        Ok(Quantized { tensors, poisoned_blocks })
+    }
+}
+
+impl Job {
+    /// Whether [`Job::run_into`] can quantize this run's weights into caller buffers
+    /// that are then written as they are: a library scheme with blockscale's recipe, on
+    /// the CPU, in a convention that stores codes and scales unchanged.
+    pub fn quantizes_into(&self) -> bool {
+        let QuantizeScheme::Block(scheme) = self.scheme else { return false };
+        self.recipe == RecipeArg::Blockscale
+            && matches!(self.backend, Backend::Cpu)
+            && encode_in_place(self.convention, scheme, "w", (0, 0), None, None).is_some()
+    }
+
+    /// [`Job::run`] into caller buffers (only where [`Job::quantizes_into`]): the codes
+    /// go into `data` and the scales into `scales`, buffers of the sizes of the weight's
+    /// first two planned tensors, to be written as they are; the rest (per-tensor
+    /// scales) are returned.
+    ///
+    /// # Errors
+    /// As [`Job::run`].
+    pub fn run_into(
+        &self,
+        w: Weight<'_>,
+        progress: &ProgressBar,
+        data: &mut [u8],
+        scales: &mut [u8],
+    ) -> Result<Quantized, CliError> {
+        let QuantizeScheme::Block(scheme) = self.scheme else {
+            unreachable!("run_into is only called where quantizes_into() holds")
+        };
+        let Weight { path, tensor: t, bytes, plan } = w;
+        let values = FloatValues::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
+        let global = values
+            .quantize_into((plan.rows, plan.k), scheme, &self.options, data, scales)
+            .map_err(|e| self.error(path, &t.name, &e.into()))?;
+        drop(values);
+        let poisoned_blocks = poisoned_bytes(scales, scheme);
+        self.warn_poisoned(path, &t.name, poisoned_blocks, progress);
+        let tensors = encode_in_place(self.convention, scheme, &t.name, (plan.rows, plan.k), global, plan.input_scale)
+            .expect("run_into is only called where quantizes_into() holds");
+        Ok(Quantized { tensors, poisoned_blocks })
+    }
+
+    fn error(&self, path: &Path, tensor: &str, e: &blockscale::Error) -> CliError {
+        match non_finite_at(e) {
+            Some((row, col, value)) => {
+                CliError::NonFinite { path: path.to_owned(), tensor: tensor.to_owned(), row, col, value }
+            }
+            None => CliError::tensor(path, tensor, e.to_string()),
+        }
+    }
+
+    fn warn_poisoned(&self, path: &Path, tensor: &str, blocks: usize, progress: &ProgressBar) {
+        if blocks > 0 {
             progress.suspend(|| {
                 eprintln!(
-                    "warning: {}: tensor {:?}: {poisoned_blocks} blocks held NaN/Inf and are stored as NaN blocks",
+                    "warning: {}: tensor {tensor:?}: {blocks} blocks held NaN/Inf and are stored as NaN blocks",
                     path.display(),
-                    t.name
                 )
             });
         }
-        let tensors = encode(self.convention, &t.name, q, plan.input_scale).tensors;
-        Ok(Quantized { tensors, poisoned_blocks })
+    }
+}
+
+/// [`poisoned`] for scales as little-endian bytes of the scheme's scale format.
+fn poisoned_bytes(scales: &[u8], scheme: Scheme) -> usize {
+    match scheme.scale_format() {
+        ScaleFormat::UE4M3 => scales.iter().filter(|&&x| x == 0x7f).count(),
+        ScaleFormat::UE8M0 => scales.iter().filter(|&&x| x == 0xff).count(),
+        ScaleFormat::F32 => {
+            scales.chunks_exact(4).filter(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_nan()).count()
+        }
+        ScaleFormat::F16 => scales.chunks_exact(2).filter(|c| half::f16::from_le_bytes([c[0], c[1]]).is_nan()).count(),
     }
 }
 
@@ -139,6 +207,16 @@ mod tests {
         assert_eq!(poisoned(&ScaleData::Bytes(vec![0x7f, 0xff, 0x7f]), Scheme::NvFp4), 2);
         assert_eq!(poisoned(&ScaleData::Bytes(vec![0x7f, 0xff, 0x7f]), Scheme::MxFp4), 1);
         assert_eq!(poisoned(&ScaleData::F32(vec![f32::NAN, 1.0]), Scheme::Int4G32), 1);
+    }
+
+    #[test]
+    fn poisoned_blocks_are_counted_in_little_endian_scale_bytes() {
+        assert_eq!(poisoned_bytes(&[0x7f, 0xff, 0x7f], Scheme::NvFp4), 2);
+        assert_eq!(poisoned_bytes(&[0x7f, 0xff, 0x7f], Scheme::MxFp4), 1);
+        let f32s: Vec<u8> = [1.0, f32::NAN, -2.0].iter().flat_map(|x: &f32| x.to_le_bytes()).collect();
+        assert_eq!(poisoned_bytes(&f32s, Scheme::Fp8Block(blockscale::Fp8Tile::Row1x128)), 1);
+        let f16s: Vec<u8> = [half::f16::NAN, half::f16::ONE].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(poisoned_bytes(&f16s, Scheme::Int4G32), 1);
     }
 
     /// The job and the one weight's plan for a 2 x 32 weight holding `values`, with `extra` options.

@@ -5,7 +5,9 @@
 //!    and shaped, the convention's configs made; a weight the scheme cannot hold is an
 //!    error before anything is written.
 //! 2. [`job`]: one weight quantized on the backend (poisoned blocks warned about) and
-//!    encoded as the convention's tensors.
+//!    encoded as the convention's tensors; on the CPU, codes and scales are quantized
+//!    into reused buffers and written from there when the convention stores them as
+//!    they are.
 //! 3. [`write`]: the output shards written as planned, each weight through the job as
 //!    its turn comes, then the folder's index and side files, and the [`report`].
 
@@ -27,7 +29,10 @@ use crate::error::CliError;
 /// quantized (named), an output that exists or cannot be written.
 pub fn run(args: &QuantizeArgs) -> Result<(), CliError> {
     let (job, plan) = plan::plan(args)?;
-    let report = write::write(args, plan, |weight, progress| job.run(weight, progress))?;
+    let report = write::write(args, plan, job.quantizes_into(), |weight, progress, buffers| match buffers {
+        Some((data, scales)) => job.run_into(weight, progress, data, scales),
+        None => job.run(weight, progress),
+    })?;
     report.print(args.out.json);
     Ok(())
 }

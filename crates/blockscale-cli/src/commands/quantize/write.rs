@@ -17,8 +17,14 @@ use super::job::{Quantized, Weight};
 use super::plan::Plan;
 use super::report::{QuantizeReport, QuantizedEntry};
 
+/// Buffers of exactly a weight's codes and scales sizes, for a job that quantizes into
+/// them (reused from weight to weight).
+pub type Buffers<'a> = Option<(&'a mut [u8], &'a mut [u8])>;
+
 /// Writes the output `plan` describes, quantizing each weight with `job`, commits it,
-/// and returns the report.
+/// and returns the report. With `into_buffers`, `job` is given buffers the sizes of each
+/// weight's first two planned tensors (codes and scales), fills them and returns only
+/// the others; otherwise it is given `None` and returns them all.
 ///
 /// # Errors
 /// The first error of `job`; [`CliError::Write`] and the writer's errors; the side
@@ -27,7 +33,8 @@ use super::report::{QuantizeReport, QuantizedEntry};
 pub fn write(
     args: &QuantizeArgs,
     plan: Plan,
-    mut job: impl FnMut(Weight<'_>, &ProgressBar) -> Result<Quantized, CliError>,
+    into_buffers: bool,
+    mut job: impl FnMut(Weight<'_>, &ProgressBar, Buffers<'_>) -> Result<Quantized, CliError>,
 ) -> Result<QuantizeReport, CliError> {
     let Plan { start, scheme, convention, backend, checkpoint, output, shards, configs, skipped, unused_calibration } =
         plan;
@@ -39,6 +46,7 @@ pub fn write(
     let mut weight_map = BTreeMap::new();
     let mut bytes_out = 0u64;
     let mut total_size = 0u64;
+    let mut buffers: (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
     for sp in &shards {
         let shard = &sp.shard;
         let file_name = Checkpoint::file_name(shard.path());
@@ -48,15 +56,36 @@ pub fn write(
             weight_map.insert(p.name.clone(), file_name.clone());
             total_size += tensor_bytes(p.dtype, &p.shape).unwrap_or(0) as u64;
         }
-        for (t, weight) in shard.tensors().iter().zip(&sp.weights) {
+        for (i, (t, weight)) in shard.tensors().iter().zip(&sp.weights).enumerate() {
             done += 1;
             pb.set_message(format!("[{done}/{n_tensors}] {}", t.name));
+            // The next tensor is read from disk while this one is processed.
+            if let Some(next) = shard.tensors().get(i + 1) {
+                shard.will_need(next);
+            }
             let bytes = shard.bytes(t);
             match weight {
                 None => w.write(&t.name, bytes)?,
                 Some(plan) => {
-                    let q = job(Weight { path: shard.path(), tensor: t, bytes, plan }, &pb)?;
+                    let weight = Weight { path: shard.path(), tensor: t, bytes, plan };
                     let mut out_bytes = 0;
+                    let q = match plan.outputs.as_slice() {
+                        [codes, scales, ..] if into_buffers => {
+                            let len = |name| w.planned_len(name).unwrap_or(0);
+                            let (nc, ns) = (len(codes), len(scales));
+                            // Grown to the largest weight once, then reused: no fresh
+                            // pages to fault in and zero for every weight.
+                            buffers.0.resize(nc.max(buffers.0.len()), 0);
+                            buffers.1.resize(ns.max(buffers.1.len()), 0);
+                            let (d, s) = (&mut buffers.0[..nc], &mut buffers.1[..ns]);
+                            let q = job(weight, &pb, Some((&mut *d, &mut *s)))?;
+                            w.write(codes, d)?;
+                            w.write(scales, s)?;
+                            out_bytes += nc + ns;
+                            q
+                        }
+                        _ => job(weight, &pb, None)?,
+                    };
                     for (name, b) in &q.tensors {
                         w.write(name, b)?;
                         out_bytes += b.len();
@@ -115,41 +144,56 @@ mod tests {
 
     #[test]
     fn weights_go_through_the_job_and_the_rest_is_copied() {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("m.safetensors");
-        small_model(&input);
-        let out = dir.path().join("o.safetensors");
-        let a = args(&[input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "mxfp8-e4m3", "-q"]);
-        let (_, plan) = plan(&a).unwrap();
-        let sizes: HashMap<String, usize> =
-            plan.shards[0].tensors.iter().map(|t| (t.name.clone(), tensor_bytes(t.dtype, &t.shape).unwrap())).collect();
-        let mut seen = Vec::new();
-        // A stand-in for the per-tensor job: fixed bytes of the planned sizes.
-        let report = write(&a, plan, |w, _| {
-            seen.push(w.tensor.name.clone());
-            let tensors = w.plan.outputs.iter().map(|n| (n.clone(), vec![0xab; sizes[n]])).collect();
-            Ok(Quantized { tensors, poisoned_blocks: 3 })
-        })
-        .unwrap();
-        assert_eq!(seen, ["l.weight"]);
-        assert_eq!(report.quantized.len(), 1);
-        let q = &report.quantized[0];
-        assert_eq!((q.name.as_str(), q.poisoned_blocks, q.bytes_in), ("l.weight", 3, 256));
-        assert_eq!(q.bytes_out, sizes["l.weight.codes"] + sizes["l.weight.scales"]);
-        assert_eq!(report.skipped.len(), 1);
-        assert_eq!(
-            (report.scheme.as_str(), report.convention.as_str(), report.backend.as_str()),
-            ("mxfp8-e4m3", "native", "cpu")
-        );
+        // Both ways a weight reaches the file: its bytes returned by the job, or codes
+        // and scales filled into the writer's buffers by it.
+        for in_place in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let input = dir.path().join("m.safetensors");
+            small_model(&input);
+            let out = dir.path().join("o.safetensors");
+            let a = args(&[input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "mxfp8-e4m3", "-q"]);
+            let (_, plan) = plan(&a).unwrap();
+            let sizes: HashMap<String, usize> = plan.shards[0]
+                .tensors
+                .iter()
+                .map(|t| (t.name.clone(), tensor_bytes(t.dtype, &t.shape).unwrap()))
+                .collect();
+            let mut seen = Vec::new();
+            // A stand-in for the per-tensor job: fixed bytes of the planned sizes.
+            let report = write(&a, plan, in_place, |w, _, place| {
+                seen.push((w.tensor.name.clone(), place.is_some()));
+                let mut outputs = w.plan.outputs.iter();
+                if let Some((d, s)) = place {
+                    d.fill(0xab);
+                    s.fill(0xcd);
+                    outputs.nth(1);
+                }
+                let tensors = outputs.map(|n| (n.clone(), vec![0xcd; sizes[n]])).collect();
+                Ok(Quantized { tensors, poisoned_blocks: 3 })
+            })
+            .unwrap();
+            assert_eq!(seen, [("l.weight".to_string(), in_place)]);
+            assert_eq!(report.quantized.len(), 1);
+            let q = &report.quantized[0];
+            assert_eq!((q.name.as_str(), q.poisoned_blocks, q.bytes_in), ("l.weight", 3, 256));
+            assert_eq!(q.bytes_out, sizes["l.weight.codes"] + sizes["l.weight.scales"]);
+            assert_eq!(report.skipped.len(), 1);
+            assert_eq!(
+                (report.scheme.as_str(), report.convention.as_str(), report.backend.as_str()),
+                ("mxfp8-e4m3", "native", "cpu")
+            );
 
-        let written = Shard::open(&out).unwrap();
-        let bytes = |name: &str| {
-            let t = written.tensors().iter().find(|t| t.name == name).unwrap();
-            written.bytes(t).to_vec()
-        };
-        assert_eq!(bytes("l.weight.codes"), vec![0xab; sizes["l.weight.codes"]]);
-        assert_eq!(bytes("norm"), bf16_values(4));
-        assert_eq!(report.bytes_out, written.file_len() as u64);
+            let written = Shard::open(&out).unwrap();
+            let bytes = |name: &str| {
+                let t = written.tensors().iter().find(|t| t.name == name).unwrap();
+                written.bytes(t).to_vec()
+            };
+            let codes = if in_place { 0xab } else { 0xcd };
+            assert_eq!(bytes("l.weight.codes"), vec![codes; sizes["l.weight.codes"]]);
+            assert_eq!(bytes("l.weight.scales"), vec![0xcd; sizes["l.weight.scales"]]);
+            assert_eq!(bytes("norm"), bf16_values(4));
+            assert_eq!(report.bytes_out, written.file_len() as u64);
+        }
     }
 
     #[test]
@@ -160,7 +204,7 @@ mod tests {
         let out = dir.path().join("o.safetensors");
         let a = args(&[input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "nvfp4", "-q"]);
         let (_, plan) = plan(&a).unwrap();
-        let e = write(&a, plan, |w, _| Err(CliError::tensor(w.path, &w.tensor.name, "stop"))).unwrap_err();
+        let e = write(&a, plan, false, |w, _, _| Err(CliError::tensor(w.path, &w.tensor.name, "stop"))).unwrap_err();
         assert!(e.to_string().contains("stop"), "{e}");
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, ["m.safetensors"]);
