@@ -17,7 +17,8 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # quantize, GEMM and GEMV tests, and the benchmarks; `sm120` runs what proves the SM120
 # GEMM tier and the GEMV on an RTX 50xx / RTX PRO Blackwell (compute capability 12.x):
 # the GEMM and GEMV tests, the golden files and the GEMM and GEMV benches;
-# `checkpoint` times `blockscale quantize --backend cuda` against `--backend cpu` on a
+# `checkpoint` compares the CLI's outputs on both backends for every writer the GPU
+# serves, then times `blockscale quantize --backend cuda` against `--backend cpu` on a
 # generated 2 GB bf16 checkpoint (needs python3 with torch and safetensors).
 #   ./run.sh [test|verify|sanitize|bench|all|sm120|checkpoint]      (default: test)
 set -u
@@ -76,6 +77,7 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
     done
 fi
 if [ "$mode" = checkpoint ]; then
+    ./cli_cmp.sh bin/blockscale || status=1
     work="${BLOCKSCALE_CHECKPOINT_DIR:-/dev/shm/blockscale-checkpoint}"
     python3 gen_checkpoint.py "$work/model" || exit 1
     for backend in cpu cuda; do
@@ -94,6 +96,36 @@ if [ "$mode" = checkpoint ]; then
     rm -rf "$work"
 fi
 exit $status
+"#;
+
+/// `run.sh checkpoint`'s first step: CPU and CUDA outputs of the CLI, byte for byte, for
+/// every scheme x convention the GPU computes, on a small bf16 checkpoint.
+const CLI_CMP_SH: &str = r#"#!/usr/bin/env bash
+set -u
+B=$1; W=/dev/shm/blockscale-cli-cmp; rm -rf $W; mkdir -p $W/m
+python3 - "$W/m" <<'PY'
+import json, os, sys
+import torch
+from safetensors.torch import save_file
+out = sys.argv[1]
+g = torch.Generator().manual_seed(3)
+t = {f"model.layers.{i}.mlp.up_proj.weight": (torch.randn(384, 1024, generator=g) * 0.02).to(torch.bfloat16) for i in range(3)}
+t["model.layers.0.mlp.up_proj.weight"][0:16, 0:256] = 0
+save_file(t, os.path.join(out, "model.safetensors"))
+json.dump({"model_type": "llama"}, open(os.path.join(out, "config.json"), "w"))
+PY
+st=0
+for c in "nvfp4 modelopt" "nvfp4 compressed-tensors" "mxfp4 compressed-tensors" "int4-g32 compressed-tensors" \
+         "fp8-block compressed-tensors" "fp8-block deepseek" "fp8-per-tensor modelopt" "mxfp6-e3m2 native" \
+         "mxfp8-e4m3 native" "fp8-block-1x128 native"; do
+    set -- $c
+    for be in cpu cuda; do
+        $B quantize $W/m -o $W/$1-$2-$be --scheme $1 --convention $2 --backend $be -q > /dev/null || st=1
+    done
+    if diff -r $W/$1-$2-cpu $W/$1-$2-cuda > /dev/null; then echo "same: $1 $2"; else echo "DIFFERS: $1 $2"; st=1; fi
+done
+rm -rf $W
+exit $st
 "#;
 
 /// Writes the checkpoint `run.sh checkpoint` quantizes: the shapes of
@@ -157,6 +189,8 @@ pub fn run() -> Result<()> {
     std::fs::copy(target_dir().join("release").join("blockscale"), out.join("bin/blockscale"))
         .context("copying the blockscale CLI")?;
     std::fs::write(out.join("gen_checkpoint.py"), GEN_CHECKPOINT_PY)?;
+    std::fs::write(out.join("cli_cmp.sh"), CLI_CMP_SH)?;
+    make_executable(&out.join("cli_cmp.sh"))?;
     let script = out.join("run.sh");
     std::fs::write(&script, RUN_SH)?;
     make_executable(&script)?;
