@@ -108,7 +108,10 @@ fn nvfp4_scales(n: usize, k: usize, swizzled: bool) -> Vec<usize> {
     }
 }
 
-fn build(input: &Input) -> Option<(Vec<Tensor>, Vec<(String, String)>)> {
+/// Metadata entries of a shard.
+type Metadata = Vec<(String, String)>;
+
+fn build(input: &Input) -> Option<(Vec<Tensor>, Metadata)> {
     let n = 1 + input.rows as usize % 160;
     let kb = 1 + input.k_blocks as usize % 4;
     let fill = &input.fill;
@@ -181,7 +184,7 @@ fn build(input: &Input) -> Option<(Vec<Tensor>, Vec<(String, String)>)> {
 }
 
 /// Applies `e` to `t` (tensors, and for each whether it goes to the second shard).
-fn apply(e: &Edit, t: &mut Vec<(Tensor, bool)>, meta: &mut Vec<(String, String)>) {
+fn apply(e: &Edit, t: &mut Vec<(Tensor, bool)>, meta: &mut Metadata) {
     let pick = |i: u8, len: usize| (len > 0).then(|| i as usize % len);
     let resize = |x: &mut Tensor, dtype: Dtype, shape: Vec<usize>| {
         if let Some(n) = nbytes(dtype, &shape) {

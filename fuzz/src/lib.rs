@@ -47,9 +47,7 @@ pub fn serialize(tensors: &[Tensor], metadata: &[(String, String)]) -> Vec<u8> {
         offset += bytes.len();
     }
     let mut h = serde_json::to_vec(&serde_json::Value::Object(header)).expect("serializes");
-    while h.len() % 8 != 0 {
-        h.push(b' ');
-    }
+    h.resize(h.len().div_ceil(8) * 8, b' ');
     let mut out = (h.len() as u64).to_le_bytes().to_vec();
     out.extend_from_slice(&h);
     for (_, _, _, bytes) in tensors {
