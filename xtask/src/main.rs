@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_checkpoint;
+mod fuzz;
 mod golden;
 mod gpu_bundle;
 mod kernels;
@@ -22,6 +23,12 @@ tasks:
   test            fmt check, clippy -D warnings, every test (NVIDIA and ml_dtypes
                   oracles included; installs them under target/ when missing)
     --no-lint       skip fmt and clippy
+    --no-fuzz       skip the 30 s run of each fuzz target (which runs only when the
+                    nightly toolchain and cargo-fuzz are installed, else is skipped)
+  fuzz [TARGET]   build the cargo-fuzz targets of fuzz/ (header, dequantize, index,
+                  golden; needs `cargo +nightly` and `cargo install cargo-fuzz`) and run
+                  TARGET, or each, seeded; crashes are saved under fuzz/artifacts/
+    --seconds N     how long each runs (default 600)
   setup-cuda      install the pinned CUDA 13.0 toolchain from PyPI into target/
     --force         reinstall even if present
   setup-python    install the Python test oracles (ml_dtypes, numpy, safetensors) into target/
@@ -64,7 +71,7 @@ fn main() -> Result<()> {
     let mut i = 0;
     while i < rest.len() {
         let a = rest[i].as_str();
-        if ["--backend", "--seed", "--out", "--filter", "--dir"].contains(&a) {
+        if ["--backend", "--seed", "--out", "--filter", "--dir", "--seconds"].contains(&a) {
             let Some(v) = rest.get(i + 1) else { bail!("{a} needs a value\n\n{HELP}") };
             if a == "--backend" {
                 backend = Some(v.clone());
@@ -76,13 +83,22 @@ fn main() -> Result<()> {
         }
         if let Some(b) = a.strip_prefix("--backend=") {
             backend = Some(b.to_string());
-        } else if !["--force", "--no-lint", "--full"].contains(&a) {
+        } else if task == "fuzz" && !a.starts_with('-') && !values.contains_key("target") {
+            values.insert("target", a.to_string());
+        } else if !["--force", "--no-lint", "--no-fuzz", "--full"].contains(&a) {
             bail!("unknown option {a:?}\n\n{HELP}");
         }
         i += 1;
     }
     match task {
-        "test" => test::run(!flag("--no-lint")),
+        "test" => test::run(!flag("--no-lint"), !flag("--no-fuzz")),
+        "fuzz" => {
+            let seconds = match values.get("--seconds") {
+                Some(s) => s.parse().map_err(|_| anyhow::anyhow!("--seconds {s:?}: not a number"))?,
+                None => 600,
+            };
+            fuzz::run(values.get("target").map(String::as_str), seconds)
+        }
         "setup-cuda" => setup_cuda::cuda(flag("--force")).map(|home| {
             println!("CUDA toolchain ready: {}", home.display());
         }),

@@ -9,11 +9,12 @@ use crate::util::{self, cargo};
 /// crate without `alloc`), every test including the ignored exhaustive sweeps with the
 /// oracle locations in the environment (blockscale-cuda's GPU tests skip without a
 /// GPU), `verify --backend cpu` over the golden files, the kernel checks of `cargo
-/// xtask kernels`, the README's main command (`blockscale eval --demo`) and the
-/// formats example. Under
+/// xtask kernels`, the README's main command (`blockscale eval --demo`), the
+/// formats example and, when the nightly toolchain and cargo-fuzz are installed (and
+/// `fuzz` is set), 30 s of each fuzz target (skipped with a message otherwise). Under
 /// `CI=true` the oracle tests treat a missing oracle as a failure; outside CI they
 /// skip with a message; this command installs them first and requires them.
-pub fn run(lint: bool) -> Result<()> {
+pub fn run(lint: bool, fuzz: bool) -> Result<()> {
     let cuda_home = setup_cuda::cuda(false)?;
     let python_dir = setup_cuda::python(false)?;
 
@@ -52,6 +53,10 @@ pub fn run(lint: bool) -> Result<()> {
             .arg(&plot),
     )?;
     util::run(cargo().args(["run", "--release", "--quiet", "--example", "formats"]))?;
+    // Bad input: each cargo-fuzz target briefly (the long runs are `cargo xtask fuzz`).
+    if fuzz {
+        crate::fuzz::smoke()?;
+    }
     eprintln!("xtask test: all checks passed");
     Ok(())
 }

@@ -1,25 +1,13 @@
 //! `blockscale`: quantize safetensors checkpoints to block-scaled formats, read the
-//! formats in the wild, and report accuracy and speed. docs/CLI.md is the manual.
-
-mod checkpoint;
-mod cli;
-mod commands;
-mod convention;
-mod demo;
-mod error;
-mod plot;
-mod progress;
-mod report;
-mod scheme_arg;
-mod select;
-mod values;
+//! formats in the wild, and report accuracy and speed. docs/CLI.md is the manual; the
+//! commands live in the library (src/lib.rs).
 
 use std::process::ExitCode;
 
+use blockscale_cli::checkpoint;
+use blockscale_cli::cli::{Cli, Command};
+use blockscale_cli::error;
 use clap::Parser;
-
-use crate::cli::{Cli, Command};
-use crate::error::CliError;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -31,7 +19,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => a.json,
         Command::Bench(a) => a.json,
     };
-    match run(cli.command) {
+    match blockscale_cli::run(cli.command) {
         Ok(()) => ExitCode::from(error::exit::OK),
         Err(e) => {
             if json {
@@ -40,15 +28,5 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())
         }
-    }
-}
-
-fn run(command: Command) -> Result<(), CliError> {
-    match command {
-        Command::Quantize(a) => commands::quantize::run(&a),
-        Command::Dequantize(a) => commands::dequantize::run(&a),
-        Command::Inspect(a) => commands::inspect::run(&a),
-        Command::Bench(a) => commands::bench::run(&a),
-        Command::Eval(a) => commands::eval::run(&a),
     }
 }

@@ -28,6 +28,11 @@ impl FloatValues<'_> {
         }
     }
 
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Bytes per value.
     pub fn elem_bytes(&self) -> usize {
         match self {

@@ -33,6 +33,15 @@ impl GoldenFile {
     /// data), [`GoldenError::Metadata`] (no version keys), [`GoldenError::Version`].
     pub fn open(path: &Path) -> Result<Self, GoldenError> {
         let bytes = std::fs::read(path).map_err(|source| GoldenError::Io { path: path.into(), source })?;
+        Self::from_bytes(path, bytes)
+    }
+
+    /// Validates a golden file already read into memory, as [`GoldenFile::open`] does;
+    /// `path` names it in errors (the fuzz target reads its input this way).
+    ///
+    /// # Errors
+    /// As [`GoldenFile::open`], less [`GoldenError::Io`].
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self, GoldenError> {
         let (_, header) = SafeTensors::read_metadata(&bytes)
             .map_err(|e| GoldenError::Format { path: path.into(), reason: format!("{e:?}") })?;
         // deserialize checks that every tensor lies within the data (catches truncation).

@@ -38,9 +38,25 @@ impl TensorEntry {
 /// A memory-mapped safetensors file.
 pub struct Shard {
     path: PathBuf,
-    map: Option<Mmap>,
+    data: Data,
     tensors: Vec<TensorEntry>,
     metadata: HashMap<String, String>,
+}
+
+/// The bytes of a shard: a file's memory map, or bytes already in memory (an empty file,
+/// or [`Shard::from_bytes`]).
+enum Data {
+    Map(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Data {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Map(m) => m,
+            Self::Owned(v) => v,
+        }
+    }
 }
 
 impl Shard {
@@ -54,17 +70,32 @@ impl Shard {
         let read_err = |source| CliError::Read { path: path.to_owned(), source };
         let file = File::open(path).map_err(read_err)?;
         let len = file.metadata().map_err(read_err)?.len();
-        let map = if len == 0 {
-            None
+        let data = if len == 0 {
+            Data::Owned(Vec::new())
         } else {
             // SAFETY: the map is read-only and private to this process; safetensors files
             // are not modified while a command reads them (a concurrent writer could
             // change the bytes under us, as with any reader, but not break memory safety
             // of our own code beyond reading different values: we only ever copy bytes
             // out of it).
-            Some(unsafe { Mmap::map(&file) }.map_err(read_err)?)
+            Data::Map(unsafe { Mmap::map(&file) }.map_err(read_err)?)
         };
-        let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+        Self::parse(path, data)
+    }
+
+    /// A shard whose bytes are already in memory, checked as [`Shard::open`] checks a
+    /// file; `path` names it in errors. For the fuzz targets and tests, which build
+    /// checkpoints in memory.
+    ///
+    /// # Errors
+    /// [`CliError::NotSafetensors`] for a bad or truncated header or data section.
+    #[doc(hidden)]
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self, CliError> {
+        Self::parse(path, Data::Owned(bytes))
+    }
+
+    fn parse(path: &Path, data: Data) -> Result<Self, CliError> {
+        let bytes = data.bytes();
         let (n, meta) = SafeTensors::read_metadata(bytes)
             .map_err(|e| CliError::NotSafetensors { path: path.to_owned(), reason: describe(&e, bytes.len()) })?;
         let base = 8 + n;
@@ -83,7 +114,8 @@ impl Shard {
             })
             .collect();
         tensors.sort_by_key(|t| t.range.start);
-        Ok(Self { path: path.to_owned(), map, tensors, metadata: meta.metadata().clone().unwrap_or_default() })
+        let metadata = meta.metadata().clone().unwrap_or_default();
+        Ok(Self { path: path.to_owned(), data, tensors, metadata })
     }
 
     /// The file.
@@ -103,13 +135,13 @@ impl Shard {
 
     /// Size of the file in bytes.
     pub fn file_len(&self) -> usize {
-        self.map.as_ref().map_or(0, |m| m.len())
+        self.data.bytes().len()
     }
 
     /// The bytes of a tensor of this file.
     pub fn bytes(&self, t: &TensorEntry) -> &[u8] {
         // Ranges come from the validated header of this very file.
-        &self.map.as_deref().unwrap_or(&[])[t.range.clone()]
+        &self.data.bytes()[t.range.clone()]
     }
 
     /// Asks the kernel to start reading the pages of `t` into the page cache (readahead,
@@ -117,7 +149,7 @@ impl Shard {
     /// one is processed, so reading from disk overlaps quantizing. Only advice: an
     /// unsupported system ignores it.
     pub fn will_need(&self, t: &TensorEntry) {
-        let Some(map) = &self.map else { return };
+        let Data::Map(map) = &self.data else { return };
         // From the page holding its first byte (madvise wants an aligned start).
         let start = t.range.start / page_size() * page_size();
         let _ = map.advise_range(memmap2::Advice::WillNeed, start, t.range.end - start);
@@ -127,7 +159,7 @@ impl Shard {
     /// and come back on the next access), so that reading a model tensor by tensor keeps
     /// the resident set near one tensor rather than growing to the file.
     pub fn release(&self, t: &TensorEntry) {
-        let Some(map) = &self.map else { return };
+        let Data::Map(map) = &self.data else { return };
         let page = page_size();
         // Whole pages inside the tensor only: a neighbour's first or last page stays.
         let start = t.range.start.div_ceil(page) * page;

@@ -2,9 +2,10 @@
 //! (`*.safetensors.index.json`) or plain safetensors files, plus the other files of a
 //! model folder (config, tokenizer) that commands copy along.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use super::Shard;
 use crate::error::CliError;
 
 /// A checkpoint: its shards in order and, for a folder, the index and other files.
@@ -16,6 +17,8 @@ pub struct Checkpoint {
     pub shards: Vec<PathBuf>,
     /// The index file, if any.
     pub index: Option<PathBuf>,
+    /// The index's `weight_map`: tensor name to shard file name (empty without an index).
+    pub weight_map: BTreeMap<String, String>,
     /// Other regular files of the folder (config.json, tokenizer files...), not
     /// safetensors files.
     pub others: Vec<PathBuf>,
@@ -31,7 +34,13 @@ impl Checkpoint {
     pub fn open(path: &Path) -> Result<Self, CliError> {
         let meta = std::fs::metadata(path).map_err(|source| CliError::Read { path: path.to_owned(), source })?;
         if !meta.is_dir() {
-            return Ok(Self { is_dir: false, shards: vec![path.to_owned()], index: None, others: Vec::new() });
+            return Ok(Self {
+                is_dir: false,
+                shards: vec![path.to_owned()],
+                index: None,
+                weight_map: BTreeMap::new(),
+                others: Vec::new(),
+            });
         }
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
             .map_err(|source| CliError::Read { path: path.to_owned(), source })?
@@ -41,6 +50,7 @@ impl Checkpoint {
         files.sort();
         let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let index = files.iter().find(|p| name(p).ends_with(".safetensors.index.json")).cloned();
+        let mut weight_map = BTreeMap::new();
         let shards = match &index {
             Some(ix) => {
                 let text = std::fs::read_to_string(ix).map_err(|source| CliError::Read { path: ix.clone(), source })?;
@@ -63,6 +73,7 @@ impl Checkpoint {
                         });
                     }
                     listed.insert(file.to_owned());
+                    weight_map.insert(tensor.clone(), file.to_owned());
                 }
                 let mut shards = Vec::new();
                 for f in listed {
@@ -89,7 +100,55 @@ impl Checkpoint {
         // nor copied.
         let others =
             files.into_iter().filter(|p| !name(p).ends_with(".safetensors") && Some(p) != index.as_ref()).collect();
-        Ok(Self { is_dir: true, shards, index, others })
+        Ok(Self { is_dir: true, shards, index, weight_map, others })
+    }
+
+    /// Opens every shard ([`Shard::open`]) and, with an index, checks that the shards
+    /// hold exactly the tensors it lists, each in the shard it names: a checkpoint whose
+    /// index disagrees with its shards is damaged (an interrupted copy, a hand-edited
+    /// index), and reading it anyway would drop or misplace tensors.
+    ///
+    /// # Errors
+    /// As [`Shard::open`]; [`CliError::Tensor`] naming a tensor the index lists but no
+    /// shard holds, one held by another shard than the index names, or one a shard
+    /// holds that the index does not list.
+    pub fn open_shards(&self) -> Result<Vec<Shard>, CliError> {
+        let shards = self.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
+        let Some(index) = &self.index else { return Ok(shards) };
+        let index_name = Self::file_name(index);
+        let mut held = BTreeSet::new();
+        for shard in &shards {
+            let file = Self::file_name(shard.path());
+            for t in shard.tensors() {
+                match self.weight_map.get(&t.name) {
+                    None => {
+                        return Err(CliError::tensor(
+                            shard.path(),
+                            &t.name,
+                            format!("not listed in the index {index_name} (the index and the shards disagree)"),
+                        ));
+                    }
+                    Some(listed) if *listed != file => {
+                        return Err(CliError::tensor(
+                            shard.path(),
+                            &t.name,
+                            format!("the index {index_name} places it in {listed}, not in this shard"),
+                        ));
+                    }
+                    Some(_) => {
+                        held.insert(t.name.as_str());
+                    }
+                }
+            }
+        }
+        if let Some((tensor, file)) = self.weight_map.iter().find(|(t, _)| !held.contains(t.as_str())) {
+            return Err(CliError::tensor(
+                index,
+                tensor,
+                format!("listed in the index in shard {file}, which does not hold it (truncated or wrong shard?)"),
+            ));
+        }
+        Ok(shards)
     }
 
     /// File name of a shard (or other file) of this checkpoint.

@@ -10,8 +10,7 @@ use safetensors::Dtype;
 use serde::Serialize;
 
 use crate::checkpoint::{
-    Checkpoint, Output, OutputKind, PlannedTensor, Shard, ShardWriter, copy_others, same_path_check, tensor_bytes,
-    write_index,
+    Checkpoint, Output, OutputKind, PlannedTensor, ShardWriter, copy_others, same_path_check, tensor_bytes, write_index,
 };
 use crate::cli::{DequantizeArgs, DtypeArg};
 use crate::convention::{Catalog, Declared, Found, check_coverage, check_fp8_block_config, decode, detect};
@@ -64,7 +63,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let ckpt = Checkpoint::open(&args.input)?;
     same_path_check(&args.input, &args.output)?;
     Output::refuse_existing(&args.output, args.out.force)?;
-    let shards = ckpt.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
+    let shards = ckpt.open_shards()?;
     let catalog = Catalog::new(&shards)?;
     // Refused before the output exists: nothing is written.
     let declared = Declared::read(&catalog, &ckpt.others);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::checkpoint::{Checkpoint, Shard};
+use crate::checkpoint::Checkpoint;
 use crate::cli::InspectArgs;
 use crate::convention::{Catalog, Convention, Declared, detect};
 use crate::error::CliError;
@@ -58,7 +58,7 @@ pub struct InspectReport {
 /// Unreadable input or quantized weights whose parts do not fit.
 pub fn run(args: &InspectArgs) -> Result<(), CliError> {
     let ckpt = Checkpoint::open(&args.input)?;
-    let shards = ckpt.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
+    let shards = ckpt.open_shards()?;
     let catalog = Catalog::new(&shards)?;
     let declared = Declared::read(&catalog, &ckpt.others);
     let (found, _) = detect(&catalog, declared.compressed_tensors()?.as_ref())?;

@@ -1,7 +1,9 @@
 //! Dequantizing a found weight to f32, f16 or bf16 with the CPU backend.
 
 use blockscale::cpu::Output;
-use blockscale::{DataLayout, DequantizeOptions, E4M3, GlobalScale, QuantizedMatrix, QuantizedParts, dequantize_slice};
+use blockscale::{
+    DataLayout, DequantizeOptions, E4M3, GlobalScale, QuantizedMatrix, QuantizedParts, ScaleFormat, dequantize_slice,
+};
 use blockscale_golden::case::scales_from;
 use rayon::prelude::*;
 use safetensors::Dtype;
@@ -46,6 +48,7 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
     match &f.decode {
         Decode::Matrix { scheme, scales, layout, global, transpose_experts } => {
             let sbytes = bytes(scales)?;
+            check_block_scales(scheme.scale_format(), sbytes).map_err(|why| bad(scales, why))?;
             let scale_data = scales_from(scheme.scale_format(), sbytes);
             let scalar = |name: &str| -> Result<f32, CliError> { Ok(f32s(bytes(name)?)[0]) };
             let global_scale = match global {
@@ -80,6 +83,12 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
         }
         Decode::DeepseekFp8 { scales } => {
             let s = f32s(bytes(scales)?);
+            // DeepSeek's writers never store a NaN, infinite or negative block scale:
+            // such a value is damage, refused rather than spread over 128 x 128 weights.
+            if let Some((i, v)) = s.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v >= 0.0)) {
+                let cols = f.k.div_ceil(128).max(1);
+                return Err(bad(scales, format!("scale [{}, {}] is {v}, not a finite scale >= 0", i / cols, i % cols)));
+            }
             let w = bytes(&f.main)?;
             let (k, kb) = (f.k, f.k.div_ceil(128));
             let mut out = vec![O::default(); f.rows * k];
@@ -126,8 +135,9 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
         }
         Decode::PerTensorFp8 { scale } => {
             let s = f32s(bytes(scale)?)[0];
-            if !s.is_finite() {
-                return Err(bad(scale, format!("the per-tensor scale is {s}, not a finite number")));
+            // 0 is an all-zero weight's scale (amax / 448), as fp8-per-tensor writes it.
+            if !(s.is_finite() && s >= 0.0) || s.is_sign_negative() {
+                return Err(bad(scale, format!("the per-tensor scale is {s}, not a finite number >= 0")));
             }
             let w = bytes(&f.main)?;
             let mut out = vec![O::default(); w.len()];
@@ -137,6 +147,35 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
                 }
             });
             Ok(out)
+        }
+    }
+}
+
+/// Checks block scales as stored: each format's NaN (UE4M3 `0x7f`, UE8M0 `0xff`, a NaN
+/// float) is a NaN block, what `quantize --non-finite poison` writes, and decodes as
+/// one; what is no value of the format (a UE4M3 byte with the sign bit set) or no valid
+/// scale (an infinite or negative float) is an error naming its position in storage.
+fn check_block_scales(format: ScaleFormat, bytes: &[u8]) -> Result<(), String> {
+    let bad_float = |i: usize, v: f32| Err(format!("block scale {i} (in storage order) is {v}, not a scale"));
+    match format {
+        ScaleFormat::UE4M3 => match bytes.iter().position(|&b| b & 0x80 != 0) {
+            Some(i) => Err(format!(
+                "block scale {i} (in storage order) is 0x{:02x}, which has the sign bit set: not a UE4M3 value",
+                bytes[i]
+            )),
+            None => Ok(()),
+        },
+        ScaleFormat::UE8M0 => Ok(()),
+        ScaleFormat::F32 => match f32s(bytes).into_iter().enumerate().find(|(_, v)| v.is_infinite() || *v < 0.0) {
+            Some((i, v)) => bad_float(i, v),
+            None => Ok(()),
+        },
+        ScaleFormat::F16 => {
+            let v = bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32());
+            match v.enumerate().find(|(_, v)| v.is_infinite() || *v < 0.0) {
+                Some((i, v)) => bad_float(i, v),
+                None => Ok(()),
+            }
         }
     }
 }

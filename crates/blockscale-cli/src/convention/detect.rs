@@ -165,7 +165,9 @@ fn nvfp4_scales(
     if data.shape.len() != 2 {
         return Err(err(catalog, &data.name, format!("has shape {:?}, expected [N, K/2]", data.shape)));
     }
-    let (n, k) = (data.shape[0], data.shape[1] * 2);
+    // Checked: a zero dimension lets the header declare any other (no bytes to match).
+    let too_large = || err(catalog, &data.name, format!("has shape {:?}, too large", data.shape));
+    let (n, k) = (data.shape[0], data.shape[1].checked_mul(2).ok_or_else(too_large)?);
     if k % 16 != 0 {
         return Err(err(catalog, &data.name, format!("K = {k} is not a multiple of the NVFP4 block (16)")));
     }
@@ -314,9 +316,11 @@ fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry, ct: Option<&CtConfig>) -> 
         }
         let lead = &d[..d.len() - 1];
         expect(catalog, &scales, Dtype::U8, Some(lead))?;
-        let k = d[d.len() - 2] * 32;
+        // Checked: a zero dimension lets the header declare any other (no bytes to match).
+        let too_large = || err(catalog, name, format!("has shape {d:?}, too large"));
+        let k = d[d.len() - 2].checked_mul(32).ok_or_else(too_large)?;
         let out = d[d.len() - 3];
-        let rows: usize = d[..d.len() - 2].iter().product();
+        let rows = d[..d.len() - 2].iter().try_fold(1usize, |a, &x| a.checked_mul(x)).ok_or_else(too_large)?;
         let (out_shape, transpose) = if d.len() == 4 {
             (vec![d[0], k, out], Some(d[0]))
         } else {

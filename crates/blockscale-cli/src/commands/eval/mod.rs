@@ -165,7 +165,7 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
     }
     let input = args.input.as_deref().ok_or_else(|| CliError::Usage("eval needs a checkpoint or --demo".into()))?;
     let ckpt = crate::checkpoint::Checkpoint::open(input)?;
-    let shards = ckpt.shards.iter().map(|p| crate::checkpoint::Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
+    let shards = ckpt.open_shards()?;
     // The weights `quantize` would quantize (same defaults), in file order.
     let selector = crate::select::Selector::new(&args.include, &[], true)?;
     let selected: Vec<_> = shards

@@ -93,7 +93,7 @@ pub fn plan(args: &QuantizeArgs) -> Result<(Job, Plan), CliError> {
     same_path_check(&args.input, &args.output)?;
     let kind = if checkpoint.is_dir { OutputKind::Dir } else { OutputKind::File };
     let output = Output::create(&args.output, kind, args.out.force)?;
-    let shards = checkpoint.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
+    let shards = checkpoint.open_shards()?;
     let calibration = match &args.calibration {
         Some(p) => load_calibration(p)?,
         None => BTreeMap::new(),

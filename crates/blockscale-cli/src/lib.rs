@@ -1,0 +1,46 @@
+//! The `blockscale` command as a library: its modules, for the `blockscale` binary
+//! (src/main.rs, a thin caller of [`run`]) and the fuzz targets (fuzz/ at the
+//! repository root). Not a stable API: every module is an internal of the command and
+//! hidden from the docs; docs/CLI.md is the manual of the command itself.
+
+#[doc(hidden)]
+pub mod checkpoint;
+#[doc(hidden)]
+pub mod cli;
+#[doc(hidden)]
+pub mod commands;
+#[doc(hidden)]
+pub mod convention;
+#[doc(hidden)]
+pub mod demo;
+#[doc(hidden)]
+pub mod error;
+#[doc(hidden)]
+pub mod plot;
+#[doc(hidden)]
+pub mod progress;
+#[doc(hidden)]
+pub mod report;
+#[doc(hidden)]
+pub mod scheme_arg;
+#[doc(hidden)]
+pub mod select;
+#[doc(hidden)]
+pub mod values;
+
+use crate::cli::Command;
+use crate::error::CliError;
+
+/// Runs one parsed subcommand.
+///
+/// # Errors
+/// Every [`CliError`] of the subcommand.
+pub fn run(command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Quantize(a) => commands::quantize::run(&a),
+        Command::Dequantize(a) => commands::dequantize::run(&a),
+        Command::Inspect(a) => commands::inspect::run(&a),
+        Command::Bench(a) => commands::bench::run(&a),
+        Command::Eval(a) => commands::eval::run(&a),
+    }
+}
