@@ -1,5 +1,6 @@
 //! Structure-aware: a small valid checkpoint of one convention (native, ModelOpt NVFP4
-//! and FP8, compressed-tensors NVFP4, gpt-oss MXFP4, DeepSeek FP8), then edits that make
+//! and FP8, compressed-tensors NVFP4, MXFP4, INT4 and FP8 with their config in the
+//! file's metadata, gpt-oss MXFP4, DeepSeek FP8), then edits that make
 //! its header lie (dtypes, shapes, names, metadata, a companion moved to a second shard
 //! or removed) and its scales hold NaN, Inf, zero or negative values. The byte count of
 //! every tensor is kept consistent with its header so the parser accepts it and the lie
@@ -25,6 +26,9 @@ enum Convention {
     CompressedTensors { swizzled: bool, input_scale: bool },
     GptOss { experts: bool },
     Deepseek { ue8m0_config: bool },
+    CtMxfp4,
+    CtInt4 { group: u8, asymmetric: bool },
+    CtFp8 { strategy: u8 },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -65,7 +69,7 @@ const DTYPES: [Dtype; 12] = [
     Dtype::F32,
     Dtype::I64,
 ];
-const SUFFIXES: [&str; 12] = [
+const SUFFIXES: [&str; 14] = [
     ".weight",
     ".weight_scale",
     ".weight_scale_2",
@@ -78,6 +82,8 @@ const SUFFIXES: [&str; 12] = [
     ".codes",
     ".scales",
     ".global_encode",
+    ".weight_zero_point",
+    ".weight_shape",
 ];
 const SPECIAL: [f32; 10] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, -1.0, 1e-45, f32::MAX, 1e-40, 0.5];
 /// Tensors larger than this are not built (the fuzzer would spend its time copying).
@@ -179,8 +185,57 @@ fn build(input: &Input) -> Option<(Vec<Tensor>, Metadata)> {
                 meta.push(("quantization_config".into(), qc.into()));
             }
         }
+        Convention::CtMxfp4 => {
+            let k = kb * 32;
+            t.push(tensor(format!("{P}.weight_packed"), Dtype::U8, vec![n, k / 2], fill)?);
+            t.push(tensor(format!("{P}.weight_scale"), Dtype::U8, vec![n, k / 32], fill)?);
+            meta.push(ct_config(
+                "mxfp4-pack-quantized",
+                r#""num_bits": 4, "type": "float", "strategy": "group", "group_size": 32"#,
+            ));
+        }
+        Convention::CtInt4 { group, asymmetric } => {
+            let k = kb * 128;
+            let g = [32, 128, k][group as usize % 3];
+            let (strategy, groups) = if g == k { ("channel", 1) } else { ("group", k / g) };
+            t.push(tensor(format!("{P}.weight_packed"), Dtype::I32, vec![n, k / 8], fill)?);
+            t.push(tensor(format!("{P}.weight_scale"), Dtype::F16, vec![n, groups], fill)?);
+            let shape = [n as i64, k as i64].iter().flat_map(|d| d.to_le_bytes()).collect();
+            t.push((format!("{P}.weight_shape"), Dtype::I64, vec![2], shape));
+            if asymmetric {
+                t.push(tensor(format!("{P}.weight_zero_point"), Dtype::I32, vec![n.div_ceil(8), groups], fill)?);
+            }
+            let args = format!(
+                r#""num_bits": 4, "type": "int", "strategy": "{strategy}", "group_size": {g}, "symmetric": {}"#,
+                !asymmetric
+            );
+            meta.push(ct_config("pack-quantized", &args));
+        }
+        Convention::CtFp8 { strategy } => {
+            let k = kb * 128;
+            let (name, shape) = match strategy % 3 {
+                0 => ("tensor", vec![1]),
+                1 => ("channel", vec![n, 1]),
+                _ => ("block", vec![n.div_ceil(128), k.div_ceil(128)]),
+            };
+            t.push(tensor(format!("{P}.weight"), Dtype::F8_E4M3, vec![n, k], fill)?);
+            t.push(tensor(format!("{P}.weight_scale"), Dtype::F32, shape, fill)?);
+            let args =
+                format!(r#""num_bits": 8, "type": "float", "strategy": "{name}", "block_structure": [128, 128]"#);
+            meta.push(ct_config("float-quantized", &args));
+        }
     }
     Some((t, meta))
+}
+
+/// A compressed-tensors `quantization_config` metadata entry: one group of `format`
+/// targeting every Linear layer, with weight arguments `args` (JSON members).
+fn ct_config(format: &str, args: &str) -> (String, String) {
+    let qc = format!(
+        r#"{{"quant_method": "compressed-tensors", "format": "{format}", "quantization_status": "compressed",
+            "config_groups": {{"group_0": {{"targets": ["Linear"], "weights": {{{args}}}}}}}}}"#
+    );
+    ("quantization_config".into(), qc)
 }
 
 /// Applies `e` to `t` (tensors, and for each whether it goes to the second shard).
