@@ -46,13 +46,6 @@ pub fn plan_outputs(scheme: Scheme, name: &str, rows: usize, k: usize) -> Result
     ))
 }
 
-/// The planned tensors' bytes: the E4M3 codes and the f32 tile scales (little-endian),
-/// both as the library laid them out (row-major, linear scales).
-pub fn encode(name: &str, codes: Vec<u8>, scales: Vec<u8>) -> Vec<(String, Vec<u8>)> {
-    let p = prefix(name);
-    vec![(format!("{p}.weight"), codes), (format!("{p}.weight_scale_inv"), scales)]
-}
-
 /// DeepSeek-V3's `quantization_config` (dynamic 1x128 activation scales at run time),
 /// with the layers left in full precision as `modules_to_not_convert` (the key
 /// transformers' fine-grained FP8 config reads) when there are any.

@@ -136,28 +136,25 @@ pub fn encode(
         other => scale_bytes(&other),
     };
     let (scheme, shape, global) = (parts.scheme, (parts.rows, parts.k), parts.global_scale);
-    let tensors = match encode_in_place(convention, scheme, name, shape, global, input) {
-        Some(rest) => {
-            let p = prefix(name);
-            let (data_name, scale_name) = match convention {
-                ConventionArg::CompressedTensors if !matches!(scheme, Scheme::Fp8Block(_)) => {
-                    (format!("{p}.weight_packed"), format!("{p}.weight_scale"))
-                }
-                ConventionArg::Native => (format!("{name}.codes"), format!("{name}.scales")),
-                _ => (format!("{p}.weight"), format!("{p}.weight_scale")),
-            };
-            [(data_name, parts.data), (scale_name, scales)].into_iter().chain(rest).collect()
+    let p = prefix(name);
+    let (data_name, scale_name) = match convention {
+        ConventionArg::CompressedTensors if !matches!(scheme, Scheme::Fp8Block(_)) => {
+            (format!("{p}.weight_packed"), format!("{p}.weight_scale"))
         }
-        None => super::deepseek::encode(name, parts.data, scales),
+        ConventionArg::Deepseek => (format!("{p}.weight"), format!("{p}.weight_scale_inv")),
+        ConventionArg::Native => (format!("{name}.codes"), format!("{name}.scales")),
+        ConventionArg::Modelopt | ConventionArg::CompressedTensors => {
+            (format!("{p}.weight"), format!("{p}.weight_scale"))
+        }
     };
-    Encoded { tensors }
+    let rest = encode_in_place(convention, scheme, name, shape, global, input);
+    Encoded { tensors: [(data_name, parts.data), (scale_name, scales)].into_iter().chain(rest).collect() }
 }
 
-/// The tensors [`encode`] writes after a weight's codes and scales (stored exactly as a
-/// [`QuantizedMatrix`] holds them: `data()`, and the scales as little-endian bytes, the
-/// first two planned tensors), so that a weight quantized into buffers written as they
-/// are needs only these; `None` for DeepSeek's layout, whose scales [`encode`] hands to
-/// its own module.
+/// The tensors [`encode`] writes after a weight's codes and scales (every convention
+/// stores those exactly as a [`QuantizedMatrix`] holds them: `data()`, and the scales
+/// as little-endian bytes, the first two planned tensors), so that a weight quantized
+/// into buffers written as they are needs only these.
 pub fn encode_in_place(
     convention: ConventionArg,
     scheme: Scheme,
@@ -165,7 +162,7 @@ pub fn encode_in_place(
     (rows, k): (usize, usize),
     global: Option<blockscale::GlobalScale>,
     input: Option<blockscale::GlobalScale>,
-) -> Option<Vec<(String, Vec<u8>)>> {
+) -> Vec<(String, Vec<u8>)> {
     let p = prefix(name);
     let f32b = |x: f32| x.to_le_bytes().to_vec();
     let mut tensors = Vec::new();
@@ -191,14 +188,15 @@ pub fn encode_in_place(
             }
             _ => {}
         },
-        ConventionArg::Deepseek => return None,
+        // DeepSeek's layout has only the codes and the tile scales.
+        ConventionArg::Deepseek => {}
         ConventionArg::Native => {
             if let Some(g) = global {
                 tensors.push((format!("{name}.global_encode"), f32b(g.encode())));
             }
         }
     }
-    Some(tensors)
+    tensors
 }
 
 #[cfg(test)]
@@ -224,6 +222,7 @@ mod in_place_tests {
             (ConventionArg::CompressedTensors, Scheme::MxFp4),
             (ConventionArg::CompressedTensors, Scheme::Int4G32),
             (ConventionArg::CompressedTensors, Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128)),
+            (ConventionArg::Deepseek, Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128)),
         ];
         for (convention, scheme) in cases {
             for input in [None, Some(GlobalScale::from_amax(3.5).unwrap())] {
@@ -233,7 +232,7 @@ mod in_place_tests {
                 let mut all = encode(convention, "l.weight", q, input).tensors;
                 let rest = all.split_off(2);
                 assert_eq!((&all[0].1, &all[1].1), (&data, &scales), "{convention:?} {scheme}");
-                let in_place = encode_in_place(convention, scheme, "l.weight", (4, 256), global, input).unwrap();
+                let in_place = encode_in_place(convention, scheme, "l.weight", (4, 256), global, input);
                 assert_eq!(in_place, rest, "{convention:?} {scheme}");
             }
         }

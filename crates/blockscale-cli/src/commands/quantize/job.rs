@@ -100,13 +100,12 @@ impl Job {
 
 impl Job {
     /// Whether [`Job::run_into`] can quantize this run's weights into caller buffers
-    /// that are then written as they are: a library scheme with blockscale's recipe, on
-    /// the CPU, in a convention that stores codes and scales unchanged.
+    /// that are then written as they are (every convention stores a library scheme's
+    /// codes and scales unchanged): a library scheme with blockscale's recipe, on the CPU.
     pub fn quantizes_into(&self) -> bool {
-        let QuantizeScheme::Block(scheme) = self.scheme else { return false };
-        self.recipe == RecipeArg::Blockscale
+        matches!(self.scheme, QuantizeScheme::Block(_))
+            && self.recipe == RecipeArg::Blockscale
             && matches!(self.backend, Backend::Cpu)
-            && encode_in_place(self.convention, scheme, "w", (0, 0), None, None).is_some()
     }
 
     /// [`Job::run`] into caller buffers (only where [`Job::quantizes_into`]): the codes
@@ -134,8 +133,7 @@ impl Job {
         drop(values);
         let poisoned_blocks = poisoned_bytes(scales, scheme);
         self.warn_poisoned(path, &t.name, poisoned_blocks, progress);
-        let tensors = encode_in_place(self.convention, scheme, &t.name, (plan.rows, plan.k), global, plan.input_scale)
-            .expect("run_into is only called where quantizes_into() holds");
+        let tensors = encode_in_place(self.convention, scheme, &t.name, (plan.rows, plan.k), global, plan.input_scale);
         Ok(Quantized { tensors, poisoned_blocks })
     }
 
