@@ -36,7 +36,7 @@ pub fn missing() -> Option<&'static str> {
     }
 }
 
-/// Seeds of `target` besides its corpus: the committed fuzz/seeds/<target>, and for
+/// Seeds of `target` besides its corpus: the committed `fuzz/seeds/<target>`, and for
 /// `golden` the four smallest golden files (copied under target/, not committed twice).
 fn seeds(target: &str) -> Result<Vec<PathBuf>> {
     let committed = util::root().join("fuzz/seeds").join(target);
@@ -61,7 +61,7 @@ fn seeds(target: &str) -> Result<Vec<PathBuf>> {
 
 /// Builds the targets (release, with debug assertions and overflow checks) and runs
 /// `only` (or every target) for `seconds` each; a crash fails with the target's name
-/// (the input is saved under fuzz/artifacts/<target>/).
+/// (the input is saved under `fuzz/artifacts/<target>/`).
 pub fn run(only: Option<&str>, seconds: u64) -> Result<()> {
     if let Some(why) = missing() {
         bail!("cannot fuzz: {why}");

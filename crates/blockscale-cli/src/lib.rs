@@ -3,6 +3,9 @@
 //! repository root). Not a stable API: every module is an internal of the command and
 //! hidden from the docs; docs/CLI.md is the manual of the command itself.
 
+// The module docs link the private stages they describe, for readers of the source.
+#![allow(rustdoc::private_intra_doc_links)]
+
 #[doc(hidden)]
 pub mod checkpoint;
 #[doc(hidden)]
