@@ -300,20 +300,7 @@ fn nvfp4_round_trip(
     );
     // The convention's tensors, named and typed as documented.
     let q = File::read(&quantized);
-    let mut want_names = BTreeSet::new();
-    for t in &inputs {
-        if t.shape.len() == 2 {
-            let prefix = t.name.strip_suffix(".weight").unwrap();
-            for &(suffix, dtype) in layer_tensors {
-                let name = format!("{prefix}{suffix}");
-                assert_eq!(q.get(&name).dtype, dtype, "{convention}: {name}");
-                want_names.insert(name);
-            }
-        } else {
-            assert_eq!(q.get(t.name).dtype, Dtype::BF16, "{convention}: {} must stay as it was", t.name);
-            want_names.insert(t.name.to_string());
-        }
-    }
+    let want_names = check_layer_tensors(&q, &inputs, layer_tensors, convention);
     assert_eq!(q.names(), want_names.iter().map(String::as_str).collect(), "{convention}: the tensors written");
 
     oracle.run([OsStr::new(oracle_command), quantized.as_os_str(), theirs.as_os_str()]);
@@ -403,6 +390,27 @@ fn compressed_tensors_nvfp4_matches_oracle_within_one_ulp() {
     };
     eprintln!("compressed-tensors: {identical} of {total} values bit-identical to the oracle's division");
     assert!(identical * 4 >= total, "only {identical} of {total} values bit-identical");
+}
+
+/// Checks that each 2-D input became `layer_tensors` (suffixes of its layer prefix, each
+/// of its dtype) and every other input stayed BF16; returns every name the file must
+/// hold. `what` labels the failures.
+fn check_layer_tensors(q: &File, inputs: &[Input], layer_tensors: &[(&str, Dtype)], what: &str) -> BTreeSet<String> {
+    let mut want_names = BTreeSet::new();
+    for t in inputs {
+        if t.shape.len() == 2 {
+            let prefix = t.name.strip_suffix(".weight").unwrap();
+            for &(suffix, dtype) in layer_tensors {
+                let name = format!("{prefix}{suffix}");
+                assert_eq!(q.get(&name).dtype, dtype, "{what}: {name}");
+                want_names.insert(name);
+            }
+        } else {
+            assert_eq!(q.get(t.name).dtype, Dtype::BF16, "{what}: {} must stay as it was", t.name);
+            want_names.insert(t.name.to_string());
+        }
+    }
+    want_names
 }
 
 /// Has the oracle write a checkpoint in a layout of others with the values it must
@@ -718,19 +726,7 @@ fn compressed_tensors_writer(scheme: &str, format: &str, layer_tensors: &[(&str,
     }
     // The convention's tensors, named and typed as documented, and its config.
     let q = File::read(&path("ct.safetensors"));
-    let mut want_names = BTreeSet::new();
-    for t in &inputs {
-        if t.shape.len() == 2 {
-            let prefix = t.name.strip_suffix(".weight").unwrap();
-            for &(suffix, dtype) in layer_tensors {
-                let name = format!("{prefix}{suffix}");
-                assert_eq!(q.get(&name).dtype, dtype, "{scheme}: {name}");
-                want_names.insert(name);
-            }
-        } else {
-            want_names.insert(t.name.to_string());
-        }
-    }
+    let want_names = check_layer_tensors(&q, &inputs, layer_tensors, scheme);
     assert_eq!(q.names(), want_names.iter().map(String::as_str).collect(), "{scheme}: the tensors written");
     let bytes = std::fs::read(path("ct.safetensors")).unwrap();
     let (_, metadata) = SafeTensors::read_metadata(&bytes).unwrap();

@@ -89,30 +89,9 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
                 let cols = f.k.div_ceil(128).max(1);
                 return Err(bad(scales, format!("scale [{}, {}] is {v}, not a finite scale >= 0", i / cols, i % cols)));
             }
-            let w = bytes(&f.main)?;
-            let (k, kb) = (f.k, f.k.div_ceil(128));
-            let mut out = vec![O::default(); f.rows * k];
-            out.par_chunks_mut(k.max(1)).zip(w.par_chunks(k.max(1))).enumerate().for_each(|(n, (o, w))| {
-                let srow = &s[(n / 128) * kb..(n / 128 + 1) * kb];
-                for (c, (o, &b)) in o.iter_mut().zip(w).enumerate() {
-                    *o = O::from_f32(E4M3::from_bits(b).to_f32() * srow[c / 128]);
-                }
-            });
-            Ok(out)
+            Ok(scaled_fp8(bytes(&f.main)?, &s, f.k, [128, 128]))
         }
-        Decode::ScaledFp8 { scale, block: [br, bc] } => {
-            let s = floats(catalog, scale)?;
-            let w = bytes(&f.main)?;
-            let (k, kb) = (f.k, f.k.div_ceil(*bc));
-            let mut out = vec![O::default(); f.rows * k];
-            out.par_chunks_mut(k.max(1)).zip(w.par_chunks(k.max(1))).enumerate().for_each(|(n, (o, w))| {
-                let srow = &s[(n / br) * kb..(n / br + 1) * kb];
-                for (c, (o, &b)) in o.iter_mut().zip(w).enumerate() {
-                    *o = O::from_f32(E4M3::from_bits(b).to_f32() * srow[c / bc]);
-                }
-            });
-            Ok(out)
-        }
+        Decode::ScaledFp8 { scale, block } => Ok(scaled_fp8(bytes(&f.main)?, &floats(catalog, scale)?, f.k, *block)),
         Decode::PackedInt4 { scales, zero_point, group } => {
             let s = floats(catalog, scales)?;
             let w = words(bytes(&f.main)?);
@@ -139,16 +118,25 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
             if !(s.is_finite() && s >= 0.0) || s.is_sign_negative() {
                 return Err(bad(scale, format!("the per-tensor scale is {s}, not a finite number >= 0")));
             }
-            let w = bytes(&f.main)?;
-            let mut out = vec![O::default(); w.len()];
-            out.par_chunks_mut(4096).zip(w.par_chunks(4096)).for_each(|(o, w)| {
-                for (o, &b) in o.iter_mut().zip(w) {
-                    *o = O::from_f32(E4M3::from_bits(b).to_f32() * s);
-                }
-            });
-            Ok(out)
+            // One tile covering the whole tensor.
+            Ok(scaled_fp8(bytes(&f.main)?, &[s], f.k, [f.rows.max(1), f.k.max(1)]))
         }
     }
+}
+
+/// E4M3 codes `w` (row-major, rows of `k`) times one scale per `br x bc` tile:
+/// `w[n, c] * s[n / br, c / bc]`, `s` row-major with `ceil(k / bc)` scales per row of
+/// tiles (the DeepSeek, compressed-tensors and ModelOpt FP8 layouts).
+fn scaled_fp8<O: Output>(w: &[u8], s: &[f32], k: usize, [br, bc]: [usize; 2]) -> Vec<O> {
+    let kb = k.div_ceil(bc);
+    let mut out = vec![O::default(); w.len()];
+    out.par_chunks_mut(k.max(1)).zip(w.par_chunks(k.max(1))).enumerate().for_each(|(n, (o, w))| {
+        let srow = &s[(n / br) * kb..(n / br + 1) * kb];
+        for (c, (o, &b)) in o.iter_mut().zip(w).enumerate() {
+            *o = O::from_f32(E4M3::from_bits(b).to_f32() * srow[c / bc]);
+        }
+    });
+    out
 }
 
 /// Checks block scales as stored: each format's NaN (UE4M3 `0x7f`, UE8M0 `0xff`, a NaN
