@@ -60,6 +60,12 @@ const CASES: &[Case] = &[
         dtype: "f16",
     },
     Case {
+        name: "compressed-tensors int4-g128",
+        args: &["--scheme", "int4-g128", "--convention", "compressed-tensors"],
+        peer: Peer::CompressedTensors,
+        dtype: "f16",
+    },
+    Case {
         name: "compressed-tensors fp8-block",
         args: &["--scheme", "fp8-block", "--convention", "compressed-tensors"],
         peer: Peer::CompressedTensors,

@@ -395,6 +395,53 @@ fn fp8_per_tensor_names_a_non_finite_weight_and_a_zero_calibration() {
 }
 
 #[test]
+fn int4_g128_refuses_what_it_cannot_write_and_names_bad_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    write(&input, &[bf16_weight("a.weight", 1, 16, 256), bf16_weight("odd.weight", 2, 8, 96)]);
+    let out = dir.path().join("o.safetensors");
+    let quantize =
+        |extra: &[&str]| run(&[&["quantize", s(&input), "-o", s(&out), "--scheme", "int4-g128"][..], extra].concat());
+    // Written in the compressed-tensors convention only.
+    for convention in ["native", "modelopt", "deepseek"] {
+        let o = quantize(&["--convention", convention]);
+        assert_eq!(code(&o), 6, "{convention}");
+        assert!(stderr(&o).contains("--convention compressed-tensors"), "{convention}: {}", stderr(&o));
+    }
+    let acts = dir.path().join("acts.safetensors");
+    write(&acts, &[bf16_weight("a", 3, 2, 256)]);
+    let o = quantize(&["--convention", "compressed-tensors", "--calibration", s(&acts)]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("weights only"), "{}", stderr(&o));
+    // K = 96 is no multiple of 128: the tensor is named with the way out.
+    let o = quantize(&["--convention", "compressed-tensors"]);
+    assert_eq!(code(&o), 3);
+    let e = stderr(&o);
+    assert!(e.contains("\"odd.weight\"") && e.contains("multiple of") && e.contains("--exclude"), "{e}");
+    assert!(!out.exists());
+
+    // A NaN: an error naming row and column, or with --non-finite poison a NaN group.
+    let mut w = weights(3, 4, 256);
+    w[2 * 256 + 130] = f32::NAN;
+    write(&input, &[("bad.weight".into(), Dtype::BF16, vec![4, 256], bf16_bytes(&w))]);
+    let o = quantize(&["--convention", "compressed-tensors"]);
+    assert_eq!(code(&o), 4);
+    let e = stderr(&o);
+    assert!(e.contains("\"bad.weight\"") && e.contains("row 2, column 130"), "{e}");
+    assert!(leftovers(dir.path(), &["in.safetensors", "acts.safetensors"]).is_empty(), "nothing written");
+    let o = quantize(&["--convention", "compressed-tensors", "--non-finite", "poison", "-q"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let t = read(&out);
+    let scales: Vec<f32> =
+        t["bad.weight_scale"].2.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect();
+    assert_eq!(scales.len(), 8);
+    assert_eq!(
+        scales.iter().map(|x| x.is_nan()).collect::<Vec<_>>(),
+        [false, false, false, false, false, true, false, false]
+    );
+}
+
+#[test]
 fn compressed_tensors_configs_blockscale_does_not_decode_are_refused() {
     // A pack-quantized INT4 layer: [4, 32] in int32 words of eight nibbles (all code 9,
     // value 1), BF16 scales per channel, weight_shape.

@@ -796,3 +796,71 @@ fn compressed_tensors_fp8_block_writer_matches_the_oracle_and_native() {
     let layer = [(".weight", Dtype::F8_E4M3), (".weight_scale", Dtype::F32)];
     compressed_tensors_writer("fp8-block", "float-quantized", &layer);
 }
+
+#[test]
+fn compressed_tensors_int4_g128_writer_follows_the_rule() {
+    // int4-g128 is the CLI's own scheme (no native file to compare with): the oracle
+    // recomputes every f16 group scale and every packed code from the originals by the
+    // documented rule, byte for byte; a zero weight (scales 0) and one whose amax / 7 is
+    // past f16's range (saturated scale) join the checkpoint. Then the oracle's
+    // dequantization of the file by the published pack-quantized formula and blockscale's
+    // must agree bit for bit.
+    let Some(oracle) = Oracle::find() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let mut inputs = checkpoint_inputs();
+    inputs.push(Input {
+        name: "model.layers.0.mlp.zero_proj.weight",
+        shape: vec![8, 256],
+        values: vec![bf16::ZERO; 2048],
+    });
+    inputs.push(Input {
+        name: "model.layers.0.mlp.big_proj.weight",
+        shape: vec![2, 256],
+        values: (0..512)
+            .map(|i| bf16::from_f32(if i % 64 == 0 { 1.0e6 } else { (i as f32 - 256.0) * 1.5e3 }))
+            .collect(),
+    });
+    let inputs = write_inputs(&p("model.safetensors"), inputs);
+    quantize(
+        &p("model.safetensors"),
+        &p("ct.safetensors"),
+        &["--scheme", "int4-g128", "--convention", "compressed-tensors"],
+    );
+    oracle.run([
+        OsStr::new("check-ct-int4"),
+        p("model.safetensors").as_os_str(),
+        p("ct.safetensors").as_os_str(),
+        OsStr::new("--group"),
+        OsStr::new("128"),
+    ]);
+    let q = File::read(&p("ct.safetensors"));
+    let layer = [(".weight_packed", Dtype::I32), (".weight_scale", Dtype::F16), (".weight_shape", Dtype::I64)];
+    let want_names = check_layer_tensors(&q, &inputs, &layer, "int4-g128");
+    assert_eq!(q.names(), want_names.iter().map(String::as_str).collect());
+    let qc: serde_json::Value = serde_json::from_str(&q.metadata["quantization_config"]).unwrap();
+    assert_eq!(
+        (qc["quant_method"].as_str(), qc["format"].as_str()),
+        (Some("compressed-tensors"), Some("pack-quantized"))
+    );
+    let weights = &qc["config_groups"]["group_0"]["weights"];
+    assert_eq!((weights["group_size"].as_u64(), weights["symmetric"].as_bool()), (Some(128), Some(true)));
+
+    oracle.run([OsStr::new("dequantize-ct"), p("ct.safetensors").as_os_str(), p("oracle.safetensors").as_os_str()]);
+    let theirs = File::read(&p("oracle.safetensors"));
+    let ours = dequantize_f32(&p("ct.safetensors"), &p("ours.safetensors"));
+    assert_eq!(theirs.dequantized, linear_names(&inputs));
+    for t in &inputs {
+        let (a, b) = (theirs.get(t.name).f32s(t.name), ours.get(t.name).f32s(t.name));
+        assert_eq!(a.len(), b.len(), "{}", t.name);
+        for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{} [{i}]: oracle {a:e}, blockscale {b:e}", t.name);
+        }
+    }
+    // `inspect` names a packed weight by its codes tensor.
+    let want: BTreeMap<String, (String, String)> = linear_names(&inputs)
+        .into_iter()
+        .map(|n| (n + "_packed", ("compressed-tensors".to_owned(), "int4-g128".to_owned())))
+        .collect();
+    assert_eq!(inspected_weights(&p("ct.safetensors")), want);
+}

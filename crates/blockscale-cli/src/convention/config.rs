@@ -47,13 +47,7 @@ fn compressed_tensors_group(scheme: Scheme, calibrated: bool) -> (&'static str, 
                 "symmetric": true, "dynamic": false, "scale_dtype": "torch.uint8",
             }}),
         ),
-        Scheme::Int4G32 => (
-            "pack-quantized",
-            json!({ "targets": ["Linear"], "weights": {
-                "num_bits": 4, "type": "int", "strategy": "group", "group_size": 32,
-                "symmetric": true, "dynamic": false, "actorder": null, "observer": "minmax",
-            }}),
-        ),
+        Scheme::Int4G32 => int4_group(32),
         Scheme::Fp8Block(_) => (
             "float-quantized",
             json!({
@@ -85,6 +79,35 @@ fn compressed_tensors_group(scheme: Scheme, calibrated: bool) -> (&'static str, 
             ("nvfp4-pack-quantized", group)
         }
     }
+}
+
+/// pack-quantized symmetric INT4 in groups of `group` (W4A16 has 128).
+fn int4_group(group: usize) -> (&'static str, serde_json::Value) {
+    let weights = serde_json::json!({
+        "num_bits": 4, "type": "int", "strategy": "group", "group_size": group,
+        "symmetric": true, "dynamic": false, "actorder": null, "observer": "minmax",
+    });
+    ("pack-quantized", serde_json::json!({ "targets": ["Linear"], "weights": weights }))
+}
+
+/// The compressed-tensors configs of `int4-g128` (the CLI's own scheme): as
+/// [`quant_configs`] gives for `int4-g32`, with groups of 128.
+pub fn int4_g128_configs(ignore: &[String]) -> Configs {
+    compressed_tensors_configs(int4_group(128), ignore)
+}
+
+/// A compressed-tensors `quantization_config` of one config group.
+fn compressed_tensors_configs((format, group): (&str, serde_json::Value), ignore: &[String]) -> Configs {
+    let producer = serde_json::json!({ "name": "blockscale", "version": env!("CARGO_PKG_VERSION") });
+    let qc = serde_json::json!({
+        "quant_method": "compressed-tensors",
+        "format": format,
+        "quantization_status": "compressed",
+        "config_groups": { "group_0": group },
+        "ignore": ignore,
+        "producer": producer,
+    });
+    Configs { metadata: vec![("quantization_config".into(), qc.to_string())], files: vec![], config_json: Some(qc) }
 }
 
 /// The configs of `convention` for `scheme`. `calibrated`: whether the layers carry
@@ -119,20 +142,7 @@ pub fn quant_configs(convention: ConventionArg, scheme: Scheme, calibrated: bool
             }
         }
         ConventionArg::CompressedTensors => {
-            let (format, group) = compressed_tensors_group(scheme, calibrated);
-            let qc = json!({
-                "quant_method": "compressed-tensors",
-                "format": format,
-                "quantization_status": "compressed",
-                "config_groups": { "group_0": group },
-                "ignore": ignore,
-                "producer": producer,
-            });
-            Configs {
-                metadata: vec![("quantization_config".into(), qc.to_string())],
-                files: vec![],
-                config_json: Some(qc),
-            }
+            compressed_tensors_configs(compressed_tensors_group(scheme, calibrated), ignore)
         }
         ConventionArg::Deepseek => super::deepseek::quant_configs(ignore),
         ConventionArg::Native => {

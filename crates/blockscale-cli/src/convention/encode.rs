@@ -75,16 +75,7 @@ pub fn plan_outputs(
                 ],
                 vec![],
             )),
-            // The offset-8 nibbles, even element low, are pack-quantized's int32 words
-            // (element i in bits 4i..4i+4) read little-endian: the same bytes.
-            Scheme::Int4G32 => Ok((
-                vec![
-                    PlannedTensor::new(format!("{p}.weight_packed"), Dtype::I32, vec![rows, k / 8]),
-                    PlannedTensor::new(format!("{p}.weight_scale"), Dtype::F16, vec![rows, k / 32]),
-                    PlannedTensor::new(format!("{p}.weight_shape"), Dtype::I64, vec![2]),
-                ],
-                vec![],
-            )),
+            Scheme::Int4G32 => Ok((int4_outputs(name, rows, k, 32), vec![])),
             s if s == tile => Ok((
                 vec![
                     PlannedTensor::new(format!("{p}.weight"), Dtype::F8_E4M3, vec![rows, k]),
@@ -119,6 +110,26 @@ pub fn plan_outputs(
             Ok((v, meta))
         }
     }
+}
+
+/// compressed-tensors' pack-quantized INT4 tensors of weight `name` (`rows x k`) in
+/// groups of `group`: `weight_packed` (I32 `[rows, k / 8]`), `weight_scale` (F16
+/// `[rows, k / group]`) and `weight_shape` (I64 `[2]`). The offset-8 nibbles, even
+/// element low, are pack-quantized's int32 words (element i in bits 4i..4i+4) read
+/// little-endian: codes packed two to a byte are stored as they are.
+pub fn int4_outputs(name: &str, rows: usize, k: usize, group: usize) -> Vec<PlannedTensor> {
+    let p = prefix(name);
+    vec![
+        PlannedTensor::new(format!("{p}.weight_packed"), Dtype::I32, vec![rows, k / 8]),
+        PlannedTensor::new(format!("{p}.weight_scale"), Dtype::F16, vec![rows, k / group]),
+        PlannedTensor::new(format!("{p}.weight_shape"), Dtype::I64, vec![2]),
+    ]
+}
+
+/// The `weight_shape` tensor [`int4_outputs`] plans, `[rows, k]` as little-endian i64.
+pub fn int4_weight_shape(name: &str, rows: usize, k: usize) -> (String, Vec<u8>) {
+    let dims = [rows as i64, k as i64];
+    (format!("{}.weight_shape", prefix(name)), dims.iter().flat_map(|d| d.to_le_bytes()).collect())
 }
 
 /// The bytes of the tensors [`plan_outputs`] planned, from the quantized weight and,
@@ -182,10 +193,7 @@ pub fn encode_in_place(
                     tensors.push((format!("{p}.input_global_scale"), f32b(i.encode())));
                 }
             }
-            Scheme::Int4G32 => {
-                let dims = [rows as i64, k as i64];
-                tensors.push((format!("{p}.weight_shape"), dims.iter().flat_map(|d| d.to_le_bytes()).collect()));
-            }
+            Scheme::Int4G32 => tensors.push(int4_weight_shape(name, rows, k)),
             _ => {}
         },
         // DeepSeek's layout has only the codes and the tile scales.

@@ -1,6 +1,7 @@
 """An independent checkpoint oracle for tests/oracle.rs: dequantizers for the NVFP4
-conventions `blockscale quantize` writes; checkers of the FP8 layouts it writes
-(DeepSeek-V3 FP8 blocks, ModelOpt FP8 per tensor), which recompute every scale and code
+conventions `blockscale quantize` writes; checkers of the layouts it writes by a rule
+of its own (DeepSeek-V3 FP8 blocks, ModelOpt FP8 per tensor, compressed-tensors INT4
+groups), which recompute every scale and code
 from the original weights by the published recipe; and writers of the third-party
 layouts `blockscale dequantize` reads (OpenAI gpt-oss MXFP4, DeepSeek-V3 FP8, ModelOpt
 FP8 per tensor, compressed-tensors MXFP4, INT4 and FP8) together with the values a
@@ -17,6 +18,7 @@ usage:
   oracle.py write-modelopt-fp8 OUT EXPECTED --seed S
   oracle.py check-deepseek ORIGINAL QUANTIZED OUT
   oracle.py check-modelopt-fp8 ORIGINAL QUANTIZED [--calibration ACTS]
+  oracle.py check-ct-int4 ORIGINAL QUANTIZED --group G
   oracle.py dequantize-ct IN OUT
   oracle.py write-ct-mxfp4 OUT_DIR EXPECTED --seed S
   oracle.py write-ct-int4 OUT_DIR EXPECTED --seed S
@@ -429,6 +431,46 @@ def check_modelopt_fp8(original, quantized, calibration):
     if not checked:
         raise SystemExit(f"{quantized}: no ModelOpt FP8 weight found")
     print(f"modelopt fp8: {len(checked)} weights match the recipe byte for byte")
+def check_ct_int4(original, quantized, group):
+    """compressed-tensors pack-quantized INT4 as written from `original` with groups of
+    `group` along K, by blockscale's documented rule: per group, weight_scale (F16) =
+    float16(float32(amax(|w|)) / 7), saturated to the largest float16 where that
+    overflows; q = round-half-even(float32(w) / float32(scale)) clamped to -8..7, q = 0
+    where the scale is 0; weight_packed = q + 8 packed into int32 words (the layout
+    below); weight_shape (I64) = [N, K]. Everything compared byte for byte."""
+    orig, q = read(original), read(quantized)
+    checked, consumed = [], set()
+    for name, (dtype, w) in orig.items():
+        prefix = name[: -len(".weight")] if name.endswith(".weight") else None
+        if prefix is None or prefix + ".weight_packed" not in q:
+            continue
+        x = to_f32_exact(name, dtype, w)
+        n, k = x.shape
+        if k % group:
+            raise SystemExit(f"{name}: K = {k} is not a multiple of {group}")
+        groups = x.reshape(n, k // group, group)
+        amax = np.abs(groups).max(axis=2).astype(np.float32)
+        with np.errstate(over="ignore"):
+            scale = (amax / np.float32(7)).astype(np.float16)
+        scale = np.where(np.isinf(scale), np.float16(np.finfo(np.float16).max), scale)
+        got_scale = quantized_tensor(q, prefix + ".weight_scale", "F16", (n, k // group))
+        same_bytes(prefix + ".weight_scale", got_scale, scale)
+        divisor = scale.astype(np.float32)[:, :, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            quotient = groups / divisor
+        values = np.where(divisor == 0, np.float32(0), np.clip(np.rint(quotient), -8, 7)).reshape(n, k)
+        packed = quantized_tensor(q, prefix + ".weight_packed", "I32", (n, k // 8))
+        same_bytes(prefix + ".weight_packed", packed, pack_int32_nibbles(values.astype(np.int64), axis=1))
+        shape = quantized_tensor(q, prefix + ".weight_shape", "I64", (2,))
+        same_bytes(prefix + ".weight_shape", shape, np.array([n, k], dtype=np.int64))
+        consumed.update({prefix + s for s in (".weight_packed", ".weight_scale", ".weight_shape")})
+        checked.append(name)
+    check_copies(orig, q, consumed)
+    if not checked:
+        raise SystemExit(f"{quantized}: no pack-quantized weight found")
+    print(f"compressed-tensors int4 (groups of {group}): {len(checked)} weights match the rule byte for byte")
+
+
 # ---- compressed-tensors (vLLM / llm-compressor), from the package's published layout:
 #
 # - pack-quantized (integer weights, here num_bits 4): the values q in -8..7 are stored as
@@ -860,6 +902,10 @@ def main():
     p.add_argument("original")
     p.add_argument("quantized")
     p.add_argument("--calibration")
+    p = sub.add_parser("check-ct-int4")
+    p.add_argument("original")
+    p.add_argument("quantized")
+    p.add_argument("--group", type=int, required=True)
     for command in ("write-gptoss", "write-deepseek", "write-modelopt-fp8", "write-ct-mxfp4", "write-ct-int4", "write-ct-fp8"):
         p = sub.add_parser(command)
         p.add_argument("output")
@@ -881,6 +927,8 @@ def main():
         check_deepseek(args.original, args.quantized, args.output)
     elif args.command == "check-modelopt-fp8":
         check_modelopt_fp8(args.original, args.quantized, args.calibration)
+    elif args.command == "check-ct-int4":
+        check_ct_int4(args.original, args.quantized, args.group)
     elif args.command == "dequantize-ct":
         dequantize_ct(args.input, args.output)
     elif args.command == "write-ct-mxfp4":
