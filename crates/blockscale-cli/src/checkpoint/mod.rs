@@ -13,7 +13,7 @@ pub use output::{Output, OutputKind, same_path_check};
 pub use shard::{Shard, TensorEntry};
 pub use side_files::{copy_others, write_index};
 pub use source::Checkpoint;
-pub use writer::{PlannedTensor, ShardWriter};
+pub use writer::{PlannedTensor, ShardWriter, SlotWriter};
 
 /// Bytes of a tensor of `dtype` and `shape` (sub-byte dtypes rounded up to whole bytes),
 /// `None` on overflow.

@@ -32,6 +32,29 @@ impl PlannedTensor {
     }
 }
 
+/// One claimed tensor of a [`ShardWriter`], written from any thread.
+#[derive(Debug)]
+pub struct SlotWriter {
+    path: PathBuf,
+    file: File,
+    offset: u64,
+    len: usize,
+}
+
+impl SlotWriter {
+    /// Writes the tensor's bytes (exactly the claimed length) at its offset.
+    ///
+    /// # Errors
+    /// [`CliError::Write`] for an I/O error.
+    ///
+    /// # Panics
+    /// If `bytes` is not the claimed length (a bug of the caller).
+    pub fn write(&self, bytes: &[u8]) -> Result<(), CliError> {
+        assert_eq!(bytes.len(), self.len, "a claimed slot is written with its claimed length");
+        self.file.write_all_at(bytes, self.offset).map_err(|source| CliError::Write { path: self.path.clone(), source })
+    }
+}
+
 /// A safetensors file being written tensor by tensor.
 pub struct ShardWriter {
     path: PathBuf,
@@ -119,6 +142,27 @@ impl ShardWriter {
         Ok(())
     }
 
+    /// Claims the slot of tensor `name` for `len` bytes that another thread writes: the
+    /// checks of [`ShardWriter::write`], and the slot is marked written. The returned
+    /// [`SlotWriter`] must have written before [`ShardWriter::finish`] is called.
+    ///
+    /// # Errors
+    /// As [`ShardWriter::write`]; [`CliError::Write`] if the file handle cannot be
+    /// duplicated.
+    pub fn claim(&mut self, name: &str, len: usize) -> Result<SlotWriter, CliError> {
+        let path = &self.path;
+        let slot = self.slots.get_mut(name).ok_or_else(|| CliError::tensor(path, name, "not in the planned header"))?;
+        if slot.2 {
+            return Err(CliError::tensor(path, name, "written twice"));
+        }
+        if len != slot.1 {
+            return Err(CliError::tensor(path, name, format!("{len} bytes, the header says {}", slot.1)));
+        }
+        let file = self.file.try_clone().map_err(|source| CliError::Write { path: path.clone(), source })?;
+        slot.2 = true;
+        Ok(SlotWriter { path: path.clone(), file, offset: self.data_start + slot.0, len })
+    }
+
     /// Checks that every planned tensor was written and flushes the file to disk.
     ///
     /// # Errors
@@ -130,5 +174,40 @@ impl ShardWriter {
         }
         self.file.sync_all().map_err(|source| CliError::Write { path: self.path.clone(), source })?;
         Ok(self.total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claimed_slot_is_written_from_another_thread_and_counts_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.safetensors");
+        let planned = [PlannedTensor::new("a", Dtype::U8, vec![3]), PlannedTensor::new("b", Dtype::U8, vec![2])];
+        let mut w = ShardWriter::create(&path, &planned, &BTreeMap::new()).unwrap();
+        // Refused as write refuses: a wrong length, an unknown name; nothing is claimed.
+        assert!(w.claim("a", 4).unwrap_err().to_string().contains("4 bytes, the header says 3"));
+        assert!(w.claim("c", 1).unwrap_err().to_string().contains("not in the planned header"));
+        let slot = w.claim("a", 3).unwrap();
+        assert!(w.claim("a", 3).unwrap_err().to_string().contains("written twice"));
+        assert!(w.write("a", &[0; 3]).unwrap_err().to_string().contains("written twice"));
+        std::thread::spawn(move || slot.write(&[7, 8, 9]).unwrap()).join().unwrap();
+        w.write("b", &[1, 2]).unwrap();
+        w.finish().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        assert_eq!(st.tensor("a").unwrap().data(), [7, 8, 9]);
+        assert_eq!(st.tensor("b").unwrap().data(), [1, 2]);
+    }
+
+    #[test]
+    fn a_slot_neither_written_nor_claimed_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.safetensors");
+        let planned = [PlannedTensor::new("a", Dtype::U8, vec![3])];
+        let w = ShardWriter::create(&path, &planned, &BTreeMap::new()).unwrap();
+        assert!(w.finish().unwrap_err().to_string().contains("planned but never written"));
     }
 }
