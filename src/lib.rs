@@ -38,9 +38,10 @@ pub use blockscale_formats::*;
 pub use blockscale_cpu as cpu;
 #[cfg(feature = "cpu")]
 pub use blockscale_cpu::{
-    ActivationPrecision, CpuError, DequantizeOptions, ErrorMetrics, GemmOptions, dequantize, dequantize_into,
-    dequantize_slice, dequantize_with, error_metrics, error_metrics_slice, fake_quantize, gemm, gemm_reference,
-    gemm_weight_only, gemm_weight_only_reference, gemv, quantize, quantize_into, quantize_slice,
+    ActivationPrecision, CpuError, DequantizeOptions, ErrorMetrics, GemmOptions, PanelWeights, dequantize,
+    dequantize_into, dequantize_slice, dequantize_with, error_metrics, error_metrics_slice, fake_quantize, gemm,
+    gemm_reference, gemm_weight_only, gemm_weight_only_panels, gemm_weight_only_reference, gemv, gemv_panels, quantize,
+    quantize_into, quantize_slice,
 };
 #[cfg(feature = "cpu")]
 mod backend;

@@ -15,8 +15,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use blockscale_cpu::{
-    ActivationPrecision, Epilogue, GemmOptions, QuantizeOptions, QuantizedMatrix, Simd, dequantize, gemm,
-    gemm_reference, gemm_weight_only, quantize,
+    ActivationPrecision, Epilogue, GemmOptions, PanelWeights, QuantizeOptions, QuantizedMatrix, Simd, dequantize, gemm,
+    gemm_reference, gemm_weight_only, gemm_weight_only_panels, quantize,
 };
 use blockscale_formats::{Fp8Tile, GlobalScale, GlobalScaleSource, ScaleLayout, Scheme};
 use criterion::Criterion;
@@ -96,6 +96,21 @@ fn gemv_cases(v: &mut Vec<Case>) {
                     v.push(c);
                 }
             }
+            let panels: &'static PanelWeights = Box::leak(Box::new(PanelWeights::new(q).unwrap()));
+            for single in [true, false] {
+                let opts =
+                    GemmOptions::default().with_single_thread(single).with_activations(ActivationPrecision::Int8Blocks);
+                let threads = if single { "1 thread" } else { "all threads" };
+                let mut c =
+                    case(format!("gemv {scheme} {n}x{k}: panels, int8 act, {threads}"), macs, false, move || {
+                        black_box(
+                            gemm_weight_only_panels::<bf16, f32>(x.view(), panels, &Epilogue::default(), &opts)
+                                .unwrap(),
+                        );
+                    });
+                c.bytes = panels.storage_bytes() as f64;
+                v.push(c);
+            }
             // f32 activations are not exact in bf16: they take the AVX2 f32 kernel.
             let xf: &'static Array2<f32> = Box::leak(Box::new(data(1, k, 7)));
             let mut c =
@@ -108,6 +123,54 @@ fn gemv_cases(v: &mut Vec<Case>) {
             c.bytes = q.storage_bytes() as f64;
             v.push(c);
         }
+    }
+}
+
+/// GEMV with a small decode batch (M = 16) and with cold weights: a call per copy of
+/// the weights, rotating through copies larger than any L3 (384 MiB in all), so the
+/// weights come from DRAM (compare their GB/s with the memcpy anchor).
+fn batch_and_cold_cases(v: &mut Vec<Case>) {
+    let (n, k) = (4096, 4096);
+    let w = data(n, k, 11);
+    for scheme in [Scheme::MxFp4, Scheme::NvFp4] {
+        let q: &'static QuantizedMatrix = Box::leak(Box::new(quant(&w, scheme)));
+        let panels: &'static PanelWeights = Box::leak(Box::new(PanelWeights::new(q).unwrap()));
+        let x16: &'static Array2<bf16> = Box::leak(Box::new(data(16, k, 9).mapv(bf16::from_f32)));
+        let macs = (16 * n * k) as f64;
+        for (label, prec) in [("exact", ActivationPrecision::Exact), ("int8 act", ActivationPrecision::Int8Blocks)] {
+            let opts = GemmOptions::default().with_activations(prec);
+            v.push(case(format!("gemv M=16 {scheme} {n}x{k}: {label}, all threads"), macs, false, move || {
+                black_box(gemm_weight_only::<bf16, f32>(x16.view(), q, &Epilogue::default(), &opts).unwrap());
+            }));
+        }
+        let opts = GemmOptions::default().with_activations(ActivationPrecision::Int8Blocks);
+        v.push(case(format!("gemv M=16 {scheme} {n}x{k}: panels, int8 act, all threads"), macs, false, move || {
+            black_box(gemm_weight_only_panels::<bf16, f32>(x16.view(), panels, &Epilogue::default(), &opts).unwrap());
+        }));
+
+        let copies = (384 << 20) / q.storage_bytes() + 1;
+        let qs: &'static [QuantizedMatrix] = Box::leak((0..copies).map(|_| q.clone()).collect());
+        let ps: &'static [PanelWeights] =
+            Box::leak((0..copies).map(|_| PanelWeights::new(q).unwrap()).collect::<Vec<_>>().into_boxed_slice());
+        let x: &'static Array2<bf16> = Box::leak(Box::new(data(1, k, 7).mapv(bf16::from_f32)));
+        let next: &'static std::sync::atomic::AtomicUsize = Box::leak(Box::new(std::sync::atomic::AtomicUsize::new(0)));
+        let macs = (n * k) as f64;
+        for (label, prec) in [("exact", ActivationPrecision::Exact), ("int8 act", ActivationPrecision::Int8Blocks)] {
+            let opts = GemmOptions::default().with_activations(prec);
+            let mut c = case(format!("gemv cold {scheme} {n}x{k}: {label}, all threads"), macs, false, move || {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % copies;
+                black_box(gemm_weight_only::<bf16, f32>(x.view(), &qs[i], &Epilogue::default(), &opts).unwrap());
+            });
+            c.bytes = q.storage_bytes() as f64;
+            v.push(c);
+        }
+        let mut c =
+            case(format!("gemv cold {scheme} {n}x{k}: panels, int8 act, all threads"), macs, false, move || {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % copies;
+                black_box(gemm_weight_only_panels::<bf16, f32>(x.view(), &ps[i], &Epilogue::default(), &opts).unwrap());
+            });
+        c.bytes = panels.storage_bytes() as f64;
+        v.push(c);
     }
 }
 
@@ -159,6 +222,7 @@ fn cases(reference: bool) -> Vec<Case> {
     let dst = Mutex::new(vec![0u8; 64 << 20]);
     v.push(case("memcpy 64 MiB (anchor)", 0.0, false, move || dst.lock().unwrap().copy_from_slice(black_box(src))));
     gemv_cases(&mut v);
+    batch_and_cold_cases(&mut v);
     gemm_cases(&mut v);
     if reference {
         let (a, b) = (data(2048, 2048, 3), data(2048, 2048, 5));

@@ -108,4 +108,22 @@ pub enum CpuError {
     /// A SIMD path was forced that this CPU does not have.
     #[error("the {0} path was requested but this CPU lacks it; use Simd::Auto or Simd::Portable")]
     SimdUnavailable(&'static str),
+    /// Panel weights asked of a matrix they do not hold.
+    #[error(
+        "panel weights are built from row-major NVFP4, MXFP4 or INT4-G32 matrices, not {scheme} with \
+         {layout} data; multiply it as it is with gemm_weight_only"
+    )]
+    UnsupportedPanel {
+        /// The matrix's scheme.
+        scheme: blockscale_formats::Scheme,
+        /// Its data layout.
+        layout: blockscale_formats::DataLayout,
+    },
+    /// Panel weights multiplied with exact activations.
+    #[error(
+        "panel weights multiply int8 activations: set GemmOptions::activations to \
+         ActivationPrecision::Int8Blocks, or multiply the row-major matrix with gemm_weight_only for \
+         exact activations"
+    )]
+    PanelNeedsInt8,
 }

@@ -75,8 +75,8 @@ pub use dequantize::{DequantizeOptions, dequantize, dequantize_into, dequantize_
 pub use error::CpuError;
 pub use fake::fake_quantize;
 pub use gemm::{
-    Activation, ActivationPrecision, Epilogue, GemmOptions, gemm, gemm_reference, gemm_weight_only,
-    gemm_weight_only_reference, gemv,
+    Activation, ActivationPrecision, Epilogue, GemmOptions, PanelWeights, gemm, gemm_reference, gemm_weight_only,
+    gemm_weight_only_panels, gemm_weight_only_reference, gemv, gemv_panels, vnni_available,
 };
 pub use input::Input;
 pub use kernels::{avx2_available, avx512_available};

@@ -6,8 +6,8 @@
 mod common;
 
 use blockscale_cpu::{
-    Activation, ActivationPrecision, CpuError, Epilogue, GemmOptions, QuantizedMatrix, Simd, gemm, gemm_reference,
-    gemm_weight_only, gemm_weight_only_reference, gemv,
+    Activation, ActivationPrecision, CpuError, Epilogue, GemmOptions, PanelWeights, QuantizedMatrix, Simd, gemm,
+    gemm_reference, gemm_weight_only, gemm_weight_only_panels, gemm_weight_only_reference, gemv, gemv_panels,
 };
 use blockscale_formats::{
     DataLayout, Fp8Tile, GlobalScale, QuantizedParts, ScaleData, ScaleFormat, ScaleLayout, Scheme, UE4M3, layout, pack,
@@ -385,6 +385,82 @@ fn weight_only_meets_its_bounds_on_random_inputs() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn panel_weights_meet_the_int8_bound_with_the_epilogue() {
+    // Panel weights built from every scale layout, multiplied with int8 activations on
+    // every kernel this CPU has, against the exact reference with alpha and a bias:
+    // within the int8 mode's bound (the quantization step of each
+    // activation block, plus the f32 bound before the epilogue, then one rounding).
+    let mut seed = 50_000;
+    for scheme in [Scheme::NvFp4, Scheme::MxFp4, Scheme::Int4G32] {
+        for (m, n, k) in [(1, 64, 1024), (5, 33, 512), (17, 40, 256)] {
+            for layout in layouts(scheme) {
+                seed += 2;
+                let w = operand(scheme, n, k, layout, DataLayout::RowMajor, false, seed);
+                let xs = activations(m, k, false, seed + 1);
+                let xv: Vec<f64> = xs.iter().map(|&v| v as f64).collect();
+                let (_, abs) = oracle(&xv, &w.values, m, n, k);
+                let x = ArrayView2::from_shape((m, k), &xs[..]).unwrap();
+                let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.25 - 3.0).collect();
+                let ep = Epilogue::default().with_alpha(0.75).with_bias(&bias);
+                let reference = gemm_weight_only_reference::<f32, f32>(x, &w.q, &ep).unwrap();
+                let panels = PanelWeights::new(&w.q).unwrap();
+                assert_eq!((panels.rows(), panels.k(), panels.scheme()), (n, k, scheme));
+                let mut results = Vec::new();
+                for simd in [Simd::Auto, Simd::Portable] {
+                    let o = GemmOptions::default().with_simd(simd).with_activations(ActivationPrecision::Int8Blocks);
+                    let got = gemm_weight_only_panels::<f32, f32>(x, &panels, &ep, &o).unwrap();
+                    for (idx, (&f, &r)) in got.iter().zip(reference.iter()).enumerate() {
+                        let (i, j) = (idx / n, idx % n);
+                        let mut q_err = 0.0;
+                        for blk in 0..k / 32 {
+                            let span = i * k + blk * 32..i * k + blk * 32 + 32;
+                            let d = xv[span].iter().fold(0f64, |a, v| a.max(v.abs())) / 127.0;
+                            let wabs: f64 = (blk * 32..blk * 32 + 32).map(|t| w.values[j * k + t].abs()).sum();
+                            q_err += d / 2.0 * wabs * (1.0 + 1e-6);
+                        }
+                        let bound = 0.75 * (q_err + 2.0 * fast_bound(k, scheme.block_size(), abs[idx])) + ulp(r as f64);
+                        assert!((f as f64 - r as f64).abs() <= bound, "{scheme} {layout} {simd:?} [{idx}]: {f} vs {r}");
+                    }
+                    results.push(got);
+                }
+                // Both kernels give the same bits.
+                assert_eq!(bits_eq(results[0].as_slice().unwrap(), results[1].as_slice().unwrap()), None, "{scheme}");
+                // gemv_panels is row 0 of the product.
+                let o = GemmOptions::default().with_activations(ActivationPrecision::Int8Blocks);
+                let y: Vec<f32> = gemv_panels(&xs[..k], &panels, &ep, &o).unwrap();
+                assert_eq!(bits_eq(&y, &results[0].as_slice().unwrap()[..n]), None, "{scheme} gemv");
+            }
+        }
+    }
+}
+
+#[test]
+fn panel_weights_refuse_what_they_cannot_do() {
+    let q = |s, rows, k| operand(s, rows, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 9).q;
+    let e = CpuError::UnsupportedPanel { scheme: Scheme::MxFp8E4M3, layout: DataLayout::RowMajor };
+    assert_eq!(PanelWeights::new(&q(Scheme::MxFp8E4M3, 4, 64)).unwrap_err().to_string(), e.to_string());
+    let inter = operand(Scheme::MxFp4, 4, 64, ScaleLayout::Linear, DataLayout::BlockInterleaved, true, 9).q;
+    assert!(matches!(PanelWeights::new(&inter), Err(CpuError::UnsupportedPanel { .. })));
+    let p = PanelWeights::new(&q(Scheme::NvFp4, 4, 64)).unwrap();
+    let x = vec![1f32; 64];
+    let exact = GemmOptions::default();
+    let int8 = exact.with_activations(ActivationPrecision::Int8Blocks);
+    let ep = Epilogue::default();
+    assert!(matches!(gemv_panels::<f32, f32>(&x, &p, &ep, &exact), Err(CpuError::PanelNeedsInt8)));
+    assert!(gemv_panels::<f32, f32>(&x, &p, &ep, &exact).unwrap_err().to_string().contains("Int8Blocks"));
+    assert!(matches!(gemv_panels::<f32, f32>(&x[..32], &p, &ep, &int8), Err(CpuError::KMismatch { a: 32, b: 64 })));
+    let bias = [0f32; 3];
+    let e = gemv_panels::<f32, f32>(&x, &p, &Epilogue::default().with_bias(&bias), &int8).unwrap_err();
+    assert!(matches!(e, CpuError::BiasLength { expected: 4, actual: 3 }), "{e}");
+    let empty = ArrayView2::<f32>::from_shape((0, 64), &[]).unwrap();
+    assert!(gemm_weight_only_panels::<f32, f32>(empty, &p, &ep, &int8).is_err());
+    if !blockscale_cpu::vnni_available() {
+        let e = gemv_panels::<f32, f32>(&x, &p, &ep, &int8.with_simd(Simd::Avx512)).unwrap_err();
+        assert!(matches!(e, CpuError::SimdUnavailable(_)), "{e}");
     }
 }
 

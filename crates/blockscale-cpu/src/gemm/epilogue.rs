@@ -1,8 +1,8 @@
 //! The GEMM epilogue (the formats crate's, shared with the cuda backend): checking it
 //! against the operands and resolving `alpha`.
 
-use blockscale_formats::QuantizedMatrix;
 pub use blockscale_formats::{Activation, Epilogue};
+use blockscale_formats::{GlobalScale, QuantizedMatrix, Scheme};
 
 use crate::CpuError;
 
@@ -14,6 +14,25 @@ pub(crate) fn resolve_alpha(
     b: &QuantizedMatrix,
     n: usize,
 ) -> Result<f32, CpuError> {
+    let alpha = match a {
+        Some(a) => epilogue.alpha_quantized(a.global_scale(), b.global_scale()),
+        None => epilogue.alpha_weight_only(b.scheme(), b.global_scale()),
+    };
+    checked(epilogue, alpha, n)
+}
+
+/// The `alpha` of a weight-only product with weights of `scheme` and per-tensor scale
+/// `global`, after checking it and the bias against `n` output columns.
+pub(crate) fn resolve_weight_only(
+    epilogue: &Epilogue<'_>,
+    scheme: Scheme,
+    global: Option<GlobalScale>,
+    n: usize,
+) -> Result<f32, CpuError> {
+    checked(epilogue, epilogue.alpha_weight_only(scheme, global), n)
+}
+
+fn checked(epilogue: &Epilogue<'_>, alpha: f32, n: usize) -> Result<f32, CpuError> {
     if let Some(bias) = epilogue.bias {
         if bias.len() != n {
             return Err(CpuError::BiasLength { expected: n, actual: bias.len() });
@@ -22,10 +41,6 @@ pub(crate) fn resolve_alpha(
             return Err(CpuError::NonFiniteBias { index, value });
         }
     }
-    let alpha = match a {
-        Some(a) => epilogue.alpha_quantized(a.global_scale(), b.global_scale()),
-        None => epilogue.alpha_weight_only(b.scheme(), b.global_scale()),
-    };
     if !alpha.is_finite() {
         return Err(CpuError::InvalidAlpha(alpha));
     }

@@ -314,23 +314,17 @@ fn f32_product(av: &[f32], asc: &[f32], db: &Decoded, m: usize, parallel: bool, 
 const GEMV_ROWS: usize = 16;
 
 /// Lookup tables of the one-byte scale formats.
-fn scale_lut(format: ScaleFormat) -> [f32; 256] {
+pub(super) fn scale_lut(format: ScaleFormat) -> [f32; 256] {
     core::array::from_fn(|b| match format {
         ScaleFormat::UE4M3 => UE4M3::from_bits(b as u8).to_f32(),
         _ => UE8M0::from_bits(b as u8).to_f32(),
     })
 }
 
-/// The 4-bit GEMV kernels, for NVFP4, MXFP4 and INT4-G32 weights stored row-major;
-/// `Isa::Avx512` lets bf16 activations take their AVX-512 BF16 kernel.
-fn nibble_product(
-    x: &[f32],
-    m: usize,
-    w: &QuantizedMatrix,
-    isa: Isa,
-    path: Path,
-    options: &GemmOptions,
-) -> Option<Vec<f32>> {
+/// The nibble kernels' view of 4-bit row-major weights (NVFP4, MXFP4, INT4-G32), with
+/// `lut` the byte scales' table ([`scale_lut`] of the scheme's scale format); `None`
+/// for other schemes and layouts.
+pub(super) fn nibble_weights<'a>(w: &'a QuantizedMatrix, lut: &'a [f32; 256]) -> Option<nibble::NibbleWeights<'a>> {
     let (values, vscale): ([i8; 16], f32) = match w.scheme() {
         Scheme::NvFp4 | Scheme::MxFp4 => (core::array::from_fn(|c| (E2M1::TABLE[c] * 2.0) as i8), 0.5),
         Scheme::Int4G32 => (core::array::from_fn(|c| c as i8 - 8), 1.0),
@@ -344,13 +338,12 @@ fn nibble_product(
         ScaleLayout::Linear => nibble::ScaleIndex::Linear { cols },
         ScaleLayout::Swizzled128x4 => nibble::ScaleIndex::Swizzled128x4 { cols },
     };
-    let lut = scale_lut(w.scheme().scale_format());
     let scales = match w.scales() {
-        ScaleData::Bytes(data) => nibble::Scales::Bytes { data, lut: &lut, index },
+        ScaleData::Bytes(data) => nibble::Scales::Bytes { data, lut, index },
         ScaleData::F16(data) => nibble::Scales::F16 { data, index },
         ScaleData::F32(_) => return None,
     };
-    let weights = nibble::NibbleWeights {
+    Some(nibble::NibbleWeights {
         data: w.data(),
         n: w.rows(),
         k: w.k(),
@@ -358,7 +351,21 @@ fn nibble_product(
         values,
         vscale,
         scales,
-    };
+    })
+}
+
+/// The 4-bit GEMV kernels, for NVFP4, MXFP4 and INT4-G32 weights stored row-major;
+/// `Isa::Avx512` lets bf16 activations take their AVX-512 BF16 kernel.
+fn nibble_product(
+    x: &[f32],
+    m: usize,
+    w: &QuantizedMatrix,
+    isa: Isa,
+    path: Path,
+    options: &GemmOptions,
+) -> Option<Vec<f32>> {
+    let lut = scale_lut(w.scheme().scale_format());
+    let weights = nibble_weights(w, &lut)?;
     let mode = match options.activations {
         ActivationPrecision::Exact => nibble::ActMode::Exact,
         ActivationPrecision::Int8Blocks => nibble::ActMode::Int8,

@@ -25,6 +25,7 @@ pub(crate) mod exact;
 mod fast;
 mod nibble;
 mod operand;
+mod panel;
 mod reference;
 
 use blockscale_formats::QuantizedMatrix;
@@ -33,6 +34,7 @@ use blockscale_formats::Scheme;
 use ndarray::{Array2, ArrayView2};
 
 pub use epilogue::{Activation, Epilogue};
+pub use panel::vnni_available;
 
 use crate::kernels::Path;
 use crate::{CpuError, Input, Output, Simd};
@@ -246,4 +248,138 @@ pub fn gemv<I: Input, O: Output>(
 ) -> Result<Vec<O>, CpuError> {
     let view = ArrayView2::from_shape((1, x.len()), x).map_err(|_| CpuError::KMismatch { a: x.len(), b: w.k() })?;
     Ok(gemm_weight_only(view, w, epilogue, options)?.into_raw_vec_and_offset().0)
+}
+
+/// 4-bit weights (NVFP4, MXFP4, INT4-G32) rearranged once, for a model's lifetime, into
+/// the 16-row panels the int8 kernels stream: on CPUs with AVX-512 VNNI each 64-byte
+/// load feeds two `vpdpbusd` of 16 rows x 4 elements, with no per-call repacking. The
+/// values and scales are those of the matrix they were built from; they take the same
+/// memory (plus padding of the last panel to 16 rows). Multiply them with
+/// [`gemm_weight_only_panels`] or [`gemv_panels`], which quantize the activations to
+/// int8 per 32 values ([`ActivationPrecision::Int8Blocks`], llama.cpp's Q8_0 rule, with
+/// the same error bound as the row-major kernels in that mode).
+///
+/// ```
+/// use blockscale_cpu::{ActivationPrecision, Epilogue, GemmOptions, PanelWeights, QuantizeOptions, gemv_panels, quantize};
+/// use blockscale_formats::Scheme;
+///
+/// let w = ndarray::Array2::from_shape_fn((40, 256), |(n, k)| ((n * 5 + k) % 7) as f32 - 3.0);
+/// let qw = quantize(w.view(), Scheme::MxFp4, &QuantizeOptions::default()).unwrap();
+/// let panels = PanelWeights::new(&qw).unwrap(); // once, at load time
+/// let opts = GemmOptions::default().with_activations(ActivationPrecision::Int8Blocks);
+/// let x = vec![0.5f32; 256];
+/// let y: Vec<f32> = gemv_panels(&x, &panels, &Epilogue::default(), &opts).unwrap();
+/// assert_eq!(y.len(), 40);
+/// ```
+pub struct PanelWeights {
+    scheme: blockscale_formats::Scheme,
+    global: Option<crate::GlobalScale>,
+    panels: panel::Panels,
+}
+
+impl PanelWeights {
+    /// Builds the panels of `w` (any scale layout; row-major data).
+    ///
+    /// # Errors
+    /// [`CpuError::UnsupportedPanel`] for a scheme other than NVFP4, MXFP4 and INT4-G32,
+    /// or block-interleaved data.
+    pub fn new(w: &QuantizedMatrix) -> Result<Self, CpuError> {
+        let format = w.scheme().scale_format();
+        let lut = fast::scale_lut(format);
+        let unsupported = || CpuError::UnsupportedPanel { scheme: w.scheme(), layout: w.data_layout() };
+        let nw = fast::nibble_weights(w, &lut).ok_or_else(unsupported)?;
+        let byte_format = matches!(w.scales(), blockscale_formats::ScaleData::Bytes(_)).then_some(format);
+        Ok(Self { scheme: w.scheme(), global: w.global_scale(), panels: panel::Panels::pack(&nw, byte_format) })
+    }
+
+    /// The scheme of the matrix they were built from.
+    pub fn scheme(&self) -> blockscale_formats::Scheme {
+        self.scheme
+    }
+
+    /// Rows (N, output features).
+    pub fn rows(&self) -> usize {
+        self.panels.n
+    }
+
+    /// K, the reduction length.
+    pub fn k(&self) -> usize {
+        self.panels.k
+    }
+
+    /// Bytes of codes and scales held.
+    pub fn storage_bytes(&self) -> usize {
+        self.panels.storage_bytes()
+    }
+}
+
+impl core::fmt::Debug for PanelWeights {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PanelWeights")
+            .field("scheme", &self.scheme)
+            .field("rows", &self.rows())
+            .field("k", &self.k())
+            .finish()
+    }
+}
+
+/// The weight-only product on panel weights: `x` (`M x K`, f32/f16/bf16, any strides)
+/// times `w` (`N x K`), with the activations quantized to int8 per 32 values (rows
+/// holding NaN or infinity are computed in f32 instead, so those propagate). The
+/// AVX-512 VNNI kernel runs where the CPU has AVX-512 F, BW and VNNI (and `options.simd`
+/// is `Auto` or `Avx512`, `BLOCKSCALE_SIMD` not saying otherwise), a portable one
+/// elsewhere; both give the same bits. Error bound: [`ActivationPrecision::Int8Blocks`]'s.
+///
+/// # Errors
+/// [`CpuError::PanelNeedsInt8`] unless `options.activations` is
+/// [`ActivationPrecision::Int8Blocks`]; [`CpuError::SimdUnavailable`] for
+/// `Simd::Avx512` on a CPU without VNNI; otherwise as [`gemm_weight_only`].
+pub fn gemm_weight_only_panels<I: Input, O: Output>(
+    x: ArrayView2<'_, I>,
+    w: &PanelWeights,
+    epilogue: &Epilogue<'_>,
+    options: &GemmOptions,
+) -> Result<Array2<O>, CpuError> {
+    if options.activations != ActivationPrecision::Int8Blocks {
+        return Err(CpuError::PanelNeedsInt8);
+    }
+    let (m, k) = x.dim();
+    if k != w.k() {
+        return Err(CpuError::KMismatch { a: k, b: w.k() });
+    }
+    if m == 0 {
+        return Err(CpuError::Format(blockscale_formats::FormatError::EmptyShape { rows: m, cols: k }));
+    }
+    let n = w.rows();
+    let alpha = epilogue::resolve_weight_only(epilogue, w.scheme, w.global, n)?;
+    let r = Resolved { alpha, bias: epilogue.bias, activation: epilogue.activation };
+    let kernel = panel::Kernel::select(panel_simd(options.simd)?);
+    let xs: Vec<f32> = x.iter().map(|v| v.to_f32_exact()).collect();
+    let mut out = vec![0f32; m * n];
+    panel::gemm_panels(kernel, &xs, m, &w.panels, !options.single_threaded, &mut out);
+    Ok(fast::finish(out, m, n, &r))
+}
+
+/// Whether `simd` lets the AVX-512 VNNI panel kernel run.
+fn panel_simd(simd: Simd) -> Result<bool, CpuError> {
+    Ok(match simd {
+        Simd::Portable | Simd::Avx2 => false,
+        Simd::Avx512 if !vnni_available() => return Err(CpuError::SimdUnavailable("AVX-512 F + BW + VNNI")),
+        Simd::Avx512 => true,
+        Simd::Auto => !matches!(std::env::var("BLOCKSCALE_SIMD").as_deref(), Ok("portable" | "avx2")),
+    })
+}
+
+/// [`gemm_weight_only_panels`] with one activation vector `x` (`K` values): `N` outputs.
+///
+/// # Errors
+/// As [`gemm_weight_only_panels`].
+pub fn gemv_panels<I: Input, O: Output>(
+    x: &[I],
+    w: &PanelWeights,
+    epilogue: &Epilogue<'_>,
+    options: &GemmOptions,
+) -> Result<Vec<O>, CpuError> {
+    let view = ArrayView2::from_shape((1, x.len()), x).map_err(|_| CpuError::KMismatch { a: x.len(), b: w.k() })?;
+    Ok(gemm_weight_only_panels(view, w, epilogue, options)?.into_raw_vec_and_offset().0)
 }

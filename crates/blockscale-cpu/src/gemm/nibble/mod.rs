@@ -119,7 +119,7 @@ pub(crate) enum Scales<'a> {
 }
 
 impl Scales<'_> {
-    fn index(&self) -> ScaleIndex {
+    pub(crate) fn index(&self) -> ScaleIndex {
         match *self {
             Self::Bytes { index, .. } | Self::F16 { index, .. } => index,
         }
@@ -324,7 +324,7 @@ fn permute_even_odd<T: Copy>(row: &[T], out: &mut [T]) {
 
 /// Q8_0-like quantization of one finite row: `d[b] = amax / 127`,
 /// `q = clamp(round_ties_even(x / d), -127, 127)` per 32-element block.
-fn quantize_row(row: &[f32], q: &mut [i8], d: &mut [f32]) {
+pub(crate) fn quantize_row(row: &[f32], q: &mut [i8], d: &mut [f32]) {
     for ((src, dst), db) in row.chunks(XBLOCK).zip(q.chunks_mut(XBLOCK)).zip(d.iter_mut()) {
         let amax = src.iter().fold(0f32, |a, &v| a.max(v.abs()));
         let scale = amax / 127.0;

@@ -1,0 +1,210 @@
+//! The AVX-512 VNNI panel kernel: per 8-element group of a block, one 64-byte load
+//! gives 16 rows x 8 codes; masking and shifting split it into two vectors of 16 rows x
+//! 4 codes, one `vpshufb` each maps codes to unsigned values, and one `vpdpbusd` each
+//! multiplies them with four activation bytes broadcast to every lane. A block's 16
+//! i32 lanes (one per weight row) then take the offset correction as their starting
+//! value, become f32 and meet the rows' scales in one FMA. The decoded block is reused
+//! for up to eight activation rows.
+//!
+//! Scales are decoded in registers: UE8M0 by shifting the byte into an f32 exponent
+//! (0 and 255 patched to 2^-127 and NaN), UE4M3 by shifting it under an f32's exponent
+//! and multiplying by 2^120 (exact, subnormals included; `0x7f` and up patched to
+//! NaN), f16 by `vcvtph2ps`. The tests check all 256 byte codes against the tables.
+//!
+//! Every function needs AVX-512 F, BW and VNNI: `Kernel::select` only picks this
+//! kernel after `vnni_available()`.
+
+use core::arch::x86_64::*;
+
+use blockscale_formats::ScaleFormat;
+
+use super::{Acts, PanelScales, Panels, ROWS, XBLOCK};
+
+/// Activation rows per tile: each decoded block serves up to this many.
+const MR: usize = 8;
+
+/// Scale kinds (const parameters of the kernels).
+const UE8M0: u8 = 0;
+const UE4M3: u8 = 1;
+const F16: u8 = 2;
+
+/// Int8 mode for panels `p0..p1` and the `m` activation rows of `a`, as
+/// `super::portable::rows` (which gives the same bits).
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
+    let (k, block) = (p.k, p.block);
+    assert!(m > 0 && buf.len().is_multiple_of(m));
+    let stride = buf.len() / m;
+    let cols = k / block;
+    assert!(p0 <= p1 && p1 <= p.panels() && (p1 - p0) * ROWS <= stride);
+    assert!(block == 16 || block == 32);
+    assert!(a.q.len() >= m * k && a.d.len() >= m * k.div_ceil(XBLOCK) && a.corr.len() >= m * cols);
+    assert!(p.codes.len() >= p.panels() * (k / 8) * 64);
+    let scales = p.panels() * cols * ROWS;
+    let kind = match &p.scales {
+        PanelScales::Bytes { data, format, .. } => {
+            assert!(data.len() >= scales);
+            if *format == ScaleFormat::UE4M3 { UE4M3 } else { UE8M0 }
+        }
+        PanelScales::F16(data) => {
+            assert!(data.len() >= scales);
+            F16
+        }
+    };
+    let run = Run { a, p, p0, stride, buf: buf.as_mut_ptr() };
+    // SAFETY: every length the tiles read and write was checked above.
+    unsafe {
+        match (block, kind) {
+            (16, UE4M3) => run.panels::<16, UE4M3>(m, p1),
+            (16, UE8M0) => run.panels::<16, UE8M0>(m, p1),
+            (16, _) => run.panels::<16, F16>(m, p1),
+            (_, UE4M3) => run.panels::<32, UE4M3>(m, p1),
+            (_, UE8M0) => run.panels::<32, UE8M0>(m, p1),
+            _ => run.panels::<32, F16>(m, p1),
+        }
+    }
+}
+
+/// One task's inputs and output.
+struct Run<'a> {
+    a: &'a Acts,
+    p: &'a Panels,
+    p0: usize,
+    /// Floats per activation row of `buf`.
+    stride: usize,
+    buf: *mut f32,
+}
+
+impl Run<'_> {
+    /// # Safety
+    /// As [`rows`], with the lengths checked.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn panels<const BLOCK: usize, const SC: u8>(&self, m: usize, p1: usize) {
+        for pi in self.p0..p1 {
+            let mut i = 0;
+            while i < m {
+                // SAFETY: rows i.. of the activations exist; the caller checked the rest.
+                unsafe {
+                    match (m - i).min(MR) {
+                        1 => self.tile::<BLOCK, SC, 1>(pi, i),
+                        2 => self.tile::<BLOCK, SC, 2>(pi, i),
+                        3 => self.tile::<BLOCK, SC, 3>(pi, i),
+                        4 => self.tile::<BLOCK, SC, 4>(pi, i),
+                        5 => self.tile::<BLOCK, SC, 5>(pi, i),
+                        6 => self.tile::<BLOCK, SC, 6>(pi, i),
+                        7 => self.tile::<BLOCK, SC, 7>(pi, i),
+                        _ => self.tile::<BLOCK, SC, MR>(pi, i),
+                    }
+                }
+                i += MR;
+            }
+        }
+    }
+
+    /// Panel `pi` times activation rows `i0..i0 + MR`.
+    ///
+    /// # Safety
+    /// `i0 + MR <= m`, and the lengths [`rows`] checks.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn tile<const BLOCK: usize, const SC: u8, const MR: usize>(&self, pi: usize, i0: usize) {
+        let (a, p) = (self.a, self.p);
+        let k = p.k;
+        let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(XBLOCK));
+        // SAFETY (this function): group (pi, g) is 64 bytes inside `codes`; (pi, b, r)
+        // inside the scales; activation row i < m has k bytes of q, xb factors and cols
+        // corrections; the output row i holds (pi - p0 + 1) * 16 <= stride floats.
+        unsafe {
+            let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(p.unsigned.as_ptr().cast()));
+            let low = _mm512_set1_epi8(0x0f);
+            let wbase = p.codes.as_ptr().add(pi * (k / 8) * 64);
+            let mut accf = [_mm512_setzero_ps(); MR];
+            let mut lo = [_mm512_setzero_si512(); 4];
+            let mut hi = [_mm512_setzero_si512(); 4];
+            for b in 0..cols {
+                let s = scales16::<SC>(p, (pi * cols + b) * ROWS);
+                for g in 0..groups {
+                    let v = _mm512_loadu_si512(wbase.add((b * groups + g) * 64).cast());
+                    lo[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
+                    hi[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16::<4>(v), low));
+                }
+                for (r, acc_f) in accf.iter_mut().enumerate() {
+                    let i = i0 + r;
+                    let q = a.q.as_ptr().add(i * k + b * BLOCK).cast::<i32>();
+                    let mut acc = _mm512_set1_epi32(*a.corr.get_unchecked(i * cols + b));
+                    for g in 0..groups {
+                        acc = _mm512_dpbusd_epi32(acc, lo[g], _mm512_set1_epi32(q.add(2 * g).read_unaligned()));
+                        acc = _mm512_dpbusd_epi32(acc, hi[g], _mm512_set1_epi32(q.add(2 * g + 1).read_unaligned()));
+                    }
+                    let c = _mm512_mul_ps(s, _mm512_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / XBLOCK)));
+                    *acc_f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), c, *acc_f);
+                }
+            }
+            let vscale = _mm512_set1_ps(p.vscale);
+            for (r, acc_f) in accf.iter().enumerate() {
+                let o = self.buf.add((i0 + r) * self.stride + (pi - self.p0) * ROWS);
+                _mm512_storeu_ps(o, _mm512_mul_ps(*acc_f, vscale));
+            }
+        }
+    }
+}
+
+/// The 16 scales of (panel, block) starting at scale index `at`, as f32.
+///
+/// # Safety
+/// 16 scales readable at `at`, of the kind `SC` says.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn scales16<const SC: u8>(p: &Panels, at: usize) -> __m512 {
+    // SAFETY: the caller guarantees the 16 entries exist.
+    unsafe {
+        match &p.scales {
+            PanelScales::Bytes { data, .. } => bytes16::<SC>(_mm_loadu_si128(data.as_ptr().add(at).cast())),
+            PanelScales::F16(data) => _mm512_cvtph_ps(_mm256_loadu_si256(data.as_ptr().add(at).cast())),
+        }
+    }
+}
+
+/// 16 UE8M0 or UE4M3 codes as f32, exactly as the formats' tables decode them.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn bytes16<const SC: u8>(codes: __m128i) -> __m512 {
+    let c = _mm512_cvtepu8_epi32(codes);
+    if SC == UE8M0 {
+        // 2^(c - 127): the byte is the f32 exponent; 0 is the subnormal 2^-127.
+        let f = _mm512_slli_epi32::<23>(c);
+        let f = _mm512_mask_mov_epi32(
+            f,
+            _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512()),
+            _mm512_set1_epi32(0x0040_0000),
+        );
+        let f = _mm512_mask_mov_epi32(
+            f,
+            _mm512_cmpeq_epi32_mask(c, _mm512_set1_epi32(0xff)),
+            _mm512_set1_epi32(0x7fc0_0000),
+        );
+        _mm512_castsi512_ps(f)
+    } else {
+        // eeee.mmm under the f32's exponent and mantissa: 2^-120 times the value (an f32
+        // subnormal for UE4M3 subnormals), which the exact multiplication rescales.
+        let f = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32::<20>(c)), _mm512_set1_ps(2f32.powi(120)));
+        _mm512_mask_mov_ps(f, _mm512_cmpge_epu32_mask(c, _mm512_set1_epi32(0x7f)), _mm512_set1_ps(f32::NAN))
+    }
+}
+
+/// [`bytes16`] on 16 codes, for the tests.
+#[cfg(test)]
+pub(super) fn decode_bytes(format: ScaleFormat, codes: &[u8; 16]) -> [f32; 16] {
+    assert!(super::vnni_available());
+    let mut out = [0f32; 16];
+    // SAFETY: the CPU has the features (asserted); 16 bytes in, 16 f32 out.
+    unsafe {
+        let v = _mm_loadu_si128(codes.as_ptr().cast());
+        let f = if format == ScaleFormat::UE4M3 { bytes16::<UE4M3>(v) } else { bytes16::<UE8M0>(v) };
+        _mm512_storeu_ps(out.as_mut_ptr(), f);
+    }
+    out
+}

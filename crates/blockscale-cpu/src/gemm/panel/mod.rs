@@ -1,0 +1,301 @@
+//! 4-bit weights rearranged once into 16-row panels for the int8 dot-product kernels
+//! (AVX-512 VNNI `vpdpbusd`), and the weight-only product on them.
+//!
+//! # Layout
+//!
+//! Rows are grouped by 16 (the last panel padded with zero codes and zero scales). A
+//! panel's codes are `k / 8` groups of 64 bytes; byte `4 r + i` of group `g` holds the
+//! code of (row `r`, element `8 g + i`) in its low nibble and of (row `r`, element
+//! `8 g + 4 + i`) in its high nibble, `r < 16`, `i < 4`. Masking the low nibbles of a
+//! group gives, in 32-bit lane `r`, the four codes of row `r` that meet activations
+//! `8 g .. 8 g + 4`; the high nibbles meet `8 g + 4 .. 8 g + 8`. A panel's scales are
+//! `k / block` runs of 16, one per row: (block `b`, row `r`) at `16 b + r`. Nothing is
+//! reordered on the activation side, which only broadcasts four bytes at a time.
+//!
+//! # Arithmetic
+//!
+//! The activations are quantized per 32 elements exactly as the row-major kernels'
+//! int8 mode does (see `nibble`'s module docs: `d = amax / 127`, `q` rounded to even).
+//! A weight value `v` in `-o..=o'` is stored as the unsigned `v + o` (`o` = 12 for
+//! E2M1 times two, 8 for INT4), so `vpdpbusd` forms `Σ (v + o) q` exactly in i32 and
+//! `o Σ q` (per weight block and activation row, computed once per call) is taken off
+//! before the block sum is converted to f32. Then, as in the row-major int8 kernels,
+//! `out = vscale * Σ_b I_b * (s_b * d_b)` accumulated in f32 (the block's scale times
+//! its activation factor rounded once, then one FMA), so the error bound of `nibble`'s
+//! int8 mode holds unchanged. Rows holding NaN or infinity are not quantized: a plain
+//! f32 computation (its bound is `nibble`'s exact one) makes NaN and infinities
+//! propagate.
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod portable;
+#[cfg(test)]
+mod tests;
+
+use half::f16;
+use rayon::prelude::*;
+
+use blockscale_formats::ScaleFormat;
+
+use super::nibble::{NibbleWeights, Scales};
+
+/// Rows per panel.
+pub(crate) const ROWS: usize = 16;
+
+/// Elements per activation quantization block.
+const XBLOCK: usize = 32;
+
+/// The block scales of a [`Panels`], in panel order.
+pub(crate) enum PanelScales {
+    /// One byte per scale, UE4M3 or UE8M0, with its decoding table.
+    Bytes { data: Vec<u8>, format: ScaleFormat, lut: Box<[f32; 256]> },
+    /// f16 scales (INT4-G32).
+    F16(Vec<f16>),
+}
+
+/// Weights in the panel layout (see the module docs).
+pub(crate) struct Panels {
+    /// Output features (rows of W).
+    pub n: usize,
+    /// Reduction length, a multiple of `block`.
+    pub k: usize,
+    /// Elements per scale block: 16 or 32.
+    pub block: usize,
+    /// Code to the unsigned operand `value + offset`.
+    pub unsigned: [u8; 16],
+    /// Code to its integer value (as [`NibbleWeights::values`]).
+    pub values: [i8; 16],
+    /// What `unsigned` adds to every value.
+    pub offset: i32,
+    /// Element value = `values[code] * vscale`.
+    pub vscale: f32,
+    /// `[panels, k / 8, 16, 4]` bytes (see the module docs).
+    pub codes: Vec<u8>,
+    /// `[panels, k / block, 16]`.
+    pub scales: PanelScales,
+}
+
+impl Panels {
+    /// Rearranges row-major nibble weights (`w.k` a multiple of 16) into panels.
+    pub(crate) fn pack(w: &NibbleWeights<'_>, format: Option<ScaleFormat>) -> Self {
+        let (n, k, block) = (w.n, w.k, w.block);
+        assert!(k.is_multiple_of(16) && k.is_multiple_of(block), "k = {k}, block = {block}");
+        let panels = n.div_ceil(ROWS);
+        let (kh, groups, cols) = (k / 2, k / 8, k / block);
+        let code = |row: usize, e: usize| -> u8 {
+            if row >= n {
+                return 0;
+            }
+            let b = w.data[row * kh + e / 2];
+            if e.is_multiple_of(2) { b & 0xf } else { b >> 4 }
+        };
+        let mut codes = vec![0u8; panels * groups * 64];
+        codes.par_chunks_mut(groups * 64).enumerate().for_each(|(p, panel)| {
+            for (g, group) in panel.chunks_exact_mut(64).enumerate() {
+                for r in 0..ROWS {
+                    for i in 0..4 {
+                        let row = p * ROWS + r;
+                        group[4 * r + i] = code(row, 8 * g + i) | (code(row, 8 * g + 4 + i) << 4);
+                    }
+                }
+            }
+        });
+        let index = |row: usize, c: usize| w.scales.index().at(row, c);
+        let scales = match &w.scales {
+            Scales::Bytes { data, lut, .. } => {
+                let mut out = vec![0u8; panels * cols * ROWS];
+                for (p, panel) in out.chunks_exact_mut(cols * ROWS).enumerate() {
+                    for (c, run) in panel.chunks_exact_mut(ROWS).enumerate() {
+                        for (r, s) in run.iter_mut().enumerate() {
+                            let row = p * ROWS + r;
+                            if row < n {
+                                *s = data[index(row, c)];
+                            }
+                        }
+                    }
+                }
+                let format = format.expect("byte scales have a format");
+                PanelScales::Bytes { data: out, format, lut: Box::new(**lut) }
+            }
+            Scales::F16 { data, .. } => {
+                let mut out = vec![f16::ZERO; panels * cols * ROWS];
+                for (p, panel) in out.chunks_exact_mut(cols * ROWS).enumerate() {
+                    for (c, run) in panel.chunks_exact_mut(ROWS).enumerate() {
+                        for (r, s) in run.iter_mut().enumerate() {
+                            let row = p * ROWS + r;
+                            if row < n {
+                                *s = data[index(row, c)];
+                            }
+                        }
+                    }
+                }
+                PanelScales::F16(out)
+            }
+        };
+        let offset = -i32::from(*w.values.iter().min().expect("16 values")).min(0);
+        let unsigned = core::array::from_fn(|c| (i32::from(w.values[c]) + offset) as u8);
+        Self { n, k, block, unsigned, values: w.values, offset, vscale: w.vscale, codes, scales }
+    }
+
+    /// Panels.
+    pub(crate) fn panels(&self) -> usize {
+        self.n.div_ceil(ROWS)
+    }
+
+    /// Scale (panel `p`, block `b`, row `r`) as f32.
+    pub(crate) fn scale(&self, p: usize, b: usize, r: usize) -> f32 {
+        let i = (p * (self.k / self.block) + b) * ROWS + r;
+        match &self.scales {
+            PanelScales::Bytes { data, lut, .. } => lut[usize::from(data[i])],
+            PanelScales::F16(data) => data[i].to_f32(),
+        }
+    }
+
+    /// Code of (row `row`, element `e`).
+    pub(crate) fn code(&self, row: usize, e: usize) -> u8 {
+        let (p, r) = (row / ROWS, row % ROWS);
+        let (g, j) = (e / 8, e % 8);
+        let b = self.codes[(p * (self.k / 8) + g) * 64 + 4 * r + j % 4];
+        if j < 4 { b & 0xf } else { b >> 4 }
+    }
+
+    /// Bytes held (codes and scales).
+    pub(crate) fn storage_bytes(&self) -> usize {
+        self.codes.len()
+            + match &self.scales {
+                PanelScales::Bytes { data, .. } => data.len(),
+                PanelScales::F16(data) => 2 * data.len(),
+            }
+    }
+}
+
+/// The int8 activations of a call: `q` (`m x k`), their factors `d` (`m x ceil(k/32)`)
+/// and the offset corrections `corr[i][b] = -offset * Σ_{k in weight block b} q[i][k]`.
+pub(crate) struct Acts {
+    pub q: Vec<i8>,
+    pub d: Vec<f32>,
+    pub corr: Vec<i32>,
+}
+
+impl Acts {
+    fn new(x: &[f32], m: usize, p: &Panels) -> Self {
+        let k = p.k;
+        let (xb, cols) = (k.div_ceil(XBLOCK), k / p.block);
+        let mut q = vec![0i8; m * k];
+        let mut d = vec![0f32; m * xb];
+        let mut corr = vec![0i32; m * cols];
+        for i in 0..m {
+            let (row, qr) = (&x[i * k..(i + 1) * k], &mut q[i * k..(i + 1) * k]);
+            super::nibble::quantize_row(row, qr, &mut d[i * xb..(i + 1) * xb]);
+            for (c, chunk) in qr.chunks_exact(p.block).enumerate() {
+                corr[i * cols + c] = -p.offset * chunk.iter().map(|&v| i32::from(v)).sum::<i32>();
+            }
+        }
+        Self { q, d, corr }
+    }
+}
+
+/// Which kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
+}
+
+impl Kernel {
+    /// The AVX-512 VNNI kernel where the CPU has it and `allowed`, else the portable one.
+    pub(crate) fn select(allowed: bool) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if allowed && vnni_available() {
+            return Self::Avx512Vnni;
+        }
+        let _ = allowed;
+        Self::Portable
+    }
+}
+
+/// Whether this CPU has AVX-512 F, BW and VNNI.
+pub fn vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Panels per rayon task: enough tasks to balance the pool, each with at least
+/// ~32 KiB of weights.
+fn panels_per_task(p: &Panels, parallel: bool) -> usize {
+    let panels = p.panels();
+    if !parallel {
+        return panels.max(1);
+    }
+    let tasks = 8 * rayon::current_num_threads();
+    let min = (32 * 1024 / (ROWS * p.k / 2).max(1)).max(1);
+    panels.div_ceil(tasks).max(min).min(panels).max(1)
+}
+
+/// `out[i * n + j] = vscale * Σ_b s(j, b) Σ_{k in b} x[i, k] values[code(j, k)]` for
+/// the row-major `m x k` activations `x`, activations quantized to int8 per 32 (rows
+/// with NaN or infinity computed in f32 instead).
+pub(crate) fn gemm_panels(kernel: Kernel, x: &[f32], m: usize, p: &Panels, parallel: bool, out: &mut [f32]) {
+    let (n, k) = (p.n, p.k);
+    assert!(x.len() == m * k && out.len() == m * n, "x {} / out {} for {m} x {k} x {n}", x.len(), out.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let finite: Vec<bool> = x.chunks_exact(k).map(|r| r.iter().all(|v| v.is_finite())).collect();
+    let int8_rows: Vec<usize> = (0..m).filter(|&i| finite[i]).collect();
+    if int8_rows.len() < m {
+        for i in (0..m).filter(|&i| !finite[i]) {
+            portable::f32_row(&x[i * k..(i + 1) * k], p, &mut out[i * n..(i + 1) * n]);
+        }
+        if int8_rows.is_empty() {
+            return;
+        }
+    }
+    let mi = int8_rows.len();
+    let xs: std::borrow::Cow<'_, [f32]> = if mi == m {
+        std::borrow::Cow::Borrowed(x)
+    } else {
+        int8_rows.iter().flat_map(|&i| &x[i * k..(i + 1) * k]).copied().collect()
+    };
+    let acts = Acts::new(&xs, mi, p);
+    let per = panels_per_task(p, parallel);
+    let cols = per * ROWS;
+    // Each task computes `mi x (its panels' rows)` into its own buffer.
+    let task = |t: usize, buf: &mut [f32]| {
+        let (p0, p1) = (t * per, ((t + 1) * per).min(p.panels()));
+        match kernel {
+            Kernel::Portable => portable::rows(&acts, mi, p, p0, p1, buf),
+            // SAFETY: `Kernel::Avx512Vnni` is only selected where `vnni_available()`;
+            // the kernel checks every length it reads and writes.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512Vnni => unsafe { avx512::rows(&acts, mi, p, p0, p1, buf) },
+        }
+    };
+    let tasks = p.panels().div_ceil(per);
+    let mut bufs: Vec<Vec<f32>> = (0..tasks).map(|_| vec![0f32; mi * cols]).collect();
+    if parallel {
+        bufs.par_iter_mut().enumerate().for_each(|(t, b)| task(t, b));
+    } else {
+        bufs.iter_mut().enumerate().for_each(|(t, b)| task(t, b));
+    }
+    for (t, buf) in bufs.iter().enumerate() {
+        let j0 = t * cols;
+        let w = cols.min(n - j0);
+        for (r, &i) in int8_rows.iter().enumerate() {
+            out[i * n + j0..i * n + j0 + w].copy_from_slice(&buf[r * cols..r * cols + w]);
+        }
+    }
+}

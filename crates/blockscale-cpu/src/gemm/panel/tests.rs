@@ -1,0 +1,329 @@
+//! The panel layout and kernels: every code and scale found where the layout says, the
+//! in-register scale decoding equal to the formats' tables on all 256 codes, the
+//! AVX-512 VNNI kernel bit-identical to the portable one, and both within the int8
+//! mode's bound of an f64 reference computed here from the row-major weights.
+
+use blockscale_formats::{E2M1, ScaleFormat, UE4M3, UE8M0};
+use half::f16;
+use proptest::prelude::*;
+
+use super::super::nibble::{NibbleWeights, ScaleIndex, Scales};
+use super::*;
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Mxfp4,
+    Nvfp4,
+    Int4,
+}
+
+/// Row-major weights of one kind, with their scales as codes or f16.
+struct Weights {
+    kind: Kind,
+    n: usize,
+    k: usize,
+    data: Vec<u8>,
+    codes: Vec<u8>,
+    halves: Vec<f16>,
+    lut: [f32; 256],
+    layout: ScaleIndex,
+}
+
+impl Weights {
+    fn new(kind: Kind, n: usize, k: usize, swizzled: bool, rng: &mut Rng) -> Self {
+        let block = if kind == Kind::Nvfp4 { 16 } else { 32 };
+        let cols = k / block;
+        let layout = if swizzled { ScaleIndex::Swizzled128x4 { cols } } else { ScaleIndex::Linear { cols } };
+        let len = layout.storage_len(n);
+        let data = (0..n * k / 2).map(|_| rng.next() as u8).collect();
+        let (codes, halves, lut) = match kind {
+            Kind::Mxfp4 => (
+                (0..len).map(|_| 118 + (rng.next() % 18) as u8).collect(),
+                vec![],
+                core::array::from_fn(|b| UE8M0::from_bits(b as u8).to_f32()),
+            ),
+            Kind::Nvfp4 => (
+                (0..len).map(|_| 0x01 + (rng.next() % 0x7d) as u8).collect(),
+                vec![],
+                core::array::from_fn(|b| UE4M3::from_bits(b as u8).to_f32()),
+            ),
+            Kind::Int4 => {
+                (vec![], (0..len).map(|_| f16::from_f32(0.01 + 2.0 * rng.unit().abs())).collect(), [0.0; 256])
+            }
+        };
+        Self { kind, n, k, data, codes, halves, lut, layout }
+    }
+
+    fn block(&self) -> usize {
+        if self.kind == Kind::Nvfp4 { 16 } else { 32 }
+    }
+
+    fn nibble(&self) -> NibbleWeights<'_> {
+        let (values, vscale) = match self.kind {
+            Kind::Int4 => (core::array::from_fn(|c| c as i8 - 8), 1.0),
+            _ => (core::array::from_fn(|c| (E2M1::from_bits(c as u8).to_f32() * 2.0) as i8), 0.5),
+        };
+        let scales = match self.kind {
+            Kind::Int4 => Scales::F16 { data: &self.halves, index: self.layout },
+            _ => Scales::Bytes { data: &self.codes, lut: &self.lut, index: self.layout },
+        };
+        NibbleWeights { data: &self.data, n: self.n, k: self.k, block: self.block(), values, vscale, scales }
+    }
+
+    fn format(&self) -> Option<ScaleFormat> {
+        match self.kind {
+            Kind::Mxfp4 => Some(ScaleFormat::UE8M0),
+            Kind::Nvfp4 => Some(ScaleFormat::UE4M3),
+            Kind::Int4 => None,
+        }
+    }
+
+    fn code(&self, row: usize, e: usize) -> u8 {
+        let b = self.data[row * self.k / 2 + e / 2];
+        if e.is_multiple_of(2) { b & 0xf } else { b >> 4 }
+    }
+
+    fn scale(&self, row: usize, c: usize) -> f32 {
+        let i = self.layout.at(row, c);
+        if self.kind == Kind::Int4 { self.halves[i].to_f32() } else { self.lut[usize::from(self.codes[i])] }
+    }
+
+    /// Per output (row i, weight row j): the f64 value of the int8 computation on the
+    /// quantized activations `(q, d)`, and the sum of its terms' magnitudes.
+    fn reference(&self, q: &[i8], d: &[f32], m: usize) -> Vec<(f64, f64)> {
+        let (k, block) = (self.k, self.block());
+        let nw = self.nibble();
+        let mut out = Vec::with_capacity(m * self.n);
+        for i in 0..m {
+            for j in 0..self.n {
+                let (mut v, mut a) = (0f64, 0f64);
+                for b in 0..k / block {
+                    let s = f64::from(self.scale(j, b)) * f64::from(d[i * k.div_ceil(32) + b * block / 32]);
+                    for e in b * block..(b + 1) * block {
+                        let t = f64::from(q[i * k + e]) * f64::from(nw.values[usize::from(self.code(j, e))]) * s;
+                        v += t;
+                        a += t.abs();
+                    }
+                }
+                out.push((v * f64::from(nw.vscale), a * f64::from(nw.vscale)));
+            }
+        }
+        out
+    }
+}
+
+fn kernels() -> Vec<Kernel> {
+    let mut v = vec![Kernel::Portable];
+    #[cfg(target_arch = "x86_64")]
+    if vnni_available() {
+        v.push(Kernel::Avx512Vnni);
+    }
+    v
+}
+
+#[test]
+fn every_code_and_scale_is_where_the_layout_says() {
+    let mut rng = Rng(1);
+    for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
+        for (n, k, swizzled) in [(1, 32, false), (17, 64, true), (33, 96, false), (130, 160, true)] {
+            let w = Weights::new(kind, n, k, swizzled, &mut rng);
+            let p = Panels::pack(&w.nibble(), w.format());
+            assert_eq!(p.codes.len(), n.div_ceil(16) * 16 * k / 2);
+            for row in 0..n.div_ceil(16) * 16 {
+                for e in 0..k {
+                    let want = if row < n { w.code(row, e) } else { 0 };
+                    assert_eq!(p.code(row, e), want, "{kind:?} row {row} e {e}");
+                }
+                for c in 0..k / w.block() {
+                    let want = if row < n { w.scale(row, c) } else { p.scale(row / 16, c, row % 16) };
+                    assert_eq!(p.scale(row / 16, c, row % 16).to_bits(), want.to_bits(), "{kind:?} {row} {c}");
+                }
+            }
+            // The unsigned operands are the values shifted by the offset into 0..=24.
+            for c in 0..16 {
+                assert_eq!(i32::from(p.unsigned[c]), i32::from(p.values[c]) + p.offset);
+            }
+            assert_eq!(p.offset, if kind == Kind::Int4 { 8 } else { 12 });
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn register_scale_decoding_equals_the_tables_on_every_code() {
+    if !vnni_available() {
+        eprintln!("skipped: no AVX-512 VNNI on this CPU");
+        return;
+    }
+    for format in [ScaleFormat::UE8M0, ScaleFormat::UE4M3] {
+        for chunk in 0..16u8 {
+            let codes: [u8; 16] = core::array::from_fn(|i| chunk * 16 + i as u8);
+            let got = avx512::decode_bytes(format, &codes);
+            for (c, g) in codes.iter().zip(got) {
+                let want = match format {
+                    ScaleFormat::UE4M3 => UE4M3::from_bits(*c).to_f32(),
+                    _ => UE8M0::from_bits(*c).to_f32(),
+                };
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "{format:?} {c:#04x}: {g} {want}"
+                );
+            }
+        }
+    }
+}
+
+/// Runs `kernel` on `x` (`m x k`) and checks it against the f64 reference: within the
+/// int8 mode's bound, and the same bits as the portable kernel.
+fn check(w: &Weights, x: &[f32], m: usize, label: &str) {
+    let p = Panels::pack(&w.nibble(), w.format());
+    let (k, xb) = (w.k, w.k.div_ceil(32));
+    let (mut q, mut d) = (vec![0i8; m * k], vec![0f32; m * xb]);
+    for i in 0..m {
+        super::super::nibble::quantize_row(
+            &x[i * k..(i + 1) * k],
+            &mut q[i * k..(i + 1) * k],
+            &mut d[i * xb..(i + 1) * xb],
+        );
+    }
+    let want = w.reference(&q, &d, m);
+    // As the int8 mode's bound: a term's block-scale and activation-factor product, the
+    // FMA into the total, `K / block` accumulations and `vscale`.
+    let rounds = (k / w.block() + 4) as f64;
+    let gamma = rounds * 2f64.powi(-24) / (1.0 - rounds * 2f64.powi(-24));
+    let mut portable = None;
+    for kernel in kernels() {
+        for parallel in [false, true] {
+            let mut out = vec![f32::NAN; m * w.n];
+            gemm_panels(kernel, x, m, &p, parallel, &mut out);
+            for (idx, (&o, &(v, a))) in out.iter().zip(&want).enumerate() {
+                let bound = gamma * a * (1.0 + 1e-9) + a * 2f64.powi(-45);
+                assert!(
+                    (f64::from(o) - v).abs() <= bound,
+                    "{label} {kernel:?} out[{idx}] = {o}, want {v} (bound {bound:e})"
+                );
+            }
+            let bits: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+            match &portable {
+                None => portable = Some(bits),
+                Some(b) => assert_eq!(&bits, b, "{label} {kernel:?} parallel {parallel}: bits differ from portable"),
+            }
+        }
+    }
+}
+
+#[test]
+fn kernels_agree_bit_for_bit_within_the_int8_bound() {
+    let mut rng = Rng(7);
+    for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
+        let b = if kind == Kind::Nvfp4 { 16 } else { 32 };
+        let mut shapes =
+            vec![(1, 1, b), (1, 16, 4 * b), (3, 17, 8 * b), (9, 33, 2 * b), (16, 40, 6 * b), (1, 131, 16 * b)];
+        if kind == Kind::Nvfp4 {
+            shapes.extend([(2, 20, 48), (5, 18, 80)]);
+        }
+        for (m, n, k) in shapes {
+            for swizzled in [false, true] {
+                let w = Weights::new(kind, n, k, swizzled, &mut rng);
+                let x: Vec<f32> = (0..m * k).map(|_| rng.unit() * 4.0).collect();
+                check(&w, &x, m, &format!("{kind:?} {m}x{n}x{k} swizzled {swizzled}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn integer_inputs_with_power_of_two_scales_are_exact() {
+    // Activations with ±127 in every 32-block have d = 1 and q = x; power-of-two scales
+    // keep every partial sum exact in f32, so the result is the exact value.
+    let mut rng = Rng(3);
+    for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
+        let (n, k, m) = (37, 256, 5);
+        let mut w = Weights::new(kind, n, k, false, &mut rng);
+        w.codes.iter_mut().for_each(|c| *c = if kind == Kind::Mxfp4 { 126 + (*c % 3) } else { 0x30 + 8 * (*c % 3) });
+        w.halves.iter_mut().for_each(|h| *h = f16::from_f32(2f32.powi((h.to_f32() * 10.0) as i32 % 3 - 1)));
+        let x: Vec<f32> =
+            (0..m * k).map(|i| if i % 32 == 0 { 127.0 } else { (rng.next() % 255) as f32 - 127.0 }).collect();
+        let p = Panels::pack(&w.nibble(), w.format());
+        let (q, d): (Vec<i8>, Vec<f32>) = (x.iter().map(|&v| v as i8).collect(), vec![1.0; m * k / 32]);
+        let want = w.reference(&q, &d, m);
+        for kernel in kernels() {
+            let mut out = vec![0f32; m * n];
+            gemm_panels(kernel, &x, m, &p, true, &mut out);
+            for (idx, (o, (v, _))) in out.iter().zip(&want).enumerate() {
+                assert_eq!(f64::from(*o), *v, "{kind:?} {kernel:?} out[{idx}]");
+            }
+        }
+    }
+}
+
+#[test]
+fn non_finite_rows_propagate_and_leave_the_others_alone() {
+    let mut rng = Rng(5);
+    let w = Weights::new(Kind::Mxfp4, 20, 64, false, &mut rng);
+    let p = Panels::pack(&w.nibble(), w.format());
+    let mut x: Vec<f32> = (0..3 * 64).map(|_| rng.unit()).collect();
+    x[64 + 5] = f32::NAN;
+    x[2 * 64 + 9] = f32::INFINITY;
+    let finite: Vec<f32> = x[..64].to_vec();
+    for kernel in kernels() {
+        let mut out = vec![0f32; 3 * 20];
+        gemm_panels(kernel, &x, 3, &p, true, &mut out);
+        let mut alone = vec![0f32; 20];
+        gemm_panels(kernel, &finite, 1, &p, true, &mut alone);
+        assert_eq!(&out[..20], &alone[..], "{kernel:?}: the finite row");
+        assert!(out[20..40].iter().all(|v| v.is_nan()), "{kernel:?}: NaN row");
+        // An infinity meets codes of both signs (and zeros): NaN or infinite.
+        assert!(out[40..].iter().all(|v| !v.is_finite()), "{kernel:?}: infinite row {:?}", &out[40..]);
+    }
+}
+
+#[test]
+fn a_nan_scale_gives_nan_outputs_for_its_row_only() {
+    let mut rng = Rng(9);
+    for (kind, nan) in [(Kind::Mxfp4, 0xffu8), (Kind::Nvfp4, 0x7f)] {
+        let mut w = Weights::new(kind, 18, 64, false, &mut rng);
+        let cols = 64 / w.block();
+        w.codes[3 * cols + 1] = nan;
+        let p = Panels::pack(&w.nibble(), w.format());
+        let x: Vec<f32> = (0..64).map(|_| rng.unit()).collect();
+        for kernel in kernels() {
+            let mut out = vec![0f32; 18];
+            gemm_panels(kernel, &x, 1, &p, false, &mut out);
+            for (j, v) in out.iter().enumerate() {
+                assert_eq!(v.is_nan(), j == 3, "{kind:?} {kernel:?} row {j}: {v}");
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn random_shapes_agree_and_stay_in_bound(
+        kind in prop_oneof![Just(Kind::Mxfp4), Just(Kind::Nvfp4), Just(Kind::Int4)],
+        m in 1usize..12, n in 1usize..70, blocks in 1usize..12, seed in any::<u64>(), swizzled in any::<bool>()
+    ) {
+        let mut rng = Rng(seed);
+        let k = blocks * if kind == Kind::Nvfp4 { 16 } else { 32 };
+        let w = Weights::new(kind, n, k, swizzled, &mut rng);
+        let x: Vec<f32> = (0..m * k).map(|_| rng.unit() * 8.0).collect();
+        check(&w, &x, m, "proptest");
+    }
+}
