@@ -111,6 +111,24 @@ fn gemv_cases(v: &mut Vec<Case>) {
                 c.bytes = panels.storage_bytes() as f64;
                 v.push(c);
             }
+            if blockscale_cpu::avx2_available() {
+                // The kernel of CPUs without AVX-512 VNNI.
+                let opts =
+                    GemmOptions::default().with_simd(Simd::Avx2).with_activations(ActivationPrecision::Int8Blocks);
+                let mut c = case(
+                    format!("gemv {scheme} {n}x{k}: panels, int8 act, Simd::Avx2, all threads"),
+                    macs,
+                    false,
+                    move || {
+                        black_box(
+                            gemm_weight_only_panels::<bf16, f32>(x.view(), panels, &Epilogue::default(), &opts)
+                                .unwrap(),
+                        );
+                    },
+                );
+                c.bytes = panels.storage_bytes() as f64;
+                v.push(c);
+            }
             // f32 activations are not exact in bf16: they take the AVX2 f32 kernel.
             let xf: &'static Array2<f32> = Box::leak(Box::new(data(1, k, 7)));
             let mut c =
@@ -147,6 +165,19 @@ fn batch_and_cold_cases(v: &mut Vec<Case>) {
         v.push(case(format!("gemv M=16 {scheme} {n}x{k}: panels, int8 act, all threads"), macs, false, move || {
             black_box(gemm_weight_only_panels::<bf16, f32>(x16.view(), panels, &Epilogue::default(), &opts).unwrap());
         }));
+        if blockscale_cpu::avx2_available() {
+            let opts = opts.with_simd(Simd::Avx2);
+            v.push(case(
+                format!("gemv M=16 {scheme} {n}x{k}: panels, int8 act, Simd::Avx2, all threads"),
+                macs,
+                false,
+                move || {
+                    black_box(
+                        gemm_weight_only_panels::<bf16, f32>(x16.view(), panels, &Epilogue::default(), &opts).unwrap(),
+                    );
+                },
+            ));
+        }
 
         let copies = (384 << 20) / q.storage_bytes() + 1;
         let qs: &'static [QuantizedMatrix] = Box::leak((0..copies).map(|_| q.clone()).collect());

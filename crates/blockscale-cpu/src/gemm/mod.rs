@@ -252,7 +252,8 @@ pub fn gemv<I: Input, O: Output>(
 
 /// 4-bit weights (NVFP4, MXFP4, INT4-G32) rearranged once, for a model's lifetime, into
 /// the 16-row panels the int8 kernels stream: on CPUs with AVX-512 VNNI each 64-byte
-/// load feeds two `vpdpbusd` of 16 rows x 4 elements, with no per-call repacking. The
+/// load feeds two `vpdpbusd` of 16 rows x 4 elements (AVX2: the same with
+/// `vpmaddubsw`), with no per-call repacking. The
 /// values and scales are those of the matrix they were built from; they take the same
 /// memory (plus padding of the last panel to 16 rows). Multiply them with
 /// [`gemm_weight_only_panels`] or [`gemv_panels`], which quantize the activations to
@@ -325,15 +326,17 @@ impl core::fmt::Debug for PanelWeights {
 
 /// The weight-only product on panel weights: `x` (`M x K`, f32/f16/bf16, any strides)
 /// times `w` (`N x K`), with the activations quantized to int8 per 32 values (rows
-/// holding NaN or infinity are computed in f32 instead, so those propagate). The
-/// AVX-512 VNNI kernel runs where the CPU has AVX-512 F, BW and VNNI (and `options.simd`
-/// is `Auto` or `Avx512`, `BLOCKSCALE_SIMD` not saying otherwise), a portable one
-/// elsewhere; both give the same bits. Error bound: [`ActivationPrecision::Int8Blocks`]'s.
+/// holding NaN or infinity are computed in f32 instead, so those propagate). With
+/// `Simd::Auto` the AVX-512 VNNI kernel runs where the CPU has AVX-512 F, BW and VNNI,
+/// else the AVX2 one, else a portable one (`BLOCKSCALE_SIMD` or `options.simd` can ask
+/// for a lesser one); all give the same bits. Error bound:
+/// [`ActivationPrecision::Int8Blocks`]'s.
 ///
 /// # Errors
 /// [`CpuError::PanelNeedsInt8`] unless `options.activations` is
-/// [`ActivationPrecision::Int8Blocks`]; [`CpuError::SimdUnavailable`] for
-/// `Simd::Avx512` on a CPU without VNNI; otherwise as [`gemm_weight_only`].
+/// [`ActivationPrecision::Int8Blocks`]; [`CpuError::SimdUnavailable`] for a forced
+/// path this CPU lacks (`Simd::Avx512` needs VNNI here); otherwise as
+/// [`gemm_weight_only`].
 pub fn gemm_weight_only_panels<I: Input, O: Output>(
     x: ArrayView2<'_, I>,
     w: &PanelWeights,
@@ -353,21 +356,11 @@ pub fn gemm_weight_only_panels<I: Input, O: Output>(
     let n = w.rows();
     let alpha = epilogue::resolve_weight_only(epilogue, w.scheme, w.global, n)?;
     let r = Resolved { alpha, bias: epilogue.bias, activation: epilogue.activation };
-    let kernel = panel::Kernel::select(panel_simd(options.simd)?);
+    let kernel = panel::Kernel::select(options.simd)?;
     let xs: Vec<f32> = x.iter().map(|v| v.to_f32_exact()).collect();
     let mut out = vec![0f32; m * n];
     panel::gemm_panels(kernel, &xs, m, &w.panels, !options.single_threaded, &mut out);
     Ok(fast::finish(out, m, n, &r))
-}
-
-/// Whether `simd` lets the AVX-512 VNNI panel kernel run.
-fn panel_simd(simd: Simd) -> Result<bool, CpuError> {
-    Ok(match simd {
-        Simd::Portable | Simd::Avx2 => false,
-        Simd::Avx512 if !vnni_available() => return Err(CpuError::SimdUnavailable("AVX-512 F + BW + VNNI")),
-        Simd::Avx512 => true,
-        Simd::Auto => !matches!(std::env::var("BLOCKSCALE_SIMD").as_deref(), Ok("portable" | "avx2")),
-    })
 }
 
 /// [`gemm_weight_only_panels`] with one activation vector `x` (`K` values): `N` outputs.

@@ -1,5 +1,6 @@
 //! 4-bit weights rearranged once into 16-row panels for the int8 dot-product kernels
-//! (AVX-512 VNNI `vpdpbusd`), and the weight-only product on them.
+//! (AVX-512 VNNI `vpdpbusd`, or AVX2 `vpmaddubsw` + `vpmaddwd`), and the weight-only
+//! product on them.
 //!
 //! # Layout
 //!
@@ -27,6 +28,8 @@
 //! propagate.
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod portable;
 #[cfg(test)]
@@ -38,6 +41,7 @@ use rayon::prelude::*;
 use blockscale_formats::ScaleFormat;
 
 use super::nibble::{NibbleWeights, Scales};
+use crate::{CpuError, Simd};
 
 /// Rows per panel.
 pub(crate) const ROWS: usize = 16;
@@ -200,17 +204,57 @@ impl Acts {
 pub(crate) enum Kernel {
     Portable,
     #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
     Avx512Vnni,
 }
 
 impl Kernel {
-    /// The AVX-512 VNNI kernel where the CPU has it and `allowed`, else the portable one.
-    pub(crate) fn select(allowed: bool) -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if allowed && vnni_available() {
-            return Self::Avx512Vnni;
-        }
-        let _ = allowed;
+    /// The kernel `simd` asks for: `Auto` takes `BLOCKSCALE_SIMD` (`portable`, `avx2`
+    /// or `avx512`) if set, else the best this CPU has (AVX-512 VNNI, then AVX2).
+    ///
+    /// # Errors
+    /// [`CpuError::SimdUnavailable`] for a forced path this CPU lacks.
+    pub(crate) fn select(simd: Simd) -> Result<Self, CpuError> {
+        let simd = match simd {
+            Simd::Auto => match std::env::var("BLOCKSCALE_SIMD").as_deref() {
+                Ok("portable") => Simd::Portable,
+                Ok("avx2") => Simd::Avx2,
+                Ok("avx512") => Simd::Avx512,
+                _ => Simd::Auto,
+            },
+            other => other,
+        };
+        let (vnni, avx2) = (vnni_available(), crate::avx2_available());
+        Ok(match simd {
+            Simd::Portable => Self::Portable,
+            Simd::Avx2 if !avx2 => return Err(CpuError::SimdUnavailable("AVX2 + F16C + FMA")),
+            Simd::Avx512 if !vnni => return Err(CpuError::SimdUnavailable("AVX-512 F + BW + VNNI")),
+            Simd::Avx512 => Self::vnni(),
+            Simd::Avx2 => Self::avx2(),
+            Simd::Auto if vnni => Self::vnni(),
+            Simd::Auto if avx2 => Self::avx2(),
+            Simd::Auto => Self::Portable,
+        })
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn vnni() -> Self {
+        Self::Avx512Vnni
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn avx2() -> Self {
+        Self::Avx2
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn vnni() -> Self {
+        Self::Portable
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn avx2() -> Self {
         Self::Portable
     }
 }
@@ -278,10 +322,13 @@ pub(crate) fn gemm_panels(kernel: Kernel, x: &[f32], m: usize, p: &Panels, paral
         let (p0, p1) = (t * per, ((t + 1) * per).min(p.panels()));
         match kernel {
             Kernel::Portable => portable::rows(&acts, mi, p, p0, p1, buf),
-            // SAFETY: `Kernel::Avx512Vnni` is only selected where `vnni_available()`;
-            // the kernel checks every length it reads and writes.
+            // SAFETY: `Kernel::select` only picks `Avx512Vnni` where `vnni_available()`
+            // and `Avx2` where `avx2_available()`; the kernels check every length they
+            // read and write.
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512Vnni => unsafe { avx512::rows(&acts, mi, p, p0, p1, buf) },
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => unsafe { avx2::rows(&acts, mi, p, p0, p1, buf) },
         }
     };
     let tasks = p.panels().div_ceil(per);

@@ -1,6 +1,6 @@
 //! The panel layout and kernels: every code and scale found where the layout says, the
 //! in-register scale decoding equal to the formats' tables on all 256 codes, the
-//! AVX-512 VNNI kernel bit-identical to the portable one, and both within the int8
+//! AVX2 and AVX-512 VNNI kernels bit-identical to the portable one, and all within the int8
 //! mode's bound of an f64 reference computed here from the row-major weights.
 
 use blockscale_formats::{E2M1, ScaleFormat, UE4M3, UE8M0};
@@ -131,6 +131,10 @@ impl Weights {
 fn kernels() -> Vec<Kernel> {
     let mut v = vec![Kernel::Portable];
     #[cfg(target_arch = "x86_64")]
+    if crate::avx2_available() {
+        v.push(Kernel::Avx2);
+    }
+    #[cfg(target_arch = "x86_64")]
     if vnni_available() {
         v.push(Kernel::Avx512Vnni);
     }
@@ -167,23 +171,29 @@ fn every_code_and_scale_is_where_the_layout_says() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn register_scale_decoding_equals_the_tables_on_every_code() {
-    if !vnni_available() {
-        eprintln!("skipped: no AVX-512 VNNI on this CPU");
-        return;
+    type Decode = fn(ScaleFormat, &[u8; 16]) -> [f32; 16];
+    let mut decoders: Vec<(&str, Decode)> = Vec::new();
+    if crate::avx2_available() {
+        decoders.push(("avx2", avx2::decode_bytes));
     }
-    for format in [ScaleFormat::UE8M0, ScaleFormat::UE4M3] {
-        for chunk in 0..16u8 {
-            let codes: [u8; 16] = core::array::from_fn(|i| chunk * 16 + i as u8);
-            let got = avx512::decode_bytes(format, &codes);
-            for (c, g) in codes.iter().zip(got) {
-                let want = match format {
-                    ScaleFormat::UE4M3 => UE4M3::from_bits(*c).to_f32(),
-                    _ => UE8M0::from_bits(*c).to_f32(),
-                };
-                assert!(
-                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-                    "{format:?} {c:#04x}: {g} {want}"
-                );
+    if vnni_available() {
+        decoders.push(("avx512", avx512::decode_bytes));
+    }
+    if decoders.is_empty() {
+        eprintln!("skipped: neither AVX2 nor AVX-512 VNNI on this CPU");
+    }
+    for (name, decode) in decoders {
+        for format in [ScaleFormat::UE8M0, ScaleFormat::UE4M3] {
+            for chunk in 0..16u8 {
+                let codes: [u8; 16] = core::array::from_fn(|i| chunk * 16 + i as u8);
+                for (c, g) in codes.iter().zip(decode(format, &codes)) {
+                    let want = match format {
+                        ScaleFormat::UE4M3 => UE4M3::from_bits(*c).to_f32(),
+                        _ => UE8M0::from_bits(*c).to_f32(),
+                    };
+                    let same = g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan());
+                    assert!(same, "{name} {format:?} {c:#04x}: {g} {want}");
+                }
             }
         }
     }
