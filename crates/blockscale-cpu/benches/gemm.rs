@@ -210,6 +210,7 @@ fn gemm_cases(v: &mut Vec<Case>) {
         let (a, b) = (data(size, size, 3), data(size, size, 5));
         let pairs = [
             (Scheme::NvFp4, Scheme::NvFp4),
+            (Scheme::MxFp4, Scheme::MxFp4),
             (Scheme::MxFp8E4M3, Scheme::MxFp8E4M3),
             (Scheme::Fp8Block(Fp8Tile::Row1x128), Scheme::Fp8Block(Fp8Tile::Tile128x128)),
         ];

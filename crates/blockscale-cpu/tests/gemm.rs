@@ -178,7 +178,10 @@ fn quantized_pairs_are_exact_on_friendly_inputs() {
                 .zip(layouts(sb).into_iter().cycle())
                 .chain([(*layouts(sa).last().unwrap(), layouts(sb)[0])])
             {
-                for (da, db) in data_layouts(sa, k).into_iter().zip(data_layouts(sb, k).into_iter().rev().cycle()) {
+                // Every data layout on each side, and both row-major (the 4-bit pairs'
+                // panel kernels take only that).
+                let pairs = data_layouts(sa, k).into_iter().zip(data_layouts(sb, k).into_iter().rev().cycle());
+                for (da, db) in pairs.chain([(DataLayout::RowMajor, DataLayout::RowMajor)]) {
                     seed += 1;
                     let a = operand(sa, m, k, la, da, true, seed);
                     let b = operand(sb, n, k, lb, db, true, seed + 1000);

@@ -201,6 +201,9 @@ fn bf16_bits(v: f32) -> u16 {
 /// Quantized x quantized, before the epilogue.
 pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: Path, parallel: bool) -> Vec<f32> {
     let (m, n, k) = (a.rows(), b.rows(), a.k());
+    if let Some(out) = panel_product(a, b, isa, parallel) {
+        return out;
+    }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 && prescale_ok(a, Some(8)) && prescale_ok(b, Some(8)) {
         let kp = k.next_multiple_of(32);
@@ -247,6 +250,40 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: 
         });
     }
     f32_product(&da.values, &da.scales, &db, m, parallel, path)
+}
+
+/// NVFP4 x NVFP4 and MXFP4 x MXFP4 on the panel kernels, where the ISA has one
+/// (AVX-512 VNNI under `Isa::Avx512`, AVX2 under `Isa::Avx2`): B is packed into panels,
+/// A's codes (E2M1 times two) are the int8 operand exactly and its block scales the
+/// factors, so each block sum is exact in i32 and `acc += I * (s_b * s_a / 2)` in f32
+/// (the scale product exact: 4-bit mantissas or powers of two, kept normal by the range
+/// check), within the fast path's bound and exact on friendly data. `None` elsewhere.
+fn panel_product(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parallel: bool) -> Option<Vec<f32>> {
+    if a.scheme() != b.scheme() || !matches!(a.scheme(), Scheme::NvFp4 | Scheme::MxFp4) {
+        return None;
+    }
+    let kernel = match isa {
+        Isa::Portable => return None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if super::panel::vnni_available() => super::panel::Kernel::Avx512Vnni,
+        #[cfg(target_arch = "x86_64")]
+        _ if crate::avx2_available() => super::panel::Kernel::Avx2,
+        #[allow(unreachable_patterns)]
+        _ => return None,
+    };
+    // UE8M0 products of two scales stay normal f32 within 2^±120 (NaN codes allowed).
+    let moderate = |q: &QuantizedMatrix| match q.scales() {
+        ScaleData::Bytes(s) if q.scheme() == Scheme::MxFp4 => s.iter().all(|&c| (67..=187).contains(&c) || c == 0xff),
+        _ => true,
+    };
+    if !moderate(a) || !moderate(b) {
+        return None;
+    }
+    let lut = scale_lut(a.scheme().scale_format());
+    let (wa, wb) = (nibble_weights(a, &lut)?, nibble_weights(b, &lut)?);
+    let panels = super::panel::Panels::pack(&wb, Some(b.scheme().scale_format()));
+    let acts = super::panel::Acts::from_nibbles(&wa, &panels, parallel);
+    Some(super::panel::run(kernel, &acts, a.rows(), &panels, parallel))
 }
 
 /// The product of bf16 rows `a` (`m x kp`) and `b` (`n x kp`), f32 accumulation.

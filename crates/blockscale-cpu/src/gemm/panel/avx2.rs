@@ -15,7 +15,10 @@ use core::arch::x86_64::*;
 
 use blockscale_formats::ScaleFormat;
 
-use super::{Acts, PanelScales, Panels, ROWS, XBLOCK};
+use super::{Acts, PanelScales, Panels, ROWS};
+
+/// Activation rows per pass over the task's panels (64 rows of K = 4096 int8: 256 KiB).
+const ROW_BLOCK: usize = 64;
 
 /// Activation rows per tile: each decoded block serves up to this many.
 const MR: usize = 4;
@@ -38,7 +41,8 @@ pub(super) unsafe fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, 
     let cols = k / block;
     assert!(p0 <= p1 && p1 <= p.panels() && (p1 - p0) * ROWS <= stride);
     assert!(block == 16 || block == 32);
-    assert!(a.q.len() >= m * k && a.d.len() >= m * k.div_ceil(XBLOCK) && a.corr.len() >= m * cols);
+    assert!(a.dblock > 0 && a.dblock.is_multiple_of(block), "an activation factor covers whole weight blocks");
+    assert!(a.q.len() >= m * k && a.d.len() >= m * k.div_ceil(a.dblock) && a.corr.len() >= m * cols);
     assert!(p.codes.len() >= p.panels() * (k / 8) * 64);
     let scales = p.panels() * cols * ROWS;
     let kind = match &p.scales {
@@ -80,19 +84,24 @@ impl Run<'_> {
     /// As [`rows`], with the lengths checked.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn panels<const BLOCK: usize, const SC: u8>(&self, m: usize, p1: usize) {
-        for pi in self.p0..p1 {
-            let mut i = 0;
-            while i < m {
-                // SAFETY: rows i.. of the activations exist; the caller checked the rest.
-                unsafe {
-                    match (m - i).min(MR) {
-                        1 => self.tile::<BLOCK, SC, 1>(pi, i),
-                        2 => self.tile::<BLOCK, SC, 2>(pi, i),
-                        3 => self.tile::<BLOCK, SC, 3>(pi, i),
-                        _ => self.tile::<BLOCK, SC, MR>(pi, i),
+        // Blocks of activation rows small enough to stay in cache while every panel
+        // of the task passes over them.
+        for i0 in (0..m).step_by(ROW_BLOCK) {
+            let i1 = (i0 + ROW_BLOCK).min(m);
+            for pi in self.p0..p1 {
+                let mut i = i0;
+                while i < i1 {
+                    // SAFETY: rows i..i1 of the activations exist; the caller checked the rest.
+                    unsafe {
+                        match (i1 - i).min(MR) {
+                            1 => self.tile::<BLOCK, SC, 1>(pi, i),
+                            2 => self.tile::<BLOCK, SC, 2>(pi, i),
+                            3 => self.tile::<BLOCK, SC, 3>(pi, i),
+                            _ => self.tile::<BLOCK, SC, MR>(pi, i),
+                        }
                     }
+                    i += MR;
                 }
-                i += MR;
             }
         }
     }
@@ -128,7 +137,7 @@ impl Run<'_> {
     unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(&self, pi: usize, i0: usize) {
         let (a, p) = (self.a, self.p);
         let k = p.k;
-        let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(XBLOCK));
+        let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(a.dblock));
         // SAFETY (this function): as the AVX-512 kernel's `tile`.
         unsafe {
             let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.unsigned.as_ptr().cast()));
@@ -170,7 +179,7 @@ impl Run<'_> {
                             *acc_h = _mm256_add_epi32(*acc_h, _mm256_madd_epi16(s_h, ones));
                         }
                     }
-                    let dv = _mm256_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / XBLOCK));
+                    let dv = _mm256_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / a.dblock));
                     for h in 0..2 {
                         let c = _mm256_mul_ps(s[h], dv);
                         acc_f[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), c, acc_f[h]);

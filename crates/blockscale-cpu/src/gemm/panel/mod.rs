@@ -173,29 +173,71 @@ impl Panels {
     }
 }
 
-/// The int8 activations of a call: `q` (`m x k`), their factors `d` (`m x ceil(k/32)`)
-/// and the offset corrections `corr[i][b] = -offset * Σ_{k in weight block b} q[i][k]`.
+/// The int8 activations of a call: `q` (`m x k`), their factors `d` (`m x
+/// ceil(k / dblock)`, one per `dblock` elements, a multiple of the weights' block) and
+/// the offset corrections `corr[i][b] = -offset * Σ_{k in weight block b} q[i][k]`.
 pub(crate) struct Acts {
     pub q: Vec<i8>,
     pub d: Vec<f32>,
+    pub dblock: usize,
     pub corr: Vec<i32>,
 }
 
 impl Acts {
+    /// `x` (`m x k`, finite) quantized per 32 elements.
     fn new(x: &[f32], m: usize, p: &Panels) -> Self {
         let k = p.k;
-        let (xb, cols) = (k.div_ceil(XBLOCK), k / p.block);
+        let xb = k.div_ceil(XBLOCK);
         let mut q = vec![0i8; m * k];
         let mut d = vec![0f32; m * xb];
-        let mut corr = vec![0i32; m * cols];
         for i in 0..m {
             let (row, qr) = (&x[i * k..(i + 1) * k], &mut q[i * k..(i + 1) * k]);
             super::nibble::quantize_row(row, qr, &mut d[i * xb..(i + 1) * xb]);
-            for (c, chunk) in qr.chunks_exact(p.block).enumerate() {
-                corr[i * cols + c] = -p.offset * chunk.iter().map(|&v| i32::from(v)).sum::<i32>();
-            }
         }
-        Self { q, d, corr }
+        Self::with(q, d, XBLOCK, p)
+    }
+
+    /// A quantized left operand of the panels' scheme (row-major nibbles and block
+    /// scales, as `w` describes it): its codes' integer values are the int8
+    /// activations, and each block's factor is its scale times the value factor
+    /// `vscale` (a power of two, so exact while it stays normal, which the caller checks).
+    pub(crate) fn from_nibbles(w: &NibbleWeights<'_>, p: &Panels, parallel: bool) -> Self {
+        let (m, k, block) = (w.n, w.k, w.block);
+        let cols = k / block;
+        let mut q = vec![0i8; m * k];
+        let mut d = vec![0f32; m * cols];
+        let index = w.scales.index();
+        let work = |(i, (qr, dr)): (usize, (&mut [i8], &mut [f32]))| {
+            for (j, byte) in w.data[i * k / 2..(i + 1) * k / 2].iter().enumerate() {
+                qr[2 * j] = w.values[usize::from(byte & 0xf)];
+                qr[2 * j + 1] = w.values[usize::from(byte >> 4)];
+            }
+            for (c, dc) in dr.iter_mut().enumerate() {
+                let s = match &w.scales {
+                    Scales::Bytes { data, lut, .. } => lut[usize::from(data[index.at(i, c)])],
+                    Scales::F16 { data, .. } => data[index.at(i, c)].to_f32(),
+                };
+                *dc = s * w.vscale;
+            }
+        };
+        let (kc, cc) = (k.max(1), cols.max(1));
+        if parallel {
+            q.par_chunks_mut(kc).zip(d.par_chunks_mut(cc)).enumerate().for_each(work);
+        } else {
+            q.chunks_mut(kc).zip(d.chunks_mut(cc)).enumerate().for_each(work);
+        }
+        Self::with(q, d, block, p)
+    }
+
+    /// Integer activations `q` (`m x k`) with one factor per `dblock` elements.
+    pub(crate) fn with(q: Vec<i8>, d: Vec<f32>, dblock: usize, p: &Panels) -> Self {
+        let cols = p.k / p.block;
+        let corr = q
+            .chunks_exact(p.block)
+            .map(|chunk| -p.offset * chunk.iter().map(|&v| i32::from(v)).sum::<i32>())
+            .collect::<Vec<_>>();
+        debug_assert_eq!(corr.len(), q.len() / p.k.max(1) * cols);
+        Self { q, d, dblock, corr }
     }
 }
 
@@ -315,34 +357,50 @@ pub(crate) fn gemm_panels(kernel: Kernel, x: &[f32], m: usize, p: &Panels, paral
         int8_rows.iter().flat_map(|&i| &x[i * k..(i + 1) * k]).copied().collect()
     };
     let acts = Acts::new(&xs, mi, p);
+    let rows = run(kernel, &acts, mi, p, parallel);
+    for (r, &i) in int8_rows.iter().enumerate() {
+        out[i * n..(i + 1) * n].copy_from_slice(&rows[r * n..(r + 1) * n]);
+    }
+}
+
+/// The `m x n` products of the activations `a` and the panels, row-major.
+pub(crate) fn run(kernel: Kernel, a: &Acts, m: usize, p: &Panels, parallel: bool) -> Vec<f32> {
+    let n = p.n;
     let per = panels_per_task(p, parallel);
     let cols = per * ROWS;
-    // Each task computes `mi x (its panels' rows)` into its own buffer.
+    // Each task computes `m x (its panels' rows)` into its own buffer.
     let task = |t: usize, buf: &mut [f32]| {
         let (p0, p1) = (t * per, ((t + 1) * per).min(p.panels()));
         match kernel {
-            Kernel::Portable => portable::rows(&acts, mi, p, p0, p1, buf),
+            Kernel::Portable => portable::rows(a, m, p, p0, p1, buf),
             // SAFETY: `Kernel::select` only picks `Avx512Vnni` where `vnni_available()`
             // and `Avx2` where `avx2_available()`; the kernels check every length they
             // read and write.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Vnni => unsafe { avx512::rows(&acts, mi, p, p0, p1, buf) },
+            Kernel::Avx512Vnni => unsafe { avx512::rows(a, m, p, p0, p1, buf) },
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => unsafe { avx2::rows(&acts, mi, p, p0, p1, buf) },
+            Kernel::Avx2 => unsafe { avx2::rows(a, m, p, p0, p1, buf) },
         }
     };
     let tasks = p.panels().div_ceil(per);
-    let mut bufs: Vec<Vec<f32>> = (0..tasks).map(|_| vec![0f32; mi * cols]).collect();
+    let mut bufs: Vec<Vec<f32>> = (0..tasks).map(|_| vec![0f32; m * cols]).collect();
     if parallel {
         bufs.par_iter_mut().enumerate().for_each(|(t, b)| task(t, b));
     } else {
         bufs.iter_mut().enumerate().for_each(|(t, b)| task(t, b));
     }
-    for (t, buf) in bufs.iter().enumerate() {
-        let j0 = t * cols;
-        let w = cols.min(n - j0);
-        for (r, &i) in int8_rows.iter().enumerate() {
-            out[i * n + j0..i * n + j0 + w].copy_from_slice(&buf[r * cols..r * cols + w]);
+    let mut out = vec![0f32; m * n];
+    let gather = |(i, row): (usize, &mut [f32])| {
+        for (t, buf) in bufs.iter().enumerate() {
+            let j0 = t * cols;
+            let w = cols.min(n - j0);
+            row[j0..j0 + w].copy_from_slice(&buf[i * cols..i * cols + w]);
         }
+    };
+    if parallel && m > 1 {
+        out.par_chunks_mut(n).enumerate().for_each(gather);
+    } else {
+        out.chunks_mut(n).enumerate().for_each(gather);
     }
+    out
 }

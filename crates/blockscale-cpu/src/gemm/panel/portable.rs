@@ -1,13 +1,13 @@
 //! The panel kernels in plain Rust: the int8 products any CPU can run, and the f32
 //! computation of rows holding NaN or infinity.
 
-use super::{Acts, Panels, ROWS, XBLOCK};
+use super::{Acts, Panels, ROWS};
 
 /// Int8 mode for panels `p0..p1` and the `m` activation rows of `a`: `buf` is
 /// `[m, buf.len() / m]`, row `i` getting the outputs of the panels' rows in order.
 pub(super) fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
     let (k, block) = (p.k, p.block);
-    let (xb, cols, stride) = (k.div_ceil(XBLOCK), k / block, buf.len() / m);
+    let (xb, cols, stride) = (k.div_ceil(a.dblock), k / block, buf.len() / m);
     assert!((p1 - p0) * ROWS <= stride && a.q.len() >= m * k);
     for pi in p0..p1 {
         for r in 0..ROWS {
@@ -21,7 +21,7 @@ pub(super) fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, buf: &m
                     for (e, &qe) in q.iter().enumerate().skip(b * block).take(block) {
                         dot += i32::from(p.unsigned[usize::from(p.code(row, e))]) * i32::from(qe);
                     }
-                    let s = p.scale(pi, b, r) * a.d[i * xb + b * block / XBLOCK];
+                    let s = p.scale(pi, b, r) * a.d[i * xb + b * block / a.dblock];
                     acc = (dot as f32).mul_add(s, acc);
                 }
                 buf[i * stride + (pi - p0) * ROWS + r] = acc * p.vscale;
