@@ -175,10 +175,13 @@ pub fn gemm_weight_only_reference<I: Input, O: Output>(
 /// The fast GEMM of two quantized matrices (same operands, epilogue and errors as
 /// [`gemm_reference`], plus [`CpuError::SimdUnavailable`] for a forced missing path).
 ///
-/// Where every element times its block scale is exact in bf16 (NVFP4, MX, power-of-two
-/// FP8 scales) and the CPU has AVX-512 BF16, a packed-panel BF16 dot-product kernel
-/// multiplies the pre-scaled values; otherwise NVFP4, MXFP4 and MXFP6-E2M3 pairs use
-/// int8 SIMD with exact block sums and the rest sum each block in f32. Accumulation is
+/// Row-major NVFP4 x NVFP4 and MXFP4 x MXFP4 go through the int8 panel kernels
+/// (AVX-512 VNNI, or AVX2): A's codes are exact int8 operands, B is packed into 16-row
+/// panels, block sums are exact in i32. Elsewhere, where every element times its block
+/// scale is exact in bf16 (NVFP4, MX, power-of-two FP8 scales) and the CPU has AVX-512
+/// BF16, a packed-panel BF16 dot-product kernel multiplies the pre-scaled values;
+/// otherwise NVFP4, MXFP4 and MXFP6-E2M3 pairs use int8 SIMD with exact block sums and
+/// the rest sum each block in f32. Accumulation is
 /// f32; error bound in docs/NUMERICS.md; bit-identical to the reference when every
 /// partial sum is exactly representable in f32.
 ///
