@@ -40,7 +40,7 @@ use rayon::prelude::*;
 
 use blockscale_formats::ScaleFormat;
 
-use super::nibble::{NibbleWeights, Scales};
+use super::nibble::{NibbleWeights, ScaleIndex, Scales};
 use crate::{CpuError, Simd};
 
 /// Rows per panel.
@@ -104,37 +104,13 @@ impl Panels {
                 }
             }
         });
-        let index = |row: usize, c: usize| w.scales.index().at(row, c);
+        let index = w.scales.index();
         let scales = match &w.scales {
             Scales::Bytes { data, lut, .. } => {
-                let mut out = vec![0u8; panels * cols * ROWS];
-                for (p, panel) in out.chunks_exact_mut(cols * ROWS).enumerate() {
-                    for (c, run) in panel.chunks_exact_mut(ROWS).enumerate() {
-                        for (r, s) in run.iter_mut().enumerate() {
-                            let row = p * ROWS + r;
-                            if row < n {
-                                *s = data[index(row, c)];
-                            }
-                        }
-                    }
-                }
                 let format = format.expect("byte scales have a format");
-                PanelScales::Bytes { data: out, format, lut: Box::new(**lut) }
+                PanelScales::Bytes { data: panel_order(data, n, cols, index), format, lut: Box::new(**lut) }
             }
-            Scales::F16 { data, .. } => {
-                let mut out = vec![f16::ZERO; panels * cols * ROWS];
-                for (p, panel) in out.chunks_exact_mut(cols * ROWS).enumerate() {
-                    for (c, run) in panel.chunks_exact_mut(ROWS).enumerate() {
-                        for (r, s) in run.iter_mut().enumerate() {
-                            let row = p * ROWS + r;
-                            if row < n {
-                                *s = data[index(row, c)];
-                            }
-                        }
-                    }
-                }
-                PanelScales::F16(out)
-            }
+            Scales::F16 { data, .. } => PanelScales::F16(panel_order(data, n, cols, index)),
         };
         let offset = -i32::from(*w.values.iter().min().expect("16 values")).min(0);
         let unsigned = core::array::from_fn(|c| (i32::from(w.values[c]) + offset) as u8);
@@ -171,6 +147,20 @@ impl Panels {
                 PanelScales::F16(data) => 2 * data.len(),
             }
     }
+}
+
+/// Scales `data` (rows `0..n`, `cols` per row, stored as `index` says) in panel order
+/// `[panels, cols, 16]`, the padding rows `T::default()`.
+fn panel_order<T: Copy + Default>(data: &[T], n: usize, cols: usize, index: ScaleIndex) -> Vec<T> {
+    let mut out = vec![T::default(); n.div_ceil(ROWS) * cols * ROWS];
+    for (p, panel) in out.chunks_exact_mut(cols * ROWS).enumerate() {
+        for (c, run) in panel.chunks_exact_mut(ROWS).enumerate() {
+            for (r, s) in run.iter_mut().enumerate().take(n.saturating_sub(p * ROWS)) {
+                *s = data[index.at(p * ROWS + r, c)];
+            }
+        }
+    }
+    out
 }
 
 /// The int8 activations of a call: `q` (`m x k`), their factors `d` (`m x
