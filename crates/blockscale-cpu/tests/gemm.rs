@@ -470,6 +470,27 @@ fn panel_weights_refuse_what_they_cannot_do() {
 }
 
 #[test]
+fn extreme_mx_scales_stay_exact() {
+    // MXFP4 x MXFP4 with scales of 2^80 and 2^-80 in some blocks (outside the panel
+    // kernels' range check, so another path takes them) and friendly values: every
+    // partial sum is still an f32, so every path must give the exact result.
+    let (m, n, k) = (3, 20, 128);
+    let mut a = operand(Scheme::MxFp4, m, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 60).q.into_parts();
+    let mut b = operand(Scheme::MxFp4, n, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 61).q.into_parts();
+    if let (ScaleData::Bytes(sa), ScaleData::Bytes(sb)) = (&mut a.scales, &mut b.scales) {
+        sa[0] = 127 + 80; // A row 0, block 0: 2^80
+        sb[5] = 127 - 80; // B row 1, block 1: 2^-80
+    }
+    let (a, b) = (QuantizedMatrix::from_parts(a).unwrap(), QuantizedMatrix::from_parts(b).unwrap());
+    let want = gemm_reference::<f32>(&a, &b, &Epilogue::default()).unwrap();
+    assert!(want.iter().all(|v| v.is_finite()));
+    for simd in simds() {
+        let got = gemm::<f32>(&a, &b, &Epilogue::default(), &GemmOptions::default().with_simd(simd)).unwrap();
+        assert_eq!(bits_eq(got.as_slice().unwrap(), want.as_slice().unwrap()), None, "{simd:?}");
+    }
+}
+
+#[test]
 fn nan_and_inf_propagate() {
     let (m, n, k) = (2, 3, 64);
     let a = operand(Scheme::MxFp8E4M3, m, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 40);

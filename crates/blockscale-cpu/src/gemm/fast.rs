@@ -256,8 +256,9 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: 
 /// (AVX-512 VNNI under `Isa::Avx512`, AVX2 under `Isa::Avx2`): B is packed into panels,
 /// A's codes (E2M1 times two) are the int8 operand exactly and its block scales the
 /// factors, so each block sum is exact in i32 and `acc += I * (s_b * s_a / 2)` in f32
-/// (the scale product exact: 4-bit mantissas or powers of two, kept normal by the range
-/// check), within the fast path's bound and exact on friendly data. `None` elsewhere.
+/// (the scale product exact: 4-bit mantissas or powers of two, kept in range by the
+/// check below), within the fast path's bound and exact on friendly data. `None`
+/// elsewhere.
 fn panel_product(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parallel: bool) -> Option<Vec<f32>> {
     if a.scheme() != b.scheme() || !matches!(a.scheme(), Scheme::NvFp4 | Scheme::MxFp4) {
         return None;
@@ -271,9 +272,11 @@ fn panel_product(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parallel: b
         #[allow(unreachable_patterns)]
         _ => return None,
     };
-    // UE8M0 products of two scales stay normal f32 within 2^±120 (NaN codes allowed).
+    // MX scales within 2^±50 (NaN codes allowed): a product of two, halved, lies in
+    // 2^-101 .. 2^100, and a block sum (|I| < 2^16) times it stays a normal f32 far
+    // from overflow. NVFP4's UE4M3 scales always do.
     let moderate = |q: &QuantizedMatrix| match q.scales() {
-        ScaleData::Bytes(s) if q.scheme() == Scheme::MxFp4 => s.iter().all(|&c| (67..=187).contains(&c) || c == 0xff),
+        ScaleData::Bytes(s) if q.scheme() == Scheme::MxFp4 => s.iter().all(|&c| (77..=177).contains(&c) || c == 0xff),
         _ => true,
     };
     if !moderate(a) || !moderate(b) {
