@@ -26,6 +26,10 @@
 //! int8 mode holds unchanged. Rows holding NaN or infinity are not quantized: a plain
 //! f32 computation (its bound is `nibble`'s exact one) makes NaN and infinities
 //! propagate.
+//!
+//! The quantized GEMM of two NVFP4 or two MXFP4 matrices feeds the same kernels A's
+//! own codes and block scales instead ([`Acts::from_nibbles`]): nothing is quantized,
+//! every block sum is exact.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
