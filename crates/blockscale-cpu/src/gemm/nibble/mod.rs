@@ -330,9 +330,19 @@ pub(crate) fn quantize_row(row: &[f32], q: &mut [i8], d: &mut [f32]) {
         let scale = amax / 127.0;
         *db = scale;
         for (o, &v) in dst.iter_mut().zip(src) {
-            *o = if scale == 0.0 { 0 } else { (v / scale).round_ties_even().clamp(-127.0, 127.0) as i8 };
+            *o = if scale == 0.0 { 0 } else { round_small(v / scale).clamp(-127.0, 127.0) as i8 };
         }
     }
+}
+
+/// `y.round_ties_even()` for `|y| <= 2^22` (here `|x / d|` is at most 127 and a hair),
+/// without the library call `round_ties_even` becomes on baseline x86-64: adding and
+/// subtracting 1.5 * 2^23 rounds to an integer, ties to even, in the default rounding
+/// mode.
+#[inline(always)]
+fn round_small(y: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (y + MAGIC) - MAGIC
 }
 
 /// Output rows per rayon task: enough tasks to balance two busy cores, each with at

@@ -652,3 +652,23 @@ proptest! {
         check_exact(&p, &x, m, "proptest bf16");
     }
 }
+
+#[test]
+fn round_small_is_round_ties_even_on_the_quotients_range() {
+    // Every tie and its neighbours in -140..140, then every f32 bit pattern in a
+    // stride over that range.
+    for k in -140i32..140 {
+        for base in [k as f32, k as f32 + 0.5] {
+            for y in [base, f32::from_bits(base.to_bits() + 1), f32::from_bits(base.to_bits().saturating_sub(1))] {
+                assert_eq!(round_small(y), y.round_ties_even(), "{y}");
+            }
+        }
+    }
+    let (lo, hi) = (0u32, 140f32.to_bits());
+    for bits in (lo..hi).step_by(997) {
+        for y in [f32::from_bits(bits), -f32::from_bits(bits)] {
+            // -0.x rounds to +0 here and to -0 there: both become the integer 0.
+            assert_eq!(round_small(y) as i32, y.round_ties_even() as i32, "{y}");
+        }
+    }
+}
