@@ -102,13 +102,9 @@ pub(super) enum Isa {
 impl Isa {
     pub(super) fn select(simd: Simd) -> Result<(Self, Path), CpuError> {
         let path = Path::select(simd)?;
-        let wide = match simd {
+        let wide = match crate::kernels::requested(simd) {
             Simd::Avx512 => true,
-            Simd::Auto => match std::env::var("BLOCKSCALE_SIMD").as_deref() {
-                Ok("avx512") => true,
-                Ok("portable" | "avx2") => false,
-                _ => crate::avx512_available(),
-            },
+            Simd::Auto => crate::avx512_available(),
             _ => false,
         };
         #[cfg(not(target_arch = "x86_64"))]

@@ -141,10 +141,10 @@ pub fn gemm_reference<O: Output>(
 }
 
 /// Checks weight-only activations and converts them to f32 (exactly).
-fn activations<I: Input>(x: ArrayView2<'_, I>, w: &QuantizedMatrix) -> Result<Vec<f32>, CpuError> {
+fn activations<I: Input>(x: ArrayView2<'_, I>, wk: usize) -> Result<Vec<f32>, CpuError> {
     let (m, k) = x.dim();
-    if k != w.k() {
-        return Err(CpuError::KMismatch { a: k, b: w.k() });
+    if k != wk {
+        return Err(CpuError::KMismatch { a: k, b: wk });
     }
     if m == 0 {
         return Err(CpuError::Format(blockscale_formats::FormatError::EmptyShape { rows: m, cols: k }));
@@ -164,7 +164,7 @@ pub fn gemm_weight_only_reference<I: Input, O: Output>(
     w: &QuantizedMatrix,
     epilogue: &Epilogue<'_>,
 ) -> Result<Array2<O>, CpuError> {
-    let xs = activations(x, w)?;
+    let xs = activations(x, w.k())?;
     let r = resolve(epilogue, None, w)?;
     let dw = Decoded::new(w, Path::select(Simd::Auto)?, true);
     let m = x.nrows();
@@ -217,7 +217,7 @@ pub fn gemm_weight_only<I: Input, O: Output>(
     epilogue: &Epilogue<'_>,
     options: &GemmOptions,
 ) -> Result<Array2<O>, CpuError> {
-    let xs = activations(x, w)?;
+    let xs = activations(x, w.k())?;
     let r = resolve(epilogue, None, w)?;
     let (isa, path) = fast::Isa::select(options.simd)?;
     let m = x.nrows();
@@ -349,18 +349,11 @@ pub fn gemm_weight_only_panels<I: Input, O: Output>(
     if options.activations != ActivationPrecision::Int8Blocks {
         return Err(CpuError::PanelNeedsInt8);
     }
-    let (m, k) = x.dim();
-    if k != w.k() {
-        return Err(CpuError::KMismatch { a: k, b: w.k() });
-    }
-    if m == 0 {
-        return Err(CpuError::Format(blockscale_formats::FormatError::EmptyShape { rows: m, cols: k }));
-    }
-    let n = w.rows();
+    let xs = activations(x, w.k())?;
+    let (m, n) = (x.nrows(), w.rows());
     let alpha = epilogue::resolve_weight_only(epilogue, w.scheme, w.global, n)?;
     let r = Resolved { alpha, bias: epilogue.bias, activation: epilogue.activation };
     let kernel = panel::Kernel::select(options.simd)?;
-    let xs: Vec<f32> = x.iter().map(|v| v.to_f32_exact()).collect();
     let mut out = vec![0f32; m * n];
     panel::gemm_panels(kernel, &xs, m, &w.panels, !options.single_threaded, &mut out);
     Ok(fast::finish(out, m, n, &r))

@@ -22,16 +22,7 @@ impl Path {
     /// The path `simd` asks for: `Auto` takes `BLOCKSCALE_SIMD` (`portable` or `avx2`)
     /// if set, else the best the CPU has.
     pub(crate) fn select(simd: Simd) -> Result<Self, CpuError> {
-        let simd = match simd {
-            Simd::Auto => match std::env::var("BLOCKSCALE_SIMD").as_deref() {
-                Ok("portable") => Simd::Portable,
-                Ok("avx2") => Simd::Avx2,
-                Ok("avx512") => Simd::Avx512,
-                _ => Simd::Auto,
-            },
-            other => other,
-        };
-        match simd {
+        match requested(simd) {
             Simd::Portable => Ok(Self::Portable),
             Simd::Avx2 if avx2_available() => Ok(Self::avx2()),
             Simd::Avx2 => Err(CpuError::SimdUnavailable("AVX2 + F16C + FMA")),
@@ -49,6 +40,20 @@ impl Path {
     #[cfg(not(target_arch = "x86_64"))]
     fn avx2() -> Self {
         Self::Portable
+    }
+}
+
+/// What `simd` asks for: `Auto` becomes the path `BLOCKSCALE_SIMD` names (`portable`,
+/// `avx2` or `avx512`), and stays `Auto` (the best the CPU has) when it names none.
+pub(crate) fn requested(simd: Simd) -> Simd {
+    match simd {
+        Simd::Auto => match std::env::var("BLOCKSCALE_SIMD").as_deref() {
+            Ok("portable") => Simd::Portable,
+            Ok("avx2") => Simd::Avx2,
+            Ok("avx512") => Simd::Avx512,
+            _ => Simd::Auto,
+        },
+        other => other,
     }
 }
 

@@ -440,4 +440,4 @@ fn run_int8(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, 
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

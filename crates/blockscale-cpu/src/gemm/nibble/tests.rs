@@ -17,11 +17,11 @@ fn bf16_runs() -> usize {
     BF16_RUNS.with(|c| c.get())
 }
 
-/// splitmix64: seeded, reproducible inputs.
-struct Rng(u64);
+/// splitmix64: seeded, reproducible inputs (the panel tests draw from it too).
+pub(in crate::gemm) struct Rng(pub(in crate::gemm) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(in crate::gemm) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -32,7 +32,7 @@ impl Rng {
         self.next() % n
     }
     /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
+    pub(in crate::gemm) fn unit(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 }

@@ -16,20 +16,13 @@
 
 use core::arch::x86_64::*;
 
-use blockscale_formats::ScaleFormat;
-
-use super::{Acts, PanelScales, Panels, ROWS};
+use super::{Acts, F16, PanelScales, Panels, ROWS, UE4M3, UE8M0, check_kernel_inputs};
 
 /// Activation rows per pass over the task's panels (64 rows of K = 4096 int8: 256 KiB).
 const ROW_BLOCK: usize = 64;
 
 /// Activation rows per tile: each decoded block serves up to this many.
 const MR: usize = 8;
-
-/// Scale kinds (const parameters of the kernels).
-const UE8M0: u8 = 0;
-const UE4M3: u8 = 1;
-const F16: u8 = 2;
 
 /// Int8 mode for panels `p0..p1` and the `m` activation rows of `a`, as
 /// `super::portable::rows` (which gives the same bits).
@@ -38,26 +31,8 @@ const F16: u8 = 2;
 /// The CPU has AVX-512 F, BW and VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) unsafe fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
-    let (k, block) = (p.k, p.block);
-    assert!(m > 0 && buf.len().is_multiple_of(m));
-    let stride = buf.len() / m;
-    let cols = k / block;
-    assert!(p0 <= p1 && p1 <= p.panels() && (p1 - p0) * ROWS <= stride);
-    assert!(block == 16 || block == 32);
-    assert!(a.dblock > 0 && a.dblock.is_multiple_of(block), "an activation factor covers whole weight blocks");
-    assert!(a.q.len() >= m * k && a.d.len() >= m * k.div_ceil(a.dblock) && a.corr.len() >= m * cols);
-    assert!(p.codes.len() >= p.panels() * (k / 8) * 64);
-    let scales = p.panels() * cols * ROWS;
-    let kind = match &p.scales {
-        PanelScales::Bytes { data, format, .. } => {
-            assert!(data.len() >= scales);
-            if *format == ScaleFormat::UE4M3 { UE4M3 } else { UE8M0 }
-        }
-        PanelScales::F16(data) => {
-            assert!(data.len() >= scales);
-            F16
-        }
-    };
+    let block = p.block;
+    let (stride, kind) = check_kernel_inputs(a, m, p, p0, p1, buf);
     let run = Run { a, p, p0, stride, buf: buf.as_mut_ptr() };
     // SAFETY: every length the tiles read and write was checked above.
     unsafe {
@@ -206,13 +181,14 @@ fn bytes16<const SC: u8>(codes: __m128i) -> __m512 {
 
 /// [`bytes16`] on 16 codes, for the tests.
 #[cfg(test)]
-pub(super) fn decode_bytes(format: ScaleFormat, codes: &[u8; 16]) -> [f32; 16] {
+pub(super) fn decode_bytes(format: blockscale_formats::ScaleFormat, codes: &[u8; 16]) -> [f32; 16] {
     assert!(super::vnni_available());
     let mut out = [0f32; 16];
     // SAFETY: the CPU has the features (asserted); 16 bytes in, 16 f32 out.
     unsafe {
         let v = _mm_loadu_si128(codes.as_ptr().cast());
-        let f = if format == ScaleFormat::UE4M3 { bytes16::<UE4M3>(v) } else { bytes16::<UE8M0>(v) };
+        let f =
+            if format == blockscale_formats::ScaleFormat::UE4M3 { bytes16::<UE4M3>(v) } else { bytes16::<UE8M0>(v) };
         _mm512_storeu_ps(out.as_mut_ptr(), f);
     }
     out

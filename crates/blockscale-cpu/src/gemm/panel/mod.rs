@@ -252,15 +252,7 @@ impl Kernel {
     /// # Errors
     /// [`CpuError::SimdUnavailable`] for a forced path this CPU lacks.
     pub(crate) fn select(simd: Simd) -> Result<Self, CpuError> {
-        let simd = match simd {
-            Simd::Auto => match std::env::var("BLOCKSCALE_SIMD").as_deref() {
-                Ok("portable") => Simd::Portable,
-                Ok("avx2") => Simd::Avx2,
-                Ok("avx512") => Simd::Avx512,
-                _ => Simd::Auto,
-            },
-            other => other,
-        };
+        let simd = crate::kernels::requested(simd);
         let (vnni, avx2) = (vnni_available(), crate::avx2_available());
         Ok(match simd {
             Simd::Portable => Self::Portable,
@@ -307,6 +299,38 @@ pub fn vnni_available() -> bool {
     {
         false
     }
+}
+
+/// Scale kinds, the SIMD kernels' const parameters.
+pub(crate) const UE8M0: u8 = 0;
+pub(crate) const UE4M3: u8 = 1;
+pub(crate) const F16: u8 = 2;
+
+/// Checks every length a SIMD kernel reads and writes for panels `p0..p1` and the `m`
+/// activation rows of `a` into `buf` (`[m, buf.len() / m]`); returns the row stride of
+/// `buf` and the scale kind.
+pub(crate) fn check_kernel_inputs(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, buf: &[f32]) -> (usize, u8) {
+    let (k, block) = (p.k, p.block);
+    assert!(m > 0 && buf.len().is_multiple_of(m));
+    let stride = buf.len() / m;
+    let cols = k / block;
+    assert!(p0 <= p1 && p1 <= p.panels() && (p1 - p0) * ROWS <= stride);
+    assert!(block == 16 || block == 32);
+    assert!(a.dblock > 0 && a.dblock.is_multiple_of(block), "an activation factor covers whole weight blocks");
+    assert!(a.q.len() >= m * k && a.d.len() >= m * k.div_ceil(a.dblock) && a.corr.len() >= m * cols);
+    assert!(p.codes.len() >= p.panels() * (k / 8) * 64);
+    let scales = p.panels() * cols * ROWS;
+    let kind = match &p.scales {
+        PanelScales::Bytes { data, format, .. } => {
+            assert!(data.len() >= scales);
+            if *format == ScaleFormat::UE4M3 { UE4M3 } else { UE8M0 }
+        }
+        PanelScales::F16(data) => {
+            assert!(data.len() >= scales);
+            F16
+        }
+    };
+    (stride, kind)
 }
 
 /// Panels per rayon task: enough tasks to balance the pool, each with at least

@@ -7,24 +7,9 @@ use blockscale_formats::{E2M1, ScaleFormat, UE4M3, UE8M0};
 use half::f16;
 use proptest::prelude::*;
 
+use super::super::nibble::tests::Rng;
 use super::super::nibble::{NibbleWeights, ScaleIndex, Scales};
 use super::*;
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
