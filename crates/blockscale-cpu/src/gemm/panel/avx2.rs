@@ -13,7 +13,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{Acts, F16, PanelScales, Panels, ROWS, UE4M3, UE8M0, check_kernel_inputs};
+use super::{Acts, F16, PanelScales, Panels, ROWS, UE4M3, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, check_kernel_inputs};
 
 /// Activation rows per pass over the task's panels (64 rows of K = 4096 int8: 256 KiB).
 const ROW_BLOCK: usize = 64;
@@ -35,10 +35,14 @@ pub(super) unsafe fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, 
     unsafe {
         match (block, kind) {
             (16, UE4M3) => run.panels::<16, UE4M3>(m, p1),
+            (16, UE4M3_PLAIN) => run.panels::<16, UE4M3_PLAIN>(m, p1),
             (16, UE8M0) => run.panels::<16, UE8M0>(m, p1),
+            (16, UE8M0_PLAIN) => run.panels::<16, UE8M0_PLAIN>(m, p1),
             (16, _) => run.panels::<16, F16>(m, p1),
             (_, UE4M3) => run.panels::<32, UE4M3>(m, p1),
+            (_, UE4M3_PLAIN) => run.panels::<32, UE4M3_PLAIN>(m, p1),
             (_, UE8M0) => run.panels::<32, UE8M0>(m, p1),
+            (_, UE8M0_PLAIN) => run.panels::<32, UE8M0_PLAIN>(m, p1),
             _ => run.panels::<32, F16>(m, p1),
         }
     }
@@ -172,36 +176,47 @@ impl Run<'_> {
 }
 
 /// 8 UE8M0 or UE4M3 codes (the bytes of `codes`, little-endian) as f32, exactly as the
-/// formats' tables decode them (see the AVX-512 kernel's `bytes16`).
+/// formats' tables decode them (see the AVX-512 kernel's `bytes16`); the `_PLAIN` kinds
+/// skip the special codes' patching.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn bytes8<const SC: u8>(codes: i64) -> __m256 {
     let c = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(codes));
-    if SC == UE8M0 {
+    if SC == UE8M0 || SC == UE8M0_PLAIN {
         let f = _mm256_slli_epi32::<23>(c);
+        if SC == UE8M0_PLAIN {
+            return _mm256_castsi256_ps(f);
+        }
         let zero = _mm256_cmpeq_epi32(c, _mm256_setzero_si256());
         let f = _mm256_blendv_epi8(f, _mm256_set1_epi32(0x0040_0000), zero);
         let nan = _mm256_cmpeq_epi32(c, _mm256_set1_epi32(0xff));
         _mm256_castsi256_ps(_mm256_blendv_epi8(f, _mm256_set1_epi32(0x7fc0_0000), nan))
     } else {
         let f = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32::<20>(c)), _mm256_set1_ps(2f32.powi(120)));
+        if SC == UE4M3_PLAIN {
+            return f;
+        }
         // Codes 0x7f and up (all below 256, so a signed compare is right) are NaN.
         let nan = _mm256_castsi256_ps(_mm256_cmpgt_epi32(c, _mm256_set1_epi32(0x7e)));
         _mm256_blendv_ps(f, _mm256_set1_ps(f32::NAN), nan)
     }
 }
 
-/// [`bytes8`] on 16 codes, for the tests.
+/// [`bytes8`] on 16 codes of scale kind `kind`, for the tests.
 #[cfg(test)]
-pub(super) fn decode_bytes(format: blockscale_formats::ScaleFormat, codes: &[u8; 16]) -> [f32; 16] {
+pub(super) fn decode_bytes(kind: u8, codes: &[u8; 16]) -> [f32; 16] {
     assert!(crate::avx2_available());
     let mut out = [0f32; 16];
     for (half, o) in codes.chunks_exact(8).zip(out.chunks_exact_mut(8)) {
         let c = i64::from_le_bytes(half.try_into().expect("8 bytes"));
         // SAFETY: the CPU has the features (asserted); 8 f32 stored into 8.
         unsafe {
-            let f =
-                if format == blockscale_formats::ScaleFormat::UE4M3 { bytes8::<UE4M3>(c) } else { bytes8::<UE8M0>(c) };
+            let f = match kind {
+                UE4M3 => bytes8::<UE4M3>(c),
+                UE4M3_PLAIN => bytes8::<UE4M3_PLAIN>(c),
+                UE8M0 => bytes8::<UE8M0>(c),
+                _ => bytes8::<UE8M0_PLAIN>(c),
+            };
             _mm256_storeu_ps(o.as_mut_ptr(), f);
         }
     }

@@ -16,7 +16,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{Acts, F16, PanelScales, Panels, ROWS, UE4M3, UE8M0, check_kernel_inputs};
+use super::{Acts, F16, PanelScales, Panels, ROWS, UE4M3, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, check_kernel_inputs};
 
 /// Activation rows per pass over the task's panels (64 rows of K = 4096 int8: 256 KiB).
 const ROW_BLOCK: usize = 64;
@@ -38,10 +38,14 @@ pub(super) unsafe fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, 
     unsafe {
         match (block, kind) {
             (16, UE4M3) => run.panels::<16, UE4M3>(m, p1),
+            (16, UE4M3_PLAIN) => run.panels::<16, UE4M3_PLAIN>(m, p1),
             (16, UE8M0) => run.panels::<16, UE8M0>(m, p1),
+            (16, UE8M0_PLAIN) => run.panels::<16, UE8M0_PLAIN>(m, p1),
             (16, _) => run.panels::<16, F16>(m, p1),
             (_, UE4M3) => run.panels::<32, UE4M3>(m, p1),
+            (_, UE4M3_PLAIN) => run.panels::<32, UE4M3_PLAIN>(m, p1),
             (_, UE8M0) => run.panels::<32, UE8M0>(m, p1),
+            (_, UE8M0_PLAIN) => run.panels::<32, UE8M0_PLAIN>(m, p1),
             _ => run.panels::<32, F16>(m, p1),
         }
     }
@@ -152,14 +156,18 @@ unsafe fn scales16<const SC: u8>(p: &Panels, at: usize) -> __m512 {
     }
 }
 
-/// 16 UE8M0 or UE4M3 codes as f32, exactly as the formats' tables decode them.
+/// 16 UE8M0 or UE4M3 codes as f32, exactly as the formats' tables decode them; the
+/// `_PLAIN` kinds skip the special codes' patching.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 fn bytes16<const SC: u8>(codes: __m128i) -> __m512 {
     let c = _mm512_cvtepu8_epi32(codes);
-    if SC == UE8M0 {
+    if SC == UE8M0 || SC == UE8M0_PLAIN {
         // 2^(c - 127): the byte is the f32 exponent; 0 is the subnormal 2^-127.
         let f = _mm512_slli_epi32::<23>(c);
+        if SC == UE8M0_PLAIN {
+            return _mm512_castsi512_ps(f);
+        }
         let f = _mm512_mask_mov_epi32(
             f,
             _mm512_cmpeq_epi32_mask(c, _mm512_setzero_si512()),
@@ -175,20 +183,27 @@ fn bytes16<const SC: u8>(codes: __m128i) -> __m512 {
         // eeee.mmm under the f32's exponent and mantissa: 2^-120 times the value (an f32
         // subnormal for UE4M3 subnormals), which the exact multiplication rescales.
         let f = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32::<20>(c)), _mm512_set1_ps(2f32.powi(120)));
+        if SC == UE4M3_PLAIN {
+            return f;
+        }
         _mm512_mask_mov_ps(f, _mm512_cmpge_epu32_mask(c, _mm512_set1_epi32(0x7f)), _mm512_set1_ps(f32::NAN))
     }
 }
 
-/// [`bytes16`] on 16 codes, for the tests.
+/// [`bytes16`] on 16 codes of scale kind `kind`, for the tests.
 #[cfg(test)]
-pub(super) fn decode_bytes(format: blockscale_formats::ScaleFormat, codes: &[u8; 16]) -> [f32; 16] {
+pub(super) fn decode_bytes(kind: u8, codes: &[u8; 16]) -> [f32; 16] {
     assert!(super::vnni_available());
     let mut out = [0f32; 16];
     // SAFETY: the CPU has the features (asserted); 16 bytes in, 16 f32 out.
     unsafe {
         let v = _mm_loadu_si128(codes.as_ptr().cast());
-        let f =
-            if format == blockscale_formats::ScaleFormat::UE4M3 { bytes16::<UE4M3>(v) } else { bytes16::<UE8M0>(v) };
+        let f = match kind {
+            UE4M3 => bytes16::<UE4M3>(v),
+            UE4M3_PLAIN => bytes16::<UE4M3_PLAIN>(v),
+            UE8M0 => bytes16::<UE8M0>(v),
+            _ => bytes16::<UE8M0_PLAIN>(v),
+        };
         _mm512_storeu_ps(out.as_mut_ptr(), f);
     }
     out

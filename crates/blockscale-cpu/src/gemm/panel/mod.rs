@@ -55,8 +55,10 @@ const XBLOCK: usize = 32;
 
 /// The block scales of a [`Panels`], in panel order.
 pub(crate) enum PanelScales {
-    /// One byte per scale, UE4M3 or UE8M0, with its decoding table.
-    Bytes { data: Vec<u8>, format: ScaleFormat, lut: Box<[f32; 256]> },
+    /// One byte per scale, UE4M3 or UE8M0, with its decoding table. `plain` says that
+    /// no scale of a real row is a code the SIMD kernels' shift decoding gets wrong
+    /// (UE8M0 `0x00` and `0xff`, UE4M3 `0x7f` and up), so they may skip the patching.
+    Bytes { data: Vec<u8>, format: ScaleFormat, lut: Box<[f32; 256]>, plain: bool },
     /// f16 scales (INT4-G32).
     F16(Vec<f16>),
 }
@@ -112,7 +114,9 @@ impl Panels {
         let scales = match &w.scales {
             Scales::Bytes { data, lut, .. } => {
                 let format = format.expect("byte scales have a format");
-                PanelScales::Bytes { data: panel_order(data, n, cols, index), format, lut: Box::new(**lut) }
+                let data = panel_order(data, n, cols, index);
+                let plain = plain_codes(&data, format, n, cols);
+                PanelScales::Bytes { data, format, lut: Box::new(**lut), plain }
             }
             Scales::F16 { data, .. } => PanelScales::F16(panel_order(data, n, cols, index)),
         };
@@ -165,6 +169,21 @@ fn panel_order<T: Copy + Default>(data: &[T], n: usize, cols: usize, index: Scal
         }
     }
     out
+}
+
+/// Whether no scale code of a real row (panel-ordered `data` of `n` rows, `cols` per
+/// row) needs more than a shift to decode: UE8M0 `0x00` (2^-127, an f32 subnormal) and
+/// `0xff` (NaN), UE4M3 `0x7f` and up (NaN). Padding rows do not count: their outputs are
+/// never read.
+fn plain_codes(data: &[u8], format: ScaleFormat, n: usize, cols: usize) -> bool {
+    let special = |c: u8| if format == ScaleFormat::UE4M3 { c >= 0x7f } else { c == 0 || c == 0xff };
+    if cols == 0 {
+        return true;
+    }
+    data.chunks_exact(cols * ROWS).enumerate().all(|(p, panel)| {
+        let rows = (n - p * ROWS).min(ROWS);
+        panel.chunks_exact(ROWS).all(|run| !run[..rows].iter().any(|&c| special(c)))
+    })
 }
 
 /// The int8 activations of a call: `q` (`m x k`), their factors `d` (`m x
@@ -301,10 +320,14 @@ pub fn vnni_available() -> bool {
     }
 }
 
-/// Scale kinds, the SIMD kernels' const parameters.
+/// Scale kinds, the SIMD kernels' const parameters: the byte formats with every code
+/// decoded (special codes patched), the same without the patching for scales that hold
+/// no special code (`PanelScales::Bytes::plain`), and f16.
 pub(crate) const UE8M0: u8 = 0;
 pub(crate) const UE4M3: u8 = 1;
 pub(crate) const F16: u8 = 2;
+pub(crate) const UE8M0_PLAIN: u8 = 3;
+pub(crate) const UE4M3_PLAIN: u8 = 4;
 
 /// Checks every length a SIMD kernel reads and writes for panels `p0..p1` and the `m`
 /// activation rows of `a` into `buf` (`[m, buf.len() / m]`); returns the row stride of
@@ -321,9 +344,14 @@ pub(crate) fn check_kernel_inputs(a: &Acts, m: usize, p: &Panels, p0: usize, p1:
     assert!(p.codes.len() >= p.panels() * (k / 8) * 64);
     let scales = p.panels() * cols * ROWS;
     let kind = match &p.scales {
-        PanelScales::Bytes { data, format, .. } => {
+        PanelScales::Bytes { data, format, plain, .. } => {
             assert!(data.len() >= scales);
-            if *format == ScaleFormat::UE4M3 { UE4M3 } else { UE8M0 }
+            match (*format == ScaleFormat::UE4M3, *plain) {
+                (true, true) => UE4M3_PLAIN,
+                (true, false) => UE4M3,
+                (false, true) => UE8M0_PLAIN,
+                (false, false) => UE8M0,
+            }
         }
         PanelScales::F16(data) => {
             assert!(data.len() >= scales);

@@ -156,7 +156,7 @@ fn every_code_and_scale_is_where_the_layout_says() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn register_scale_decoding_equals_the_tables_on_every_code() {
-    type Decode = fn(ScaleFormat, &[u8; 16]) -> [f32; 16];
+    type Decode = fn(u8, &[u8; 16]) -> [f32; 16];
     let mut decoders: Vec<(&str, Decode)> = Vec::new();
     if crate::avx2_available() {
         decoders.push(("avx2", avx2::decode_bytes));
@@ -167,20 +167,74 @@ fn register_scale_decoding_equals_the_tables_on_every_code() {
     if decoders.is_empty() {
         eprintln!("skipped: neither AVX2 nor AVX-512 VNNI on this CPU");
     }
+    // The patched kinds on all 256 codes; the plain kinds on every code `plain_codes`
+    // lets them see.
+    let kinds = [
+        (UE8M0, ScaleFormat::UE8M0, 0..=255u8),
+        (UE4M3, ScaleFormat::UE4M3, 0..=255),
+        (UE8M0_PLAIN, ScaleFormat::UE8M0, 1..=254),
+        (UE4M3_PLAIN, ScaleFormat::UE4M3, 0..=0x7e),
+    ];
     for (name, decode) in decoders {
-        for format in [ScaleFormat::UE8M0, ScaleFormat::UE4M3] {
-            for chunk in 0..16u8 {
-                let codes: [u8; 16] = core::array::from_fn(|i| chunk * 16 + i as u8);
-                for (c, g) in codes.iter().zip(decode(format, &codes)) {
+        for (kind, format, range) in kinds.clone() {
+            let all: Vec<u8> = range.collect();
+            for chunk in all.chunks(16) {
+                let codes: [u8; 16] = core::array::from_fn(|i| chunk[i % chunk.len()]);
+                for (c, g) in codes.iter().zip(decode(kind, &codes)) {
                     let want = match format {
                         ScaleFormat::UE4M3 => UE4M3::from_bits(*c).to_f32(),
                         _ => UE8M0::from_bits(*c).to_f32(),
                     };
                     let same = g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan());
-                    assert!(same, "{name} {format:?} {c:#04x}: {g} {want}");
+                    assert!(same, "{name} kind {kind} {c:#04x}: {g} {want}");
                 }
             }
         }
+    }
+}
+
+#[test]
+fn plain_scales_are_flagged_only_without_special_codes() {
+    let mut rng = Rng(11);
+    let plain = |p: &Panels| match &p.scales {
+        PanelScales::Bytes { plain, .. } => *plain,
+        PanelScales::F16(_) => panic!("byte scales expected"),
+    };
+    for (kind, specials) in [(Kind::Mxfp4, vec![0x00u8, 0xff]), (Kind::Nvfp4, vec![0x7f, 0x80, 0xfe])] {
+        // 20 rows: the swizzled layout's padding rows and columns hold code 0, which
+        // must not count.
+        for swizzled in [false, true] {
+            let mut w = Weights::new(kind, 20, 64, swizzled, &mut rng);
+            assert!(plain(&Panels::pack(&w.nibble(), w.format())), "{kind:?} swizzled {swizzled}");
+            for &c in &specials {
+                let at = w.layout.at(19, 1);
+                let old = std::mem::replace(&mut w.codes[at], c);
+                assert!(!plain(&Panels::pack(&w.nibble(), w.format())), "{kind:?} code {c:#04x}");
+                w.codes[at] = old;
+            }
+        }
+    }
+}
+
+#[test]
+fn special_scale_codes_take_the_patched_decoding() {
+    // UE8M0 0x00 is 2^-127 (not the 0.0 a bare shift gives) and UE4M3 0x00 is zero;
+    // with such a scale in a real row the kernels must match the table's values bit
+    // for bit. (NaN codes: `a_nan_scale_gives_nan_outputs_for_its_row_only`.)
+    let mut rng = Rng(13);
+    for kind in [Kind::Mxfp4, Kind::Nvfp4] {
+        let mut w = Weights::new(kind, 21, 128, false, &mut rng);
+        let cols = 128 / w.block();
+        for row in [0, 7, 20] {
+            w.codes[row * cols + 2] = 0;
+        }
+        if kind == Kind::Mxfp4 {
+            // A row of 2^-127 scales only: its outputs are 2^-127 d times the block
+            // sums, which activations of 2^100 keep normal; a bare shift gives 0.
+            w.codes[7 * cols..8 * cols].fill(0);
+        }
+        let x: Vec<f32> = (0..2 * 128).map(|i| rng.unit() * if i % 5 == 0 { 2f32.powi(100) } else { 1.0 }).collect();
+        check(&w, &x, 2, &format!("{kind:?} with zero codes"));
     }
 }
 
