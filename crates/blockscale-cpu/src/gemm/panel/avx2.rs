@@ -13,7 +13,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{Acts, F16, PanelScales, Panels, ROWS, UE4M3, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, check_kernel_inputs};
+use super::{ActRows, F16, PanelScales, Panels, ROWS, UE4M3, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, check_kernel_inputs};
 
 /// Activation rows per pass over the task's panels (64 rows of K = 4096 int8: 256 KiB).
 const ROW_BLOCK: usize = 64;
@@ -27,7 +27,7 @@ const MR: usize = 4;
 /// # Safety
 /// The CPU has AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
+pub(super) unsafe fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
     let block = p.block;
     let (stride, kind) = check_kernel_inputs(a, m, p, p0, p1, buf);
     let run = Run { a, p, p0, stride, buf: buf.as_mut_ptr() };
@@ -50,7 +50,7 @@ pub(super) unsafe fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, 
 
 /// One task's inputs and output.
 struct Run<'a> {
-    a: &'a Acts,
+    a: &'a ActRows<'a>,
     p: &'a Panels,
     p0: usize,
     /// Floats per activation row of `buf`.

@@ -9,14 +9,16 @@
 //! Scales are decoded in registers: UE8M0 by shifting the byte into an f32 exponent
 //! (0 and 255 patched to 2^-127 and NaN), UE4M3 by shifting it under an f32's exponent
 //! and multiplying by 2^120 (exact, subnormals included; `0x7f` and up patched to
-//! NaN), f16 by `vcvtph2ps`. The tests check all 256 byte codes against the tables.
+//! NaN), f16 by `vcvtph2ps`. Panels whose scales hold none of the patched codes (the
+//! usual case, recorded at pack time) skip the patching. The tests check all 256 byte
+//! codes against the tables, and the unpatched decoding on every code it may meet.
 //!
 //! Every function needs AVX-512 F, BW and VNNI: `Kernel::select` only picks this
 //! kernel after `vnni_available()`.
 
 use core::arch::x86_64::*;
 
-use super::{Acts, F16, PanelScales, Panels, ROWS, UE4M3, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, check_kernel_inputs};
+use super::{ActRows, F16, PanelScales, Panels, ROWS, UE4M3, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, check_kernel_inputs};
 
 /// Activation rows per pass over the task's panels (64 rows of K = 4096 int8: 256 KiB).
 const ROW_BLOCK: usize = 64;
@@ -30,7 +32,7 @@ const MR: usize = 8;
 /// # Safety
 /// The CPU has AVX-512 F, BW and VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
+pub(super) unsafe fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
     let block = p.block;
     let (stride, kind) = check_kernel_inputs(a, m, p, p0, p1, buf);
     let run = Run { a, p, p0, stride, buf: buf.as_mut_ptr() };
@@ -53,7 +55,7 @@ pub(super) unsafe fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, 
 
 /// One task's inputs and output.
 struct Run<'a> {
-    a: &'a Acts,
+    a: &'a ActRows<'a>,
     p: &'a Panels,
     p0: usize,
     /// Floats per activation row of `buf`.

@@ -196,7 +196,26 @@ pub(crate) struct Acts {
     pub corr: Vec<i32>,
 }
 
+/// Rows of an [`Acts`], as the kernels read them (row 0 here is the first row taken).
+pub(crate) struct ActRows<'a> {
+    pub q: &'a [i8],
+    pub d: &'a [f32],
+    pub dblock: usize,
+    pub corr: &'a [i32],
+}
+
 impl Acts {
+    /// Activation rows `r0..r1` for weights of `k` elements in blocks of `block`.
+    pub(crate) fn rows(&self, r0: usize, r1: usize, k: usize, block: usize) -> ActRows<'_> {
+        let (xb, cols) = (k.div_ceil(self.dblock), k / block);
+        ActRows {
+            q: &self.q[r0 * k..r1 * k],
+            d: &self.d[r0 * xb..r1 * xb],
+            dblock: self.dblock,
+            corr: &self.corr[r0 * cols..r1 * cols],
+        }
+    }
+
     /// `x` (`m x k`, finite) quantized per 32 elements.
     fn new(x: &[f32], m: usize, p: &Panels) -> Self {
         let k = p.k;
@@ -332,7 +351,14 @@ pub(crate) const UE4M3_PLAIN: u8 = 4;
 /// Checks every length a SIMD kernel reads and writes for panels `p0..p1` and the `m`
 /// activation rows of `a` into `buf` (`[m, buf.len() / m]`); returns the row stride of
 /// `buf` and the scale kind.
-pub(crate) fn check_kernel_inputs(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, buf: &[f32]) -> (usize, u8) {
+pub(crate) fn check_kernel_inputs(
+    a: &ActRows<'_>,
+    m: usize,
+    p: &Panels,
+    p0: usize,
+    p1: usize,
+    buf: &[f32],
+) -> (usize, u8) {
     let (k, block) = (p.k, p.block);
     assert!(m > 0 && buf.len().is_multiple_of(m));
     let stride = buf.len() / m;
@@ -409,32 +435,64 @@ pub(crate) fn gemm_panels(kernel: Kernel, x: &[f32], m: usize, p: &Panels, paral
     }
 }
 
+/// Activation rows per task where tasks split the rows (see [`run`]).
+const ROWS_PER_TASK: usize = 32;
+
 /// The `m x n` products of the activations `a` and the panels, row-major.
+///
+/// With enough rows (a GEMM), tasks take [`ROWS_PER_TASK`] activation rows each against
+/// every panel and write straight into their rows of the output; with few (decode),
+/// tasks take a range of panels against every row, each into its own buffer, gathered
+/// at the end. The arithmetic of an output is the same either way.
 pub(crate) fn run(kernel: Kernel, a: &Acts, m: usize, p: &Panels, parallel: bool) -> Vec<f32> {
-    let n = p.n;
+    let (n, k, block) = (p.n, p.k, p.block);
+    let call = |rows: &ActRows<'_>, mm: usize, p0: usize, p1: usize, buf: &mut [f32]| match kernel {
+        Kernel::Portable => portable::rows(rows, mm, p, p0, p1, buf),
+        // SAFETY: `Kernel::select` only picks `Avx512Vnni` where `vnni_available()`
+        // and `Avx2` where `avx2_available()`; the kernels check every length they
+        // read and write.
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512Vnni => unsafe { avx512::rows(rows, mm, p, p0, p1, buf) },
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => unsafe { avx2::rows(rows, mm, p, p0, p1, buf) },
+    };
+    if m == 0 || n == 0 {
+        return vec![0f32; m * n];
+    }
+    let row_tasks = m.div_ceil(ROWS_PER_TASK);
+    if !parallel || row_tasks >= 4 * rayon::current_num_threads() {
+        // Rows of `ns` floats (whole panels), trimmed to `n` at the end if they differ.
+        let ns = p.panels() * ROWS;
+        let mut out = vec![0f32; m * ns];
+        let per = if parallel { ROWS_PER_TASK } else { m };
+        let task = |(t, buf): (usize, &mut [f32])| {
+            let (r0, r1) = (t * per, ((t + 1) * per).min(m));
+            call(&a.rows(r0, r1, k, block), r1 - r0, 0, p.panels(), buf);
+        };
+        if parallel {
+            out.par_chunks_mut(per * ns).enumerate().for_each(task);
+        } else {
+            out.chunks_mut(per * ns).enumerate().for_each(task);
+        }
+        if ns != n {
+            for i in 1..m {
+                out.copy_within(i * ns..i * ns + n, i * n);
+            }
+            out.truncate(m * n);
+        }
+        return out;
+    }
     let per = panels_per_task(p, parallel);
     let cols = per * ROWS;
+    let all = a.rows(0, m, k, block);
     // Each task computes `m x (its panels' rows)` into its own buffer.
     let task = |t: usize, buf: &mut [f32]| {
         let (p0, p1) = (t * per, ((t + 1) * per).min(p.panels()));
-        match kernel {
-            Kernel::Portable => portable::rows(a, m, p, p0, p1, buf),
-            // SAFETY: `Kernel::select` only picks `Avx512Vnni` where `vnni_available()`
-            // and `Avx2` where `avx2_available()`; the kernels check every length they
-            // read and write.
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Vnni => unsafe { avx512::rows(a, m, p, p0, p1, buf) },
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => unsafe { avx2::rows(a, m, p, p0, p1, buf) },
-        }
+        call(&all, m, p0, p1, buf);
     };
     let tasks = p.panels().div_ceil(per);
     let mut bufs: Vec<Vec<f32>> = (0..tasks).map(|_| vec![0f32; m * cols]).collect();
-    if parallel {
-        bufs.par_iter_mut().enumerate().for_each(|(t, b)| task(t, b));
-    } else {
-        bufs.iter_mut().enumerate().for_each(|(t, b)| task(t, b));
-    }
+    bufs.par_iter_mut().enumerate().for_each(|(t, b)| task(t, b));
     let mut out = vec![0f32; m * n];
     let gather = |(i, row): (usize, &mut [f32])| {
         for (t, buf) in bufs.iter().enumerate() {
@@ -443,7 +501,7 @@ pub(crate) fn run(kernel: Kernel, a: &Acts, m: usize, p: &Panels, parallel: bool
             row[j0..j0 + w].copy_from_slice(&buf[i * cols..i * cols + w]);
         }
     };
-    if parallel && m > 1 {
+    if m > 1 {
         out.par_chunks_mut(n).enumerate().for_each(gather);
     } else {
         out.chunks_mut(n).enumerate().for_each(gather);

@@ -1,11 +1,11 @@
 //! The panel kernels in plain Rust: the int8 products any CPU can run, and the f32
 //! computation of rows holding NaN or infinity.
 
-use super::{Acts, Panels, ROWS};
+use super::{ActRows, Panels, ROWS};
 
 /// Int8 mode for panels `p0..p1` and the `m` activation rows of `a`: `buf` is
 /// `[m, buf.len() / m]`, row `i` getting the outputs of the panels' rows in order.
-pub(super) fn rows(a: &Acts, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
+pub(super) fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
     let (k, block) = (p.k, p.block);
     let (xb, cols, stride) = (k.div_ceil(a.dblock), k / block, buf.len() / m);
     assert!((p1 - p0) * ROWS <= stride && a.q.len() >= m * k);
