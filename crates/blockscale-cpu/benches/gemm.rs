@@ -1,5 +1,7 @@
 //! GEMV and GEMM on quantized operands against the baseline measured in the same run:
-//! dequantize to f32, then ndarray's f32 product (matrixmultiply), plus a memcpy anchor.
+//! dequantize to f32, then ndarray's f32 product (matrixmultiply), plus a memcpy anchor
+//! and the CPU's multiply-add peaks (BF16 and int8 dot products, AVX2 FMA; their
+//! GFLOP/s are the ceilings of the rows that run on them).
 //!
 //! `cargo bench -p blockscale-cpu --bench gemm` runs criterion, then prints a best-of-N
 //! summary with the ratios; `-- --summary-only` skips criterion; `-- --reference` also
@@ -60,6 +62,109 @@ struct Case {
 fn case(name: impl Into<String>, macs: f64, baseline: bool, run: impl Fn() + Sync + 'static) -> Case {
     Case { name: name.into(), run: Box::new(run), macs, bytes: 0.0, baseline }
 }
+
+/// The multiply-add ceilings the products are measured against: independent
+/// dot-product instructions on registers only, on every thread of the pool at once.
+/// Their GFLOP/s (two per multiply-add) compare directly with the products' rows: the
+/// 4-bit GEMM and GEMV run on `vpdpbusd` (or AVX2 `vpmaddubsw`), the MXFP8 and FP8 GEMM
+/// on `vdpbf16ps` (or AVX2 f32 FMA).
+#[cfg(target_arch = "x86_64")]
+mod peak {
+    use core::arch::x86_64::*;
+
+    /// Loop trips per thread and call.
+    pub const ITERS: usize = 1 << 20;
+    /// Independent accumulators (instructions per trip) in zmm and ymm registers.
+    pub const CHAINS: usize = 16;
+    pub const CHAINS_YMM: usize = 12;
+
+    /// Keeps the compiler from running one accumulator's chain to the end before the
+    /// next (which would measure latency, not throughput).
+    #[inline(always)]
+    fn barrier() {
+        // SAFETY: an empty instruction sequence touching no memory or stack.
+        unsafe { core::arch::asm!("", options(nomem, nostack)) };
+    }
+
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and BF16.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub unsafe fn bf16() -> f32 {
+        let mut acc = [_mm512_setzero_ps(); CHAINS];
+        // SAFETY: a 64-byte vector of bf16 pairs is any bit pattern.
+        let a: __m512bh = unsafe { core::mem::transmute(_mm512_set1_epi32(0x3f80_3f80)) };
+        for _ in 0..ITERS {
+            for x in acc.iter_mut() {
+                *x = _mm512_dpbf16_ps(*x, a, a);
+            }
+            barrier();
+        }
+        _mm512_reduce_add_ps(acc.iter().fold(_mm512_setzero_ps(), |s, v| _mm512_add_ps(s, *v)))
+    }
+
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn int8() -> i32 {
+        let mut acc = [_mm512_setzero_si512(); CHAINS];
+        let a = _mm512_set1_epi8(1);
+        for _ in 0..ITERS {
+            for x in acc.iter_mut() {
+                *x = _mm512_dpbusd_epi32(*x, a, a);
+            }
+            barrier();
+        }
+        _mm512_reduce_add_epi32(acc.iter().fold(_mm512_setzero_si512(), |s, v| _mm512_add_epi32(s, *v)))
+    }
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn fma256() -> f32 {
+        // 12 chains: AVX2 has 16 registers.
+        let mut acc = [_mm256_setzero_ps(); CHAINS_YMM];
+        let a = _mm256_set1_ps(1.0);
+        for _ in 0..ITERS {
+            for x in acc.iter_mut() {
+                *x = _mm256_fmadd_ps(*x, a, a);
+            }
+            barrier();
+        }
+        let mut lanes = [0f32; 8];
+        let sum = acc.iter().fold(_mm256_setzero_ps(), |s, v| _mm256_add_ps(s, *v));
+        // SAFETY: `lanes` holds eight f32.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+        lanes.iter().sum()
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn peak_cases(v: &mut Vec<Case>) {
+    let threads = rayon::current_num_threads() as f64;
+    let per_call = (peak::ITERS * peak::CHAINS) as f64 * threads;
+    let per_call_ymm = (peak::ITERS * peak::CHAINS_YMM) as f64 * threads;
+    if is_x86_feature_detected!("avx512bf16") && is_x86_feature_detected!("avx512bw") {
+        v.push(case("peak: vdpbf16ps zmm (BF16 dot), all threads", per_call * 32.0, false, || {
+            // SAFETY: AVX-512 F/BW/BF16 detected above.
+            black_box(rayon::broadcast(|_| unsafe { peak::bf16() }));
+        }));
+    }
+    if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512bw") {
+        v.push(case("peak: vpdpbusd zmm (int8 dot), all threads", per_call * 64.0, false, || {
+            // SAFETY: AVX-512 F/BW/VNNI detected above.
+            black_box(rayon::broadcast(|_| unsafe { peak::int8() }));
+        }));
+    }
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        v.push(case("peak: vfmadd ymm (AVX2 f32 FMA), all threads", per_call_ymm * 8.0, false, || {
+            // SAFETY: AVX2 and FMA detected above.
+            black_box(rayon::broadcast(|_| unsafe { peak::fma256() }));
+        }));
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn peak_cases(_: &mut Vec<Case>) {}
 
 fn gemv_cases(v: &mut Vec<Case>) {
     for (n, k) in [(4096, 4096), (16384, 2048)] {
@@ -253,6 +358,7 @@ fn cases(reference: bool) -> Vec<Case> {
     let src: &'static [u8] = Box::leak(vec![1u8; 64 << 20].into_boxed_slice());
     let dst = Mutex::new(vec![0u8; 64 << 20]);
     v.push(case("memcpy 64 MiB (anchor)", 0.0, false, move || dst.lock().unwrap().copy_from_slice(black_box(src))));
+    peak_cases(&mut v);
     gemv_cases(&mut v);
     batch_and_cold_cases(&mut v);
     gemm_cases(&mut v);
@@ -326,7 +432,7 @@ fn main() {
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     let mut cases = cases(reference);
     if let Some(text) = only {
-        cases.retain(|c| c.macs == 0.0 || c.name.contains(&text));
+        cases.retain(|c| c.macs == 0.0 || c.name.starts_with("peak") || c.name.contains(&text));
     }
     if !std::env::args().any(|a| a == "--summary-only") {
         let mut c = Criterion::default().configure_from_args();
