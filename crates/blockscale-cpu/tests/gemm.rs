@@ -277,6 +277,38 @@ fn epilogue_is_alpha_then_bias_then_activation() {
 }
 
 #[test]
+fn large_products_are_the_same_on_one_thread_and_many() {
+    // Enough rows for the panel GEMM to split them between tasks, N not a multiple of
+    // 16, and over 65536 outputs so that the f32 epilogue runs on the pool: every bit
+    // as on one thread, for each output type and with the whole epilogue.
+    let (m, n, k) = (300, 233, 128);
+    let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.125 - 9.0).collect();
+    for scheme in [Scheme::NvFp4, Scheme::MxFp4, Scheme::MxFp8E4M3] {
+        let a = operand(scheme, m, k, ScaleLayout::Swizzled128x4, DataLayout::RowMajor, false, 21);
+        let b = operand(scheme, n, k, ScaleLayout::Linear, DataLayout::RowMajor, false, 22);
+        for act in [Activation::Identity, Activation::Silu] {
+            let e = Epilogue::default().with_alpha(0.75).with_bias(&bias).with_activation(act);
+            let one = GemmOptions::default().with_single_thread(true);
+            let (p32, s32) = (
+                gemm::<f32>(&a.q, &b.q, &e, &GemmOptions::default()).unwrap(),
+                gemm::<f32>(&a.q, &b.q, &e, &one).unwrap(),
+            );
+            assert_eq!(bits_eq(p32.as_slice().unwrap(), s32.as_slice().unwrap()), None, "{scheme} {act:?} f32");
+            let (p16, s16) = (
+                gemm::<bf16>(&a.q, &b.q, &e, &GemmOptions::default()).unwrap(),
+                gemm::<bf16>(&a.q, &b.q, &e, &one).unwrap(),
+            );
+            assert!(p16.iter().zip(&s16).all(|(x, y)| x.to_bits() == y.to_bits()), "{scheme} {act:?} bf16");
+            // Without an activation (rounded once from f64 into each type), bf16 is the
+            // f32 output rounded.
+            if act == Activation::Identity {
+                assert!(p16.iter().zip(&p32).all(|(x, y)| x.to_bits() == bf16::from_f32(*y).to_bits()), "{scheme}");
+            }
+        }
+    }
+}
+
+#[test]
 fn nvfp4_alpha_defaults_to_the_per_tensor_scales() {
     let (m, n, k) = (2, 3, 32);
     let mut a = operand(Scheme::NvFp4, m, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 5).q.into_parts();

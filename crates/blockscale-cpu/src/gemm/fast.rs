@@ -4,6 +4,8 @@
 //! output tiles. Weight-only products with at most [`GEMV_ROWS`] rows stream 4-bit
 //! weights through the `nibble` kernels instead.
 
+use std::any::{Any, TypeId};
+
 use blockscale_formats::{
     DataLayout, E2M1, ElementFormat, QuantizedMatrix, ScaleData, ScaleFormat, ScaleLayout, Scheme, UE4M3, UE8M0,
 };
@@ -23,24 +25,42 @@ mod dot;
 /// Output rows and columns per task.
 const TILE: usize = 64;
 
+/// Outputs from which an f32 epilogue runs on the thread pool.
+const PARALLEL_FINISH: usize = 1 << 16;
+
 /// Applies the epilogue in f32 (`alpha * acc`, then `+ bias`), the activation in f64,
-/// and rounds to `O`.
-pub(super) fn finish<O: Output>(acc: Vec<f32>, m: usize, n: usize, r: &Resolved<'_>) -> Array2<O> {
+/// and rounds to `O`. An f32 output is computed in place, on the thread pool when
+/// `parallel` and large.
+pub(super) fn finish<O: Output>(acc: Vec<f32>, m: usize, n: usize, r: &Resolved<'_>, parallel: bool) -> Array2<O> {
     let format = format_of::<O>();
-    let data: Vec<O> = acc
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let mut y = v * r.alpha;
-            if let Some(b) = r.bias {
-                y += b[i % n];
+    let apply = |i: usize, v: f32| {
+        let mut y = v * r.alpha;
+        if let Some(b) = r.bias {
+            y += b[i % n];
+        }
+        match r.activation {
+            Activation::Identity => y,
+            act => round_f64(act.apply(y as f64), format) as f32,
+        }
+    };
+    let data: Vec<O> = if TypeId::of::<O>() == TypeId::of::<f32>() {
+        // f32 out: the same buffer, each value replaced by its result.
+        let mut acc = acc;
+        let rows = |(i, row): (usize, &mut [f32])| {
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = apply(i * n + j, *v);
             }
-            match r.activation {
-                Activation::Identity => O::from_f32(y),
-                act => O::from_f32(round_f64(act.apply(y as f64), format) as f32),
-            }
-        })
-        .collect();
+        };
+        let chunk = n.max(1);
+        if parallel && acc.len() >= PARALLEL_FINISH {
+            acc.par_chunks_mut(chunk).enumerate().for_each(rows);
+        } else {
+            acc.chunks_mut(chunk).enumerate().for_each(rows);
+        }
+        *(Box::new(acc) as Box<dyn Any>).downcast::<Vec<O>>().unwrap_or_else(|_| unreachable!("O is f32"))
+    } else {
+        acc.into_iter().enumerate().map(|(i, v)| O::from_f32(apply(i, v))).collect()
+    };
     Array2::from_shape_vec((m, n), data).unwrap_or_else(|_| unreachable!("m * n values"))
 }
 

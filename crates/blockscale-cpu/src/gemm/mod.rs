@@ -197,7 +197,7 @@ pub fn gemm<O: Output>(
     let r = resolve(epilogue, Some(a), b)?;
     let (isa, path) = fast::Isa::select(options.simd)?;
     let out = fast::gemm_qq(a, b, isa, path, !options.single_threaded);
-    Ok(fast::finish(out, a.rows(), b.rows(), &r))
+    Ok(fast::finish(out, a.rows(), b.rows(), &r, !options.single_threaded))
 }
 
 /// The fast weight-only product: `x` (`M x K`, f32/f16/bf16, any strides) times the
@@ -222,7 +222,7 @@ pub fn gemm_weight_only<I: Input, O: Output>(
     let (isa, path) = fast::Isa::select(options.simd)?;
     let m = x.nrows();
     let out = fast::gemm_wq(&xs, m, w, isa, path, options);
-    Ok(fast::finish(out, m, w.rows(), &r))
+    Ok(fast::finish(out, m, w.rows(), &r, !options.single_threaded))
 }
 
 /// Matrix-vector product: one activation vector `x` (`K` values) times the quantized
@@ -356,7 +356,7 @@ pub fn gemm_weight_only_panels<I: Input, O: Output>(
     let kernel = panel::Kernel::select(options.simd)?;
     let mut out = vec![0f32; m * n];
     panel::gemm_panels(kernel, &xs, m, &w.panels, !options.single_threaded, &mut out);
-    Ok(fast::finish(out, m, n, &r))
+    Ok(fast::finish(out, m, n, &r, !options.single_threaded))
 }
 
 /// [`gemm_weight_only_panels`] with one activation vector `x` (`K` values): `N` outputs.

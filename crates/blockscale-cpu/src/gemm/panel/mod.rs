@@ -226,7 +226,7 @@ impl Acts {
             let (row, qr) = (&x[i * k..(i + 1) * k], &mut q[i * k..(i + 1) * k]);
             super::nibble::quantize_row(row, qr, &mut d[i * xb..(i + 1) * xb]);
         }
-        Self::with(q, d, XBLOCK, p)
+        Self::with(q, d, XBLOCK, p, false)
     }
 
     /// A quantized left operand of the panels' scheme (row-major nibbles and block
@@ -239,10 +239,11 @@ impl Acts {
         let mut q = vec![0i8; m * k];
         let mut d = vec![0f32; m * cols];
         let index = w.scales.index();
+        // Both codes of a byte at once.
+        let pairs: [[i8; 2]; 256] = core::array::from_fn(|b| [w.values[b & 0xf], w.values[b >> 4]]);
         let work = |(i, (qr, dr)): (usize, (&mut [i8], &mut [f32]))| {
-            for (j, byte) in w.data[i * k / 2..(i + 1) * k / 2].iter().enumerate() {
-                qr[2 * j] = w.values[usize::from(byte & 0xf)];
-                qr[2 * j + 1] = w.values[usize::from(byte >> 4)];
+            for (two, byte) in qr.chunks_exact_mut(2).zip(&w.data[i * k / 2..(i + 1) * k / 2]) {
+                two.copy_from_slice(&pairs[usize::from(*byte)]);
             }
             for (c, dc) in dr.iter_mut().enumerate() {
                 let s = match &w.scales {
@@ -258,17 +259,24 @@ impl Acts {
         } else {
             q.chunks_mut(kc).zip(d.chunks_mut(cc)).enumerate().for_each(work);
         }
-        Self::with(q, d, block, p)
+        Self::with(q, d, block, p, parallel)
     }
 
     /// Integer activations `q` (`m x k`) with one factor per `dblock` elements.
-    pub(crate) fn with(q: Vec<i8>, d: Vec<f32>, dblock: usize, p: &Panels) -> Self {
+    pub(crate) fn with(q: Vec<i8>, d: Vec<f32>, dblock: usize, p: &Panels, parallel: bool) -> Self {
         let cols = p.k / p.block;
-        let corr = q
-            .chunks_exact(p.block)
-            .map(|chunk| -p.offset * chunk.iter().map(|&v| i32::from(v)).sum::<i32>())
-            .collect::<Vec<_>>();
-        debug_assert_eq!(corr.len(), q.len() / p.k.max(1) * cols);
+        let mut corr = vec![0i32; q.len() / p.k.max(1) * cols];
+        let row = |(qr, cr): (&[i8], &mut [i32])| {
+            for (chunk, c) in qr.chunks_exact(p.block).zip(cr) {
+                *c = -p.offset * chunk.iter().map(|&v| i32::from(v)).sum::<i32>();
+            }
+        };
+        let (kc, cc) = (p.k.max(1), cols.max(1));
+        if parallel {
+            q.par_chunks(kc).zip(corr.par_chunks_mut(cc)).for_each(row);
+        } else {
+            q.chunks(kc).zip(corr.chunks_mut(cc)).for_each(row);
+        }
         Self { q, d, dblock, corr }
     }
 }
