@@ -397,11 +397,8 @@ pub(crate) fn check_kernel_inputs(
 
 /// Panels per rayon task: enough tasks to balance the pool, each with at least
 /// ~32 KiB of weights.
-fn panels_per_task(p: &Panels, parallel: bool) -> usize {
+fn panels_per_task(p: &Panels) -> usize {
     let panels = p.panels();
-    if !parallel {
-        return panels.max(1);
-    }
     let tasks = 8 * rayon::current_num_threads();
     let min = (32 * 1024 / (ROWS * p.k / 2).max(1)).max(1);
     panels.div_ceil(tasks).max(min).min(panels).max(1)
@@ -490,7 +487,7 @@ pub(crate) fn run(kernel: Kernel, a: &Acts, m: usize, p: &Panels, parallel: bool
         }
         return out;
     }
-    let per = panels_per_task(p, parallel);
+    let per = panels_per_task(p);
     let cols = per * ROWS;
     let all = a.rows(0, m, k, block);
     // Each task computes `m x (its panels' rows)` into its own buffer.
