@@ -184,4 +184,69 @@ impl Backend {
             }
         }
     }
+
+    /// Prepares weights for [`Backend::gemv_prepared`], once, when a model loads: on a
+    /// GPU the fast GEMV's layout on the device (`blockscale::cuda::PreparedWeights`:
+    /// the codes rearranged so each thread's 16-byte loads decode straight into tensor-core
+    /// fragments); on the CPU the matrix as it is (its exact GEMV needs no preparation).
+    ///
+    /// ```
+    /// use blockscale::ndarray::{Array1, Array2};
+    /// use blockscale::{Backend, Epilogue, QuantizeOptions, Scheme};
+    ///
+    /// let backend = Backend::cuda_if_available(0)?;
+    /// let w = Array2::from_shape_fn((256, 512), |(r, c)| ((r * 7 + c) % 13) as f32 - 6.0);
+    /// let q = backend.quantize(w.view(), Scheme::NvFp4, &QuantizeOptions::default())?;
+    /// let prepared = backend.prepare(&q)?;
+    /// let x = Array1::from_shape_fn(512, |c| half::bf16::from_f32((c % 5) as f32 * 0.25));
+    /// let y = backend.gemv_prepared::<half::bf16, f32>(x.view(), &prepared, &Epilogue::default())?;
+    /// assert_eq!(y.len(), 256);
+    /// # Ok::<(), blockscale::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// On the GPU: a matrix too large for the kernels, out of memory, device failures.
+    pub fn prepare(&self, w: &QuantizedMatrix) -> Result<Prepared, Error> {
+        match self {
+            Self::Cpu => Ok(Prepared::Cpu(w.clone())),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(dev) => Ok(Prepared::Cuda(blockscale_cuda::PreparedWeights::from_host(dev, w)?)),
+        }
+    }
+
+    /// [`Backend::gemv`] on weights [`Backend::prepare`] made (on this backend).
+    ///
+    /// # Errors
+    /// As [`Backend::gemv`]; [`Error::Unsupported`] for weights prepared on the other
+    /// backend.
+    pub fn gemv_prepared<I: Element, O: Element>(
+        &self,
+        x: ArrayView1<'_, I>,
+        w: &Prepared,
+        epilogue: &Epilogue<'_>,
+    ) -> Result<Array1<O>, Error> {
+        match (self, w) {
+            (Self::Cpu, Prepared::Cpu(q)) => self.gemv(x, q, epilogue),
+            #[cfg(feature = "cuda")]
+            (Self::Cuda(dev), Prepared::Cuda(p)) => {
+                let y = I::cuda_gemv_prepared::<O>(dev, x.insert_axis(ndarray::Axis(0)), p, epilogue)?;
+                Ok(y.remove_axis(ndarray::Axis(0)))
+            }
+            #[cfg(feature = "cuda")]
+            _ => Err(Error::Unsupported {
+                backend: self.name(),
+                what: "weights prepared on another backend (prepare them with this one)",
+            }),
+        }
+    }
+}
+
+/// Weights prepared by [`Backend::prepare`] for [`Backend::gemv_prepared`].
+#[derive(Debug)]
+pub enum Prepared {
+    /// The CPU's: the matrix itself.
+    Cpu(QuantizedMatrix),
+    /// The GPU's prepared layout on the device.
+    #[cfg(feature = "cuda")]
+    Cuda(blockscale_cuda::PreparedWeights),
 }

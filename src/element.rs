@@ -46,6 +46,26 @@ pub trait Element: blockscale_cpu::Input + blockscale_cpu::Output + CudaElement 
         w: &QuantizedMatrix,
         epilogue: &Epilogue<'_>,
     ) -> Result<Array2<O>, crate::Error>;
+
+    /// As `cuda_gemv` on weights prepared on the device.
+    #[doc(hidden)]
+    #[cfg(feature = "cuda")]
+    fn cuda_gemv_prepared<O: Element>(
+        dev: &blockscale_cuda::Device,
+        x: ArrayView2<'_, Self>,
+        w: &blockscale_cuda::PreparedWeights,
+        epilogue: &Epilogue<'_>,
+    ) -> Result<Array2<O>, crate::Error>;
+}
+
+/// The CUDA GEMV's refusal of f32 activations.
+#[cfg(feature = "cuda")]
+fn f32_gemv() -> crate::Error {
+    crate::Error::Unsupported {
+        backend: "cuda",
+        what: "a GEMV with f32 activations (the CUDA GEMV reads bf16 or f16; convert them, or use \
+               gemm_weight_only, which takes f32)",
+    }
 }
 
 impl Element for f32 {
@@ -56,11 +76,17 @@ impl Element for f32 {
         _: &QuantizedMatrix,
         _: &Epilogue<'_>,
     ) -> Result<Array2<O>, crate::Error> {
-        Err(crate::Error::Unsupported {
-            backend: "cuda",
-            what: "a GEMV with f32 activations (the CUDA GEMV reads bf16 or f16; convert them, or use \
-                   gemm_weight_only, which takes f32)",
-        })
+        Err(f32_gemv())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_gemv_prepared<O: Element>(
+        _: &blockscale_cuda::Device,
+        _: ArrayView2<'_, Self>,
+        _: &blockscale_cuda::PreparedWeights,
+        _: &Epilogue<'_>,
+    ) -> Result<Array2<O>, crate::Error> {
+        Err(f32_gemv())
     }
 }
 
@@ -75,6 +101,16 @@ macro_rules! gemv_element {
                 epilogue: &Epilogue<'_>,
             ) -> Result<Array2<O>, crate::Error> {
                 Ok(blockscale_cuda::gemv_host::<Self, O>(dev, x, w, epilogue)?)
+            }
+
+            #[cfg(feature = "cuda")]
+            fn cuda_gemv_prepared<O: Element>(
+                dev: &blockscale_cuda::Device,
+                x: ArrayView2<'_, Self>,
+                w: &blockscale_cuda::PreparedWeights,
+                epilogue: &Epilogue<'_>,
+            ) -> Result<Array2<O>, crate::Error> {
+                Ok(blockscale_cuda::gemv_prepared_host::<Self, O>(dev, x, w, epilogue)?)
             }
         }
     };

@@ -50,7 +50,7 @@ mod element;
 #[cfg(feature = "cpu")]
 mod error;
 #[cfg(feature = "cpu")]
-pub use backend::Backend;
+pub use backend::{Backend, Prepared};
 #[doc(hidden)]
 #[cfg(feature = "cpu")]
 pub use element::CudaElement;

@@ -372,31 +372,39 @@ fn gemm_and_gemm_weight_only_agree_with_the_golden_cases() {
 
 #[test]
 fn gemv_agrees_with_the_golden_decode_cases_row_by_row() {
+    // Each row through `gemv` and through `gemv_prepared` on weights prepared once (on
+    // the GPU: the fast kernels' layout).
     let (mut ran, mut exact) = (0, 0);
     for backend in backends() {
         for f in golden_files().iter().filter(|f| kind(f) == "gemv") {
             let p = Product::read(f);
             let x = p.x.as_ref().expect("decode cases are weight-only");
             let k = p.b.k();
+            let prepared = backend.prepare(&p.b).unwrap();
             for r in 0..p.m {
-                let name = format!("{} row {r} [{}]", case_name(f), backend.name());
-                let got = with_values!(x, |v| backend.gemv::<_, f32>(
-                    ArrayView1::from(&v[r * k..(r + 1) * k]),
-                    &p.b,
-                    &p.epilogue()
-                ))
-                .map(|y| {
-                    assert_eq!(y.len(), p.b.rows(), "{name}: output length");
-                    y.to_vec()
-                });
-                if check_product(&name, &backend, &p, got, Some(r)) {
-                    ran += 1;
-                    exact += usize::from(p.exact);
+                for (how, use_prepared) in [("", false), (" prepared", true)] {
+                    let name = format!("{} row {r}{how} [{}]", case_name(f), backend.name());
+                    let got = with_values!(x, |v| {
+                        let xv = ArrayView1::from(&v[r * k..(r + 1) * k]);
+                        if use_prepared {
+                            backend.gemv_prepared::<_, f32>(xv, &prepared, &p.epilogue())
+                        } else {
+                            backend.gemv::<_, f32>(xv, &p.b, &p.epilogue())
+                        }
+                    })
+                    .map(|y| {
+                        assert_eq!(y.len(), p.b.rows(), "{name}: output length");
+                        y.to_vec()
+                    });
+                    if check_product(&name, &backend, &p, got, Some(r)) {
+                        ran += 1;
+                        exact += usize::from(p.exact);
+                    }
                 }
             }
         }
     }
-    assert!(ran >= 18 && exact >= 9, "only {ran} GEMV rows ran ({exact} exact)");
+    assert!(ran >= 36 && exact >= 18, "only {ran} GEMV rows ran ({exact} exact)");
 }
 
 #[test]

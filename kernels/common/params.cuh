@@ -126,6 +126,34 @@ struct GemvParams {
     uint32_t pad;
 };
 
+// GEMV on prepared weights (kernels/gemv/prepared.cu; the layout in
+// crates/blockscale-cuda/src/prepared.rs): y = act(alpha x W^T + bias) for M <= 16, or the
+// gated product of two matrices.
+struct PgemvParams {
+    const void* x;                  // M x K bf16 or f16, row stride x_stride elements
+    const uint32_t* w[2];           // prepared codes: [0] the plain or gate matrix, [1] up
+    const uint8_t* s[2];            // their prepared scales
+    const float* bias[2];           // N f32 each, or null
+    void* out;                      // M x N outputs, row stride out_stride elements
+    float* partial;                 // split-K partial sums [split][mats][M][N] (splits > 1)
+    unsigned int* counters;         // per row tile, zero between launches (splits > 1)
+    unsigned long long x_stride;    // elements
+    unsigned long long out_stride;  // elements
+    float alpha[2];                 // the epilogue's alpha times the layout's power of two
+    uint32_t scale_add[2];          // pre-scaled schemes: bf16 exponent bias of the scales, both halves
+    uint32_t m;
+    uint32_t n;
+    uint32_t k;
+    uint32_t slabs;                 // 64-element K slabs of the layout (a multiple of 4)
+    uint32_t chunks;                // slabs / 4
+    uint32_t out_kind;              // 0 bf16, 1 f16, 2 f32
+    uint32_t activation[2];         // per matrix, as bs::activation
+    uint32_t gated;                 // 1: two matrices, y = first * second
+    uint32_t splits;                // CTAs along K (gridDim.y)
+    uint32_t chunks_per_split;
+    uint32_t pad;
+};
+
 // Index of scale (row, col) in the Swizzled128x4 layout with `cols` logical columns.
 __device__ __forceinline__ uint64_t swizzled_offset(uint32_t row, uint32_t col, uint32_t cols) {
     const uint64_t k_tiles = (cols + 3u) / 4u;
@@ -154,3 +182,4 @@ static_assert(sizeof(bs::SplitParams) == 48, "SplitParams layout changed: update
 static_assert(sizeof(bs::CopyParams) == 40, "CopyParams layout changed: update params.rs");
 static_assert(sizeof(bs::Fp8ScaleParams) == 32, "Fp8ScaleParams layout changed: update params.rs");
 static_assert(sizeof(bs::GemvParams) == 160, "GemvParams layout changed: update params.rs");
+static_assert(sizeof(bs::PgemvParams) == 160, "PgemvParams layout changed: update params.rs");

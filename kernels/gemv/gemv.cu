@@ -33,6 +33,7 @@
 
 #include "../common/activation.cuh"
 #include "../common/convert.cuh"
+#include "../common/gemv_epilogue.cuh"
 #include "../common/params.cuh"
 
 namespace bs {
@@ -540,33 +541,6 @@ __device__ __forceinline__ void decode_scales(const uint8_t* stage, float* dec, 
 }
 
 // ---------------------------------------------------------------------------------------
-// Epilogue.
-
-__device__ __forceinline__ float finish(const GemvParams& p, int mat, float acc, uint32_t n) {
-    const float* bias = p.bias[mat];
-    const float v = bias ? __fmaf_rn(p.alpha[mat], acc, bias[n]) : __fmul_rn(p.alpha[mat], acc);
-    return activation(v, (int)p.activation[mat]);
-}
-
-__device__ __forceinline__ void store(const GemvParams& p, uint32_t m, uint32_t n, float v) {
-    const uint64_t i = (uint64_t)m * p.out_stride + n;
-    if (p.out_kind == 0) {
-        reinterpret_cast<uint16_t*>(p.out)[i] = to_bf16_bits(v);
-    } else if (p.out_kind == 1) {
-        reinterpret_cast<uint16_t*>(p.out)[i] = to_f16_bits(v);
-    } else {
-        reinterpret_cast<float*>(p.out)[i] = v != v ? __uint_as_float(0x7fc00000u) : v;
-    }
-}
-
-// The output (m, n) from the sums of matrix 0 (and 1 when gated).
-__device__ __forceinline__ void write_output(const GemvParams& p, uint32_t m, uint32_t n, float a0, float a1) {
-    float v = finish(p, 0, a0, n);
-    if (p.gated) v = __fmul_rn(v, finish(p, 1, a1, n));
-    store(p, m, n, v);
-}
-
-// ---------------------------------------------------------------------------------------
 // The kernel.
 
 // ACT: the activation type, kBf16 or kF16 compiled in, or kAnyAct read from p.act_f16
@@ -720,7 +694,7 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
         const uint32_t m = 2u * (uint32_t)(l % 4) + (uint32_t)(j & 1) + 8u * (uint32_t)(j >> 2);
         if (n >= p.n || m >= p.m) continue;
         if (p.splits == 1) {
-            write_output(p, m, n, v0, v1);
+            gemv_write_output(p, m, n, v0, v1);
         } else {
             const uint32_t mats = p.gated ? 2u : 1u;
             const uint64_t plane = (uint64_t)p.m * p.n;
@@ -771,6 +745,6 @@ extern "C" __global__ void gemv_reduce(const GemvParams p) {
             v0 = __fadd_rn(v0, part[0]);
             if (p.gated) v1 = __fadd_rn(v1, part[plane]);
         }
-        bs::gemv::write_output(p, (uint32_t)(i / p.n), (uint32_t)(i % p.n), v0, v1);
+        bs::gemv_write_output(p, (uint32_t)(i / p.n), (uint32_t)(i % p.n), v0, v1);
     }
 }

@@ -25,7 +25,7 @@ use blockscale_cuda::cudarc::driver::sys::{CUdevice_attribute, CUgraphInstantiat
 use blockscale_cuda::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use blockscale_cuda::{
     Activation, Device, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized, DeviceScales, GatedWeights,
-    QuantizeOptions, gemv_gated_into, gemv_into, gemv_workspace_size, quantize,
+    GemvWeights, PreparedWeights, QuantizeOptions, gemv_gated_into, gemv_into, gemv_workspace_size, quantize,
 };
 use blockscale_formats::{DataLayout, Fp8Tile, ScaleLayout, Scheme};
 use common::anchors::{LtFp8, bf16_gemm_config, device_and_blas, random_bf16, random_u8};
@@ -179,6 +179,82 @@ const SCHEMES: [(&str, Scheme, bool); 9] = [
     ("int4-g32 interleaved", Scheme::Int4G32, true),
 ];
 
+/// `BLOCKSCALE_BENCH_PLAIN=1`: the checkpoint-layout kernels only.
+fn only_plain() -> bool {
+    std::env::var("BLOCKSCALE_BENCH_PLAIN").is_ok_and(|v| v == "1")
+}
+
+/// `BLOCKSCALE_BENCH_PREPARED=1`: the prepared-weights kernels only.
+fn only_prepared() -> bool {
+    std::env::var("BLOCKSCALE_BENCH_PREPARED").is_ok_and(|v| v == "1")
+}
+
+/// One scheme's rows of the table.
+struct Case<'a> {
+    name: &'a str,
+    n: usize,
+    k: usize,
+    bytes: usize,
+    half_bytes: usize,
+    detail: bool,
+    ms: &'a [usize],
+}
+
+/// Times one weight set (copies for the cold L2, and pairs of half-height copies for
+/// the gated form) and prints its rows; returns the M = 1 time.
+fn rows(
+    dev: &Device,
+    c: Case<'_>,
+    ws: &[GemvWeights<'_>],
+    half: &[GemvWeights<'_>],
+    xs: &CudaSlice<bf16>,
+    copy_gbs: f64,
+    an: &Anchors,
+) -> f64 {
+    let (n, k, bytes, name) = (c.n, c.k, c.bytes, c.name);
+    let epi = DeviceEpilogue::default();
+    let bias = dev.stream().clone_htod(&vec![0.25f32; n]).unwrap();
+    let mut y = dev.stream().alloc_zeros::<bf16>(16 * n).unwrap();
+    let mut run = |m: usize, e: &DeviceEpilogue<'_>, graph: bool| {
+        dev.reserve_workspace(gemv_workspace_size(dev, m, ws[0], false).unwrap()).unwrap();
+        let xm = DeviceMatrix::new(xs, m, k);
+        let mut call = |i: usize| gemv_into(dev, xm, ws[i], e, DeviceMatrixMut::new(&mut y, m, n)).unwrap();
+        if graph { graph_time(dev, ws.len(), call) } else { cold_time(dev, ws.len(), &mut call) }
+    };
+    let t1 = run(1, &epi, false);
+    print_row(&Row { label: name, m: 1, t: t1, bytes }, copy_gbs, an);
+    if !c.detail {
+        return t1;
+    }
+    let tg = run(1, &epi, true);
+    print_row(&Row { label: &format!("{name} (graph)"), m: 1, t: tg, bytes }, copy_gbs, an);
+    for &m in c.ms {
+        let t = run(m, &epi, false);
+        print_row(&Row { label: &format!("{name} (M={m}: {:.2}x M=1)", t / t1), m, t, bytes }, copy_gbs, an);
+    }
+    let fused = DeviceEpilogue::default().with_bias(&bias).with_activation(Activation::Silu);
+    let te = run(1, &fused, false);
+    print_row(
+        &Row { label: &format!("{name} +bias+silu ({:+.1}%)", 100.0 * (te / t1 - 1.0)), m: 1, t: te, bytes },
+        copy_gbs,
+        an,
+    );
+    // Gated: gate and up of N/2 rows each, the same weight bytes as one N-row GEMV.
+    let pairs = half.len() / 2;
+    if pairs > 0 {
+        dev.reserve_workspace(gemv_workspace_size(dev, 1, half[0], true).unwrap()).unwrap();
+        let xm = DeviceMatrix::new(xs, 1, k);
+        let tgate = cold_time(dev, pairs, |i| {
+            let gw = GatedWeights::swiglu(half[2 * i], half[2 * i + 1]);
+            gemv_gated_into(dev, xm, &gw, DeviceMatrixMut::new(&mut y, 1, n / 2)).unwrap()
+        });
+        let hb = c.half_bytes;
+        let label = format!("{name} gated 2x{} ({:.3}x plain)", n / 2, tgate / t1 * bytes as f64 / (2 * hb) as f64);
+        print_row(&Row { label: &label, m: 1, t: tgate, bytes: 2 * hb }, copy_gbs, an);
+    }
+    t1
+}
+
 fn main() {
     let (dev, blas) = device_and_blas();
     let filter = std::env::var("BLOCKSCALE_BENCH_FILTER").unwrap_or_default();
@@ -199,7 +275,6 @@ fn main() {
     println!("device-to-device copy (anchor): {copy_gbs:.0} GB/s (read + written)");
     drop((src, dst));
 
-    let epi = DeviceEpilogue::default();
     for (n, k) in [(28672, 8192), (16384, 2048), (4096, 4096)] {
         let an = anchors(&dev, &blas, n, k);
         println!("\n== N={n} K={k}");
@@ -221,49 +296,44 @@ fn main() {
             }
             let ws = weight_copies(&dev, (n, k), scheme, interleaved, 1);
             let bytes = weight_bytes(&ws[0]);
+            let half: Vec<DeviceQuantized> = weight_copies(&dev, (n / 2, k), scheme, interleaved, 2);
+            let hb = weight_bytes(&half[0]);
             let xs = random_bf16(&dev, 16 * k, 5);
-            let bias = dev.stream().clone_htod(&vec![0.25f32; n]).unwrap();
-            let mut y = dev.stream().alloc_zeros::<bf16>(16 * n).unwrap();
             let detail = scheme == Scheme::NvFp4 || n == 28672;
-            let mut run = |m: usize, e: &DeviceEpilogue<'_>, graph: bool| {
-                dev.reserve_workspace(gemv_workspace_size(&dev, m, &ws[0], false).unwrap()).unwrap();
-                let xm = DeviceMatrix::new(&xs, m, k);
-                let mut call = |i: usize| gemv_into(&dev, xm, &ws[i], e, DeviceMatrixMut::new(&mut y, m, n)).unwrap();
-                if graph { graph_time(&dev, ws.len(), call) } else { cold_time(&dev, ws.len(), &mut call) }
+            let plain: Vec<GemvWeights<'_>> = ws.iter().map(GemvWeights::from).collect();
+            let plain_half: Vec<GemvWeights<'_>> = half.iter().map(GemvWeights::from).collect();
+            let t1 = if only_prepared() {
+                f64::NAN
+            } else {
+                let c = Case { name, n, k, bytes, half_bytes: hb, detail, ms: &[4, 16] };
+                rows(&dev, c, &plain, &plain_half, &xs, copy_gbs, &an)
             };
-            let t1 = run(1, &epi, false);
-            print_row(&Row { label: name, m: 1, t: t1, bytes }, copy_gbs, &an);
-            if !detail {
+            // The same weights prepared once (the fast kernels); INT4's interleaved layout
+            // prepares to the same bytes as its row-major one, so it is timed once.
+            if interleaved || only_plain() {
                 continue;
             }
-            let tg = run(1, &epi, true);
-            print_row(&Row { label: &format!("{name} (graph)"), m: 1, t: tg, bytes }, copy_gbs, &an);
-            for m in [4, 16] {
-                let t = run(m, &epi, false);
-                print_row(&Row { label: &format!("{name} (M={m}: {:.2}x M=1)", t / t1), m, t, bytes }, copy_gbs, &an);
+            let prep = |v: Vec<DeviceQuantized>| -> Vec<PreparedWeights> {
+                v.into_iter().map(|w| PreparedWeights::from_device(&dev, w).unwrap()).collect()
+            };
+            let (pws, phalf) = (prep(ws), prep(half));
+            if let Some(r) = pws[0].unprepared_reason() {
+                println!("| {name} prepared: kept its checkpoint layout ({r}) |");
+                continue;
             }
-            let fused = DeviceEpilogue::default().with_bias(&bias).with_activation(Activation::Silu);
-            let te = run(1, &fused, false);
-            print_row(
-                &Row { label: &format!("{name} +bias+silu ({:+.1}%)", 100.0 * (te / t1 - 1.0)), m: 1, t: te, bytes },
+            let pw: Vec<GemvWeights<'_>> = pws.iter().map(GemvWeights::from).collect();
+            let ph: Vec<GemvWeights<'_>> = phalf.iter().map(GemvWeights::from).collect();
+            let pname = format!("{name} prepared");
+            let tp = rows(
+                &dev,
+                Case { name: &pname, n, k, bytes, half_bytes: hb, detail, ms: &[2, 4, 8, 16] },
+                &pw,
+                &ph,
+                &xs,
                 copy_gbs,
                 &an,
             );
-            // Gated: gate and up of N/2 rows each, the same weight bytes as one N-row GEMV.
-            let half: Vec<DeviceQuantized> = weight_copies(&dev, (n / 2, k), scheme, interleaved, 2);
-            let hb = weight_bytes(&half[0]);
-            let pairs = half.len() / 2;
-            if pairs > 0 {
-                dev.reserve_workspace(gemv_workspace_size(&dev, 1, &half[0], true).unwrap()).unwrap();
-                let xm = DeviceMatrix::new(&xs, 1, k);
-                let tgate = cold_time(&dev, pairs, |i| {
-                    let gw = GatedWeights::swiglu(&half[2 * i], &half[2 * i + 1]);
-                    gemv_gated_into(&dev, xm, &gw, DeviceMatrixMut::new(&mut y, 1, n / 2)).unwrap()
-                });
-                let label =
-                    format!("{name} gated 2x{} ({:.3}x plain)", n / 2, tgate / t1 * bytes as f64 / (2 * hb) as f64);
-                print_row(&Row { label: &label, m: 1, t: tgate, bytes: 2 * hb }, copy_gbs, &an);
-            }
+            println!("| {:<38} | {:>2} | prepared / checkpoint layout: {:.2}x faster |", name, 1, t1 / tp);
         }
     }
 }

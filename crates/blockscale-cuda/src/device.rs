@@ -39,11 +39,25 @@ pub struct Device {
     sm_count: u32,
     modules: Vec<(&'static str, Arc<CudaModule>)>,
     functions: Mutex<HashMap<String, Kernel>>,
-    /// Scratch memory of the GEMMs (dequantized operands, staged outputs, CUTLASS's
-    /// own), grown by the allocating calls and [`Device::reserve_workspace`]; every use
-    /// is ordered on `stream`.
-    workspace: Mutex<Option<CudaSlice<u8>>>,
+    /// Scratch memory of the GEMMs and GEMVs, grown by the allocating calls and
+    /// [`Device::reserve_workspace`]; every use is ordered on `stream`. (Boxed: a
+    /// `Device` stays small enough to sit in enums such as the facade's `Backend`.)
+    scratch: Box<Mutex<Scratch>>,
 }
+
+/// A device's scratch memory, behind one lock.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// The GEMMs' and GEMVs' workspace (dequantized operands, staged outputs, split-K
+    /// partial sums, CUTLASS's own).
+    pub(crate) workspace: Option<CudaSlice<u8>>,
+    /// The split-K GEMV's arrival counters, one per row tile, zero between launches
+    /// (allocated zeroed with the workspace; every launch leaves them zero).
+    pub(crate) counters: Option<CudaSlice<u32>>,
+}
+
+/// Row tiles the GEMV's split-K counters cover.
+pub(crate) const GEMV_COUNTERS: usize = 1 << 16;
 
 /// A loaded kernel and how many 256-thread blocks of it fit on one SM.
 #[derive(Clone, Debug)]
@@ -131,7 +145,7 @@ impl Device {
             sm_count,
             modules,
             functions: Mutex::new(HashMap::new()),
-            workspace: Mutex::new(None),
+            scratch: Box::new(Mutex::new(Scratch::default())),
         })
     }
 
@@ -177,7 +191,15 @@ impl Device {
     /// # Errors
     /// [`CudaError::OutOfMemory`] or [`CudaError::Driver`].
     pub fn reserve_workspace(&self, bytes: usize) -> Result<(), CudaError> {
-        let mut ws = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        let mut scratch = self.scratch();
+        if scratch.counters.is_none() {
+            scratch.counters = Some(
+                self.stream
+                    .alloc_zeros::<u32>(GEMV_COUNTERS)
+                    .map_err(CudaError::alloc("the GEMV counters", 4 * GEMV_COUNTERS))?,
+            );
+        }
+        let ws = &mut scratch.workspace;
         if ws.as_ref().is_some_and(|w| w.len() >= bytes) {
             return Ok(());
         }
@@ -192,12 +214,12 @@ impl Device {
 
     /// Bytes the GEMM workspace holds now.
     pub fn workspace_bytes(&self) -> usize {
-        self.workspace.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |w| w.len())
+        self.scratch().workspace.as_ref().map_or(0, |w| w.len())
     }
 
-    /// The workspace, locked for one GEMM's queuing.
-    pub(crate) fn workspace(&self) -> std::sync::MutexGuard<'_, Option<CudaSlice<u8>>> {
-        self.workspace.lock().unwrap_or_else(|e| e.into_inner())
+    /// The workspace and the GEMV's split-K counters, locked for one launch's queuing.
+    pub(crate) fn scratch(&self) -> std::sync::MutexGuard<'_, Scratch> {
+        self.scratch.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A kernel by name, loaded once and cached with its occupancy.
@@ -209,19 +231,29 @@ impl Device {
     /// bytes of dynamic shared memory (the GEMVs): on first use its limit is raised to
     /// `smem` and its occupancy counted with it, so a launch costs no driver query.
     pub(crate) fn function_with_smem(&self, name: &str, smem: usize) -> Result<Kernel, CudaError> {
+        // The grid-stride kernels run 256 threads per block; the GEMVs (their own grid
+        // and shared memory) the 128 they are built for.
+        self.function_with_threads(name, if smem > 0 { 128 } else { 256 }, smem)
+    }
+
+    /// A kernel by name, its occupancy counted for blocks of `threads` with `smem` bytes
+    /// of dynamic shared memory (its limit raised to that on first use).
+    pub(crate) fn function_with_threads(&self, name: &str, threads: u32, smem: usize) -> Result<Kernel, CudaError> {
         let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = cache.get(name) {
             return Ok(f.clone());
         }
         // Kernels live in the module named after their operation: quantize_* and amax_*
         // in quantize.fatbin, dequantize_* in dequantize.fatbin, gemm_* (operand
-        // preparation) in prepare.fatbin, gemv_* in gemv.fatbin.
+        // preparation) in prepare.fatbin, gemv_* in gemv.fatbin, pgemv_* in prepared.fatbin.
         let module_name = if name.starts_with("dequantize_") {
             "dequantize"
         } else if name.starts_with("gemm_") {
             "prepare"
         } else if name.starts_with("gemv_") {
             "gemv"
+        } else if name.starts_with("pgemv_") {
+            "prepared"
         } else {
             "quantize"
         };
@@ -230,9 +262,6 @@ impl Device {
             source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND),
         })?;
         let func = module.load_function(name).map_err(CudaError::driver("finding a kernel in its module"))?;
-        // The grid-stride kernels run 256 threads per block; the GEMVs (their own grid
-        // and shared memory) the 128 they are built for.
-        let threads = if smem > 0 { 128 } else { 256 };
         if smem > 0 {
             func.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -264,4 +293,45 @@ fn ensure_driver() -> Result<(), CudaError> {
     // SAFETY: is_culib_present only tries to load the library by name; it has no
     // preconditions.
     if unsafe { cudarc::driver::sys::is_culib_present() } { Ok(()) } else { Err(CudaError::NoDriver) }
+}
+
+/// Queues `func` on `stream` with one by-value parameter struct and the
+/// programmatic-stream-serialization attribute: the kernel may start while the previous
+/// kernel on the stream finishes, and must itself wait (`griddepcontrol.wait`) before it
+/// touches memory that kernel writes.
+///
+/// # Safety
+/// As for any launch: `params` must be the kernel's one parameter (same layout), every
+/// pointer in it valid for what the kernel does with it until the kernel completes, and
+/// the grid and shared memory what the kernel expects. In addition the kernel must read
+/// nothing before its `griddepcontrol.wait` that an earlier kernel on the stream may
+/// still be writing.
+pub(crate) unsafe fn launch_dependent<P: cudarc::driver::DeviceRepr>(
+    stream: &CudaStream,
+    func: &CudaFunction,
+    config: LaunchConfig,
+    params: &P,
+) -> Result<(), cudarc::driver::DriverError> {
+    use cudarc::driver::sys;
+    // SAFETY: CUlaunchAttribute is plain data (an id and a union of integers); all zero
+    // is a valid value, overwritten below.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: config.grid_dim.0,
+        gridDimY: config.grid_dim.1,
+        gridDimZ: config.grid_dim.2,
+        blockDimX: config.block_dim.0,
+        blockDimY: config.block_dim.1,
+        blockDimZ: config.block_dim.2,
+        sharedMemBytes: config.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut args = [params as *const P as *mut std::ffi::c_void];
+    // SAFETY: the caller guarantees the parameter and launch shape (above); `cfg`,
+    // `attr` and `args` outlive the call, which copies them.
+    unsafe { sys::cuLaunchKernelEx(&cfg, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()
 }

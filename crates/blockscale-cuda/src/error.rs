@@ -208,6 +208,13 @@ pub enum CudaError {
         /// The up matrix's.
         up: (Scheme, usize, usize),
     },
+    /// A gated GEMV with one matrix prepared and the other not (or kept in its
+    /// checkpoint layout by `PreparedWeights`).
+    #[error(
+        "the gated GEMV needs gate and up weights both prepared (PreparedWeights with no unprepared_reason) or \
+         both in the checkpoint layout; one of each was given"
+    )]
+    MixedPreparation,
     /// A device pointer not aligned for the kernels' 16-byte vector accesses.
     #[error("{what} starts at device address {address:#x}, which is not 16-byte aligned; pass an aligned view")]
     Misaligned {

@@ -35,6 +35,7 @@ mod error;
 mod gemm;
 mod gemv;
 mod params;
+pub mod prepared;
 mod quantize;
 
 pub use blockscale_formats::{Activation, Epilogue, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions};
@@ -48,7 +49,8 @@ pub use gemm::{
     gemm_weight_only_into, gemm_weight_only_workspace_size, gemm_workspace_size,
 };
 pub use gemv::{
-    GEMV_MAX_ROWS, GatedWeights, GemvInput, gemv, gemv_gated, gemv_gated_into, gemv_host, gemv_into,
-    gemv_workspace_size,
+    GEMV_MAX_ROWS, GatedWeights, GemvInput, GemvWeights, gemv, gemv_gated, gemv_gated_into, gemv_host, gemv_into,
+    gemv_prepared_host, gemv_workspace_size,
 };
+pub use prepared::PreparedWeights;
 pub use quantize::{DeviceMatrix, quantize, quantize_host, quantize_into};

@@ -122,6 +122,34 @@ pub(crate) struct GemvParams {
     pub pad: u32,
 }
 
+/// `bs::PgemvParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PgemvParams {
+    pub x: u64,
+    pub w: [u64; 2],
+    pub s: [u64; 2],
+    pub bias: [u64; 2],
+    pub out: u64,
+    pub partial: u64,
+    pub counters: u64,
+    pub x_stride: u64,
+    pub out_stride: u64,
+    pub alpha: [f32; 2],
+    pub scale_add: [u32; 2],
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub slabs: u32,
+    pub chunks: u32,
+    pub out_kind: u32,
+    pub activation: [u32; 2],
+    pub gated: u32,
+    pub splits: u32,
+    pub chunks_per_split: u32,
+    pub pad: u32,
+}
+
 // The C++ structs have the same fields in the same order with natural alignment; these
 // sizes are what nvcc gives them (8-byte pointers, 4-byte scalars, tail padding to 8).
 const _: () = assert!(size_of::<QuantParams>() == 88 && align_of::<QuantParams>() == 8);
@@ -131,6 +159,7 @@ const _: () = assert!(size_of::<SplitParams>() == 48 && align_of::<SplitParams>(
 const _: () = assert!(size_of::<CopyParams>() == 40 && align_of::<CopyParams>() == 8);
 const _: () = assert!(size_of::<Fp8ScaleParams>() == 32 && align_of::<Fp8ScaleParams>() == 8);
 const _: () = assert!(size_of::<GemvParams>() == 160 && align_of::<GemvParams>() == 8);
+const _: () = assert!(size_of::<PgemvParams>() == 160 && align_of::<PgemvParams>() == 8);
 
 // SAFETY: plain #[repr(C)] structs of integers and floats, passed by value to kernels
 // whose parameter types have the identical layout (kernels/common/params.cuh).
@@ -147,3 +176,5 @@ unsafe impl DeviceRepr for CopyParams {}
 unsafe impl DeviceRepr for Fp8ScaleParams {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for GemvParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for PgemvParams {}

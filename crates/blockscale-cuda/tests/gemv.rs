@@ -3,8 +3,10 @@
 //! N and K, both scale layouts, bf16 and f16 activations, every output type, bias and
 //! each activation, the split-K path and the single-pass one, the gated (SwiGLU) form,
 //! NaN-poisoned outputs (an unwritten element fails), NaN and Inf inputs, run-to-run
-//! determinism, a CUDA graph replay and the typed errors. Exact data must match bit for
-//! bit; random data must sit within the documented bound (docs/KERNELS.md, "GEMV").
+//! determinism, a CUDA graph replay and the typed errors, each on the checkpoint layout
+//! (`DeviceQuantized`, the general kernel) and on `PreparedWeights` (the fast kernels).
+//! Exact data must match bit for bit; random data must sit within the documented bound
+//! (docs/KERNELS.md, "GEMV").
 //!
 //! Needs a GPU (Hopper or SM120: the GEMV has SASS for both). Without one every test
 //! prints why and passes, unless BLOCKSCALE_REQUIRE_GPU=1.
@@ -12,10 +14,11 @@
 mod common;
 
 use blockscale_cpu as cpu;
+use blockscale_cuda::prepared::Unpreparable;
 use blockscale_cuda::{
     Activation, CudaError, Device, DeviceElement, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized,
-    Epilogue, GEMV_MAX_ROWS, GatedWeights, GemvInput, gemv, gemv_gated, gemv_gated_into, gemv_host, gemv_into,
-    gemv_workspace_size,
+    Epilogue, GEMV_MAX_ROWS, GatedWeights, GemvInput, GemvWeights, PreparedWeights, gemv, gemv_gated, gemv_gated_into,
+    gemv_host, gemv_into, gemv_workspace_size,
 };
 use blockscale_formats::{Fp8Tile, NonFinite, QuantizeOptions, QuantizedMatrix, ScaleLayout, Scheme};
 use common::device;
@@ -40,12 +43,15 @@ struct Case {
     bias: bool,
     activation: Activation,
     layout: ScaleLayout,
+    /// Run on PreparedWeights (the fast kernels) instead of the checkpoint layout.
+    prepared: bool,
 }
 
 impl Case {
     fn what<I: DeviceElement, O: DeviceElement>(&self) -> String {
         format!(
-            "{} x {:?}{} {}x{}x{} {:?} {} bias={} {:?} -> {}",
+            "{}{} x {:?}{} {}x{}x{} {:?} {} bias={} {:?} -> {}",
+            if self.prepared { "prepared " } else { "" },
             I::SUFFIX,
             self.scheme,
             if self.interleaved { " interleaved" } else { "" },
@@ -58,6 +64,32 @@ impl Case {
             self.activation,
             O::SUFFIX
         )
+    }
+}
+
+/// Weights on the device, in the layout a case asks for.
+enum Held {
+    Quantized(DeviceQuantized),
+    Prepared(PreparedWeights),
+}
+
+impl Held {
+    /// Uploads `w`; prepared weights must really be prepared (not kept in their
+    /// checkpoint layout), or the case would test the general kernel twice.
+    fn new(dev: &Device, w: &QuantizedMatrix, prepared: bool) -> Self {
+        if !prepared {
+            return Self::Quantized(DeviceQuantized::from_host(dev, w).unwrap());
+        }
+        let p = PreparedWeights::from_host(dev, w).unwrap();
+        assert_eq!(p.unprepared_reason(), None, "{:?}: these weights must take the prepared layout", w.scheme());
+        Self::Prepared(p)
+    }
+
+    fn get(&self) -> GemvWeights<'_> {
+        match self {
+            Self::Quantized(w) => w.into(),
+            Self::Prepared(w) => w.into(),
+        }
     }
 }
 
@@ -121,19 +153,20 @@ fn run_case<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Out
 
     let stride = c.k.next_multiple_of(8) + 8 * (seed as usize % 2);
     let dx = upload_x(dev, &inp.x, c.m, c.k, stride);
-    let dw = DeviceQuantized::from_host(dev, &inp.w).unwrap();
+    let held = Held::new(dev, &inp.w, c.prepared);
+    let dw = held.get();
     let dbias = dev.stream().clone_htod(&inp.bias).unwrap();
     let mut epi = DeviceEpilogue { alpha: inp.alpha, ..Default::default() }.with_activation(c.activation);
     if c.bias {
         epi = epi.with_bias(&dbias);
     }
     let xm = DeviceMatrix { data: &dx, rows: c.m, k: c.k, row_stride: stride };
-    let fresh = gemv::<I, O>(dev, xm, &dw, &epi).unwrap();
+    let fresh = gemv::<I, O>(dev, xm, dw, &epi).unwrap();
     // Into a padded output: the padding must stay poisoned.
     let out_stride = c.n + 5;
     let mut d = poisoned::<O>(dev, c.m, out_stride);
-    dev.reserve_workspace(gemv_workspace_size(dev, c.m, &dw, false).unwrap()).unwrap();
-    gemv_into(dev, xm, &dw, &epi, DeviceMatrixMut { data: &mut d, rows: c.m, cols: c.n, row_stride: out_stride })
+    dev.reserve_workspace(gemv_workspace_size(dev, c.m, dw, false).unwrap()).unwrap();
+    gemv_into(dev, xm, dw, &epi, DeviceMatrixMut { data: &mut d, rows: c.m, cols: c.n, row_stride: out_stride })
         .unwrap();
     let got = read_back(dev, &d, c.m, c.n, out_stride);
     let what = c.what::<I, O>();
@@ -160,12 +193,15 @@ fn every_scheme_matches_the_reference() {
     // M 1, 4, 9 and 16 (both kernels and their edges), N ragged against every row tile.
     let shapes = [(1, 70), (4, 131), (9, 33), (16, 200)];
     let mut seed = 1u64;
-    for (si, &(scheme, interleaved)) in SCHEMES.iter().enumerate() {
+    for (prepared, (si, &(scheme, interleaved))) in
+        [false, true].into_iter().flat_map(|p| SCHEMES.iter().enumerate().map(move |s| (p, s)))
+    {
         for (v, &(m, n)) in shapes.iter().enumerate() {
             for exact in [true, false] {
                 seed += 1;
-                let turn = si + v;
+                let turn = si + v + usize::from(prepared);
                 let c = Case {
+                    prepared,
                     scheme,
                     interleaved,
                     m,
@@ -188,9 +224,8 @@ fn every_scheme_matches_the_reference() {
 }
 
 /// Weights of a shape (their values do not matter), for asking how it is launched.
-fn of_shape(dev: &Device, scheme: Scheme, interleaved: bool, n: usize, k: usize) -> DeviceQuantized {
-    DeviceQuantized::from_host(dev, &weights(&mut Rng(1), (n, k), scheme, ScaleLayout::Linear, interleaved, false))
-        .unwrap()
+fn of_shape(dev: &Device, scheme: Scheme, interleaved: bool, n: usize, k: usize, prepared: bool) -> Held {
+    Held::new(dev, &weights(&mut Rng(1), (n, k), scheme, ScaleLayout::Linear, interleaved, false), prepared)
 }
 
 /// Long K with few rows takes the split-K path (partials reduced in split order); many
@@ -199,11 +234,14 @@ fn of_shape(dev: &Device, scheme: Scheme, interleaved: bool, n: usize, k: usize)
 fn split_k_and_single_pass() {
     let Some(dev) = device() else { return };
     let mut seed = 500u64;
-    for (si, &(scheme, interleaved)) in SCHEMES.iter().enumerate() {
+    for (prepared, (si, &(scheme, interleaved))) in
+        [false, true].into_iter().flat_map(|p| SCHEMES.iter().enumerate().map(move |s| (p, s)))
+    {
         // 13000 rows give every SM of an H100 (132) or RTX PRO 6000 (188) a row tile.
         for &(m, n, k, exact) in &[(3, 40, 4096, true), (16, 72, 2048, false), (2, 13000, 256, false)] {
             seed += 1;
             let c = Case {
+                prepared,
                 scheme,
                 interleaved,
                 m,
@@ -214,7 +252,8 @@ fn split_k_and_single_pass() {
                 activation: if exact { Activation::Identity } else { ACTS[si % 4] },
                 layout: ScaleLayout::Swizzled128x4,
             };
-            let split = gemv_workspace_size(&dev, m, &of_shape(&dev, scheme, interleaved, n, k), false).unwrap() > 0;
+            let held = of_shape(&dev, scheme, interleaved, n, k, prepared);
+            let split = gemv_workspace_size(&dev, m, held.get(), false).unwrap() > 0;
             assert_eq!(split, n < 1000, "{scheme:?} {m}x{n}x{k}: split-K expected only for the short N");
             if si % 2 == 0 {
                 run_case::<bf16, bf16>(&dev, &c, seed);
@@ -242,22 +281,22 @@ fn run_gated<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Ou
     let want: Array2<O> = Array2::from_shape_fn((c.m, c.n), |(i, j)| O::from_f32(g32[(i, j)] * u32_[(i, j)]));
 
     let dx = upload_x(dev, &gate.x, c.m, c.k, c.k.next_multiple_of(8));
-    let (dg, du) = (DeviceQuantized::from_host(dev, &gate.w).unwrap(), DeviceQuantized::from_host(dev, &up.w).unwrap());
+    let (dg, du) = (Held::new(dev, &gate.w, c.prepared), Held::new(dev, &up.w, c.prepared));
     let (bg, bu) = (dev.stream().clone_htod(&gate.bias).unwrap(), dev.stream().clone_htod(&up.bias).unwrap());
     let side = |alpha, bias, act| {
         let e = DeviceEpilogue { alpha, ..Default::default() }.with_activation(act);
         if c.bias { e.with_bias(bias) } else { e }
     };
     let weights = GatedWeights {
-        gate: &dg,
+        gate: dg.get(),
         gate_epilogue: side(gate.alpha, &bg, acts.0),
-        up: &du,
+        up: du.get(),
         up_epilogue: side(up.alpha, &bu, acts.1),
     };
     let xm = DeviceMatrix { data: &dx, rows: c.m, k: c.k, row_stride: c.k.next_multiple_of(8) };
     let fresh = gemv_gated::<I, O>(dev, xm, &weights).unwrap();
     let mut d = poisoned::<O>(dev, c.m, c.n);
-    dev.reserve_workspace(gemv_workspace_size(dev, c.m, &dg, true).unwrap()).unwrap();
+    dev.reserve_workspace(gemv_workspace_size(dev, c.m, dg.get(), true).unwrap()).unwrap();
     gemv_gated_into(dev, xm, &weights, DeviceMatrixMut::new(&mut d, c.m, c.n)).unwrap();
     let got = read_back(dev, &d, c.m, c.n, c.n);
     let what = format!("gated {:?} {}", acts, c.what::<I, O>());
@@ -285,7 +324,9 @@ fn run_gated<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Ou
 fn gated_matches_two_references() {
     let Some(dev) = device() else { return };
     let mut seed = 800u64;
-    for (si, &(scheme, interleaved)) in SCHEMES.iter().enumerate() {
+    for (prepared, (si, &(scheme, interleaved))) in
+        [false, true].into_iter().flat_map(|p| SCHEMES.iter().enumerate().map(move |s| (p, s)))
+    {
         // Exact with identity on both sides (bit for bit), then SwiGLU and GELU-gated
         // random data; short K (single pass) and long K with few rows (split-K).
         for (v, &(m, n, k, exact)) in
@@ -293,6 +334,7 @@ fn gated_matches_two_references() {
         {
             seed += 1;
             let c = Case {
+                prepared,
                 scheme,
                 interleaved,
                 m,
@@ -335,14 +377,27 @@ fn non_finite_inputs_propagate_like_the_reference() {
         let xv = ArrayView2::from_shape((m, k), &x[..]).unwrap();
         let want = cpu::gemm_weight_only_reference::<bf16, f32>(xv, &w, &Epilogue::default()).unwrap();
         let got = gemv_host::<bf16, f32>(&dev, xv, &w, &Epilogue::default()).unwrap();
-        for (i, (g, r)) in got.iter().zip(want.iter()).enumerate() {
-            assert_eq!(g.is_nan(), r.is_nan(), "{scheme:?}: element {i}: got {g}, want {r}");
-            if r.is_infinite() {
-                assert_eq!(g, r, "{scheme:?}: element {i}");
+        // Prepared: NaN scales (NVFP4, MX) keep the matrix in its checkpoint layout; FP8
+        // block's f32 scales are applied after the sums, so it takes the prepared layout.
+        let pw = PreparedWeights::from_host(&dev, &w).unwrap();
+        let expected = if matches!(scheme, Scheme::Fp8Block(_)) { None } else { Some(Unpreparable::SpecialScale) };
+        assert_eq!(pw.unprepared_reason(), expected, "{scheme:?}");
+        let dx = dev.stream().clone_htod(&x).unwrap();
+        let py = gemv::<bf16, f32>(&dev, DeviceMatrix::new(&dx, m, k), &pw, &DeviceEpilogue::default()).unwrap();
+        let py = Array2::from_shape_vec((m, n), dev.stream().clone_dtoh(&py).unwrap()).unwrap();
+        for (label, got) in [("checkpoint layout", &got), ("prepared", &py)] {
+            for (i, (g, r)) in got.iter().zip(want.iter()).enumerate() {
+                assert_eq!(g.is_nan(), r.is_nan(), "{scheme:?} {label}: element {i}: got {g}, want {r}");
+                if r.is_infinite() {
+                    assert_eq!(g, r, "{scheme:?} {label}: element {i}");
+                }
             }
+            assert!(got.row(1).iter().all(|v| v.is_nan()), "{scheme:?} {label}: a NaN activation poisons its row");
+            assert!(
+                got.column(5).iter().all(|v| v.is_nan()),
+                "{scheme:?} {label}: a NaN weight block poisons its column"
+            );
         }
-        assert!(got.row(1).iter().all(|v| v.is_nan()), "{scheme:?}: a NaN activation poisons its row");
-        assert!(got.column(5).iter().all(|v| v.is_nan()), "{scheme:?}: a NaN weight block poisons its column");
     }
 }
 
@@ -355,19 +410,22 @@ fn results_do_not_change_from_run_to_run() {
     let w = weights(&mut rng, (n, k), Scheme::MxFp4, ScaleLayout::Swizzled128x4, false, false);
     let x = activations::<bf16>(&mut rng, m, k, false);
     let dx = upload_x(&dev, &x, m, k, k);
-    let dw = DeviceQuantized::from_host(&dev, &w).unwrap();
-    assert!(gemv_workspace_size(&dev, m, &dw, false).unwrap() > 0, "this shape splits K");
-    let xm = DeviceMatrix::new(&dx, m, k);
-    let first =
-        dev.stream().clone_dtoh(&gemv::<bf16, f32>(&dev, xm, &dw, &DeviceEpilogue::default()).unwrap()).unwrap();
-    let gated = GatedWeights::swiglu(&dw, &dw);
-    let g_first = dev.stream().clone_dtoh(&gemv_gated::<bf16, f32>(&dev, xm, &gated).unwrap()).unwrap();
-    for _ in 0..20 {
-        let again =
-            dev.stream().clone_dtoh(&gemv::<bf16, f32>(&dev, xm, &dw, &DeviceEpilogue::default()).unwrap()).unwrap();
-        assert!(again.iter().zip(&first).all(|(a, b)| a.to_bits() == b.to_bits()));
-        let g = dev.stream().clone_dtoh(&gemv_gated::<bf16, f32>(&dev, xm, &gated).unwrap()).unwrap();
-        assert!(g.iter().zip(&g_first).all(|(a, b)| a.to_bits() == b.to_bits()));
+    for prepared in [false, true] {
+        let held = Held::new(&dev, &w, prepared);
+        let dw = held.get();
+        assert!(gemv_workspace_size(&dev, m, dw, false).unwrap() > 0, "this shape splits K");
+        let xm = DeviceMatrix::new(&dx, m, k);
+        let first =
+            dev.stream().clone_dtoh(&gemv::<bf16, f32>(&dev, xm, dw, &DeviceEpilogue::default()).unwrap()).unwrap();
+        let gated = GatedWeights::swiglu(dw, dw);
+        let g_first = dev.stream().clone_dtoh(&gemv_gated::<bf16, f32>(&dev, xm, &gated).unwrap()).unwrap();
+        for _ in 0..20 {
+            let again =
+                dev.stream().clone_dtoh(&gemv::<bf16, f32>(&dev, xm, dw, &DeviceEpilogue::default()).unwrap()).unwrap();
+            assert!(again.iter().zip(&first).all(|(a, b)| a.to_bits() == b.to_bits()), "prepared {prepared}");
+            let g = dev.stream().clone_dtoh(&gemv_gated::<bf16, f32>(&dev, xm, &gated).unwrap()).unwrap();
+            assert!(g.iter().zip(&g_first).all(|(a, b)| a.to_bits() == b.to_bits()), "prepared {prepared}");
+        }
     }
 }
 
@@ -380,14 +438,19 @@ fn gemv_into_replays_in_a_cuda_graph() {
     let w = weights(&mut rng, (n, k), Scheme::NvFp4, ScaleLayout::Swizzled128x4, false, false);
     let x = activations::<bf16>(&mut rng, m, k, false);
     let dx = upload_x(&dev, &x, m, k, k);
-    let dw = DeviceQuantized::from_host(&dev, &w).unwrap();
-    let epi = DeviceEpilogue::default().with_activation(Activation::Silu);
-    let xm = DeviceMatrix::new(&dx, m, k);
-    let expect = dev.stream().clone_dtoh(&gemv::<bf16, bf16>(&dev, xm, &dw, &epi).unwrap()).unwrap();
-    assert!(gemv_workspace_size(&dev, m, &dw, false).unwrap() > 0, "this shape splits K");
-    dev.reserve_workspace(gemv_workspace_size(&dev, m, &dw, false).unwrap()).unwrap();
-    let mut d = poisoned::<bf16>(&dev, m, n);
-    replay_in_graph(&dev, &mut d, |d| gemv_into(&dev, xm, &dw, &epi, DeviceMatrixMut::new(d, m, n)), &expect);
+    for prepared in [false, true] {
+        // Prepared: one launch whose last CTA per tile adds the partials (its counters
+        // must be back at zero for every replay).
+        let held = Held::new(&dev, &w, prepared);
+        let dw = held.get();
+        let epi = DeviceEpilogue::default().with_activation(Activation::Silu);
+        let xm = DeviceMatrix::new(&dx, m, k);
+        let expect = dev.stream().clone_dtoh(&gemv::<bf16, bf16>(&dev, xm, dw, &epi).unwrap()).unwrap();
+        assert!(gemv_workspace_size(&dev, m, dw, false).unwrap() > 0, "this shape splits K");
+        dev.reserve_workspace(gemv_workspace_size(&dev, m, dw, false).unwrap()).unwrap();
+        let mut d = poisoned::<bf16>(&dev, m, n);
+        replay_in_graph(&dev, &mut d, |d| gemv_into(&dev, xm, dw, &epi, DeviceMatrixMut::new(d, m, n)), &expect);
+    }
 }
 
 #[test]
@@ -437,6 +500,20 @@ fn bad_input_is_a_typed_error() {
             Err(CudaError::GatedMismatch { .. })
         ));
     }
+    // Gated: both prepared or neither.
+    let hw32 = cpu::quantize_slice(&vec![0.5f32; 32 * 64], 32, 64, Scheme::NvFp4, &QuantizeOptions::default()).unwrap();
+    let pw = PreparedWeights::from_host(&dev, &hw32).unwrap();
+    assert_eq!(pw.unprepared_reason(), None);
+    assert!(matches!(
+        gemv_gated::<bf16, f32>(&dev, rows(2), &GatedWeights::swiglu(&w, &pw)),
+        Err(CudaError::MixedPreparation)
+    ));
+    // The prepared path checks its inputs the same way.
+    assert!(matches!(gemv::<bf16, f32>(&dev, wrong_k, &pw, &epi), Err(CudaError::KMismatch { a: 32, b: 64 })));
+    assert!(matches!(
+        gemv::<bf16, f32>(&dev, rows(2), &pw, &DeviceEpilogue::default().with_bias(&short_bias)),
+        Err(CudaError::BiasLength { expected: 32, actual: 31 })
+    ));
     // A fresh device has no workspace: a split-K gemv_into asks for it, naming the size.
     let fresh = Device::new(0).unwrap();
     let big = {
@@ -483,8 +560,11 @@ fn gemv_sanitizer_smoke() {
             bias: true,
             activation: Activation::Silu,
             layout: [ScaleLayout::Swizzled128x4, ScaleLayout::Linear][si / 2 % 2],
+            prepared: false,
         };
         run_case::<bf16, bf16>(&dev, &c, 900 + si as u64);
+        run_case::<bf16, bf16>(&dev, &Case { prepared: true, ..c }, 920 + si as u64);
+        run_case::<f16, f32>(&dev, &Case { prepared: true, m: 9, ..c }, 940 + si as u64);
     }
     let c = Case {
         scheme: Scheme::MxFp8E4M3,
@@ -496,6 +576,8 @@ fn gemv_sanitizer_smoke() {
         bias: true,
         activation: Activation::Identity,
         layout: ScaleLayout::Swizzled128x4,
+        prepared: false,
     };
     run_gated::<f16, f32>(&dev, &c, (Activation::Silu, Activation::Identity), 950);
+    run_gated::<bf16, f32>(&dev, &Case { prepared: true, ..c }, (Activation::Silu, Activation::Identity), 951);
 }

@@ -527,23 +527,54 @@ fn verify_gemv_cuda(
     exact: bool,
 ) -> Result<Vec<Outcome>, GoldenError> {
     let (m, k) = (want.len() / b.rows(), b.k());
-    let name = format!("{label} gemv]");
-    let got = match x {
-        Some(Values::Bf16(v)) => {
-            blockscale_cuda::gemv_host::<_, f32>(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)
-        }
-        Some(Values::F16(v)) => {
-            blockscale_cuda::gemv_host::<_, f32>(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)
-        }
-        _ => return Ok(vec![outcome(name, false, 0, "a GEMV case needs bf16 or f16 activations x".into())]),
+    // The checkpoint layout (the general kernel), then the same weights prepared (the
+    // fast kernels).
+    let prepared = match blockscale_cuda::PreparedWeights::from_host(dev, b) {
+        Ok(p) => p,
+        Err(e) => return Ok(vec![outcome(format!("{label} gemv prepared]"), false, 0, format!("error: {e}"))]),
     };
-    let got = match got {
-        Ok(got) => got.into_raw_vec_and_offset().0,
-        Err(e) => return Ok(vec![outcome(name, false, 0, format!("error: {e}"))]),
-    };
-    // Weights exact in bf16, block scales applied in f32: nothing rounded.
-    let rel = bf16_tensor_core_rel(k, x, 0);
-    check_cuda(name, &got, want, (None, x, b), epi, (exact, rel, 1.0))
+    let mut outcomes = Vec::new();
+    for prepare in [false, true] {
+        let name = format!("{label} gemv{}]", if prepare { " prepared" } else { "" });
+        let run = |xv: Option<&Values>| -> Result<ndarray::Array2<f32>, blockscale_cuda::CudaError> {
+            match (xv, prepare) {
+                (Some(Values::Bf16(v)), false) => {
+                    blockscale_cuda::gemv_host(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)
+                }
+                (Some(Values::F16(v)), false) => {
+                    blockscale_cuda::gemv_host(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)
+                }
+                (Some(Values::Bf16(v)), true) => blockscale_cuda::gemv_prepared_host(
+                    dev,
+                    ArrayView2::from_shape((m, k), &v[..]).unwrap(),
+                    &prepared,
+                    epi,
+                ),
+                (Some(Values::F16(v)), true) => blockscale_cuda::gemv_prepared_host(
+                    dev,
+                    ArrayView2::from_shape((m, k), &v[..]).unwrap(),
+                    &prepared,
+                    epi,
+                ),
+                _ => unreachable!("checked below"),
+            }
+        };
+        if !matches!(x, Some(Values::Bf16(_) | Values::F16(_))) {
+            return Ok(vec![outcome(name, false, 0, "a GEMV case needs bf16 or f16 activations x".into())]);
+        }
+        let got = match run(x) {
+            Ok(got) => got.into_raw_vec_and_offset().0,
+            Err(e) => {
+                outcomes.push(outcome(name, false, 0, format!("error: {e}")));
+                continue;
+            }
+        };
+        // Weights exact in bf16 (scaled in f32, or scaled exactly in bf16 when
+        // prepared): nothing rounded.
+        let rel = bf16_tensor_core_rel(k, x, 0);
+        outcomes.extend(check_cuda(name, &got, want, (None, x, b), epi, (exact, rel, 1.0))?);
+    }
+    Ok(outcomes)
 }
 
 fn ulp(x: f32) -> f64 {

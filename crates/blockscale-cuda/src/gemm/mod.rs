@@ -454,7 +454,8 @@ fn run<I: DeviceElement, O: DeviceElement>(
     if grow {
         dev.reserve_workspace(plan.total)?;
     }
-    let mut ws_guard = dev.workspace();
+    let mut scratch = dev.scratch();
+    let ws_guard = &mut scratch.workspace;
     let available = ws_guard.as_ref().map_or(0, |w| w.len());
     if available < plan.total {
         return Err(CudaError::WorkspaceTooSmall { needed: plan.total, available });

@@ -16,6 +16,7 @@ use ndarray::{Array2, ArrayView2};
 use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, check_output, on_device, to_host};
 use crate::params::GemvParams;
+use crate::prepared::{Inner, PreparedWeights};
 use crate::quantize::DeviceMatrix;
 use crate::{CudaError, Device};
 
@@ -42,28 +43,80 @@ pub trait GemvInput: DeviceElement + sealed::Sealed {}
 impl GemvInput for bf16 {}
 impl GemvInput for f16 {}
 
+mod prepared;
+
+/// The weights a GEMV reads: a matrix in its checkpoint / quantize layout, or one
+/// prepared once for the fast kernels ([`PreparedWeights`]; a prepared matrix that had
+/// to keep its own layout counts as the first). `&DeviceQuantized` and
+/// `&PreparedWeights` convert into it, so every GEMV function takes either.
+#[derive(Clone, Copy, Debug)]
+pub enum GemvWeights<'a> {
+    /// The checkpoint / quantize layout (the general kernel).
+    Quantized(&'a DeviceQuantized),
+    /// The prepared layout (the fast kernels).
+    Prepared(&'a PreparedWeights),
+}
+
+impl<'a> From<&'a DeviceQuantized> for GemvWeights<'a> {
+    fn from(w: &'a DeviceQuantized) -> Self {
+        Self::Quantized(w)
+    }
+}
+
+impl<'a> From<&'a PreparedWeights> for GemvWeights<'a> {
+    fn from(w: &'a PreparedWeights) -> Self {
+        match &w.inner {
+            Inner::Plain { w, .. } => Self::Quantized(w),
+            Inner::Fast(_) => Self::Prepared(w),
+        }
+    }
+}
+
+impl GemvWeights<'_> {
+    fn scheme(&self) -> Scheme {
+        match self {
+            Self::Quantized(w) => w.scheme(),
+            Self::Prepared(w) => w.scheme(),
+        }
+    }
+
+    fn shape(&self) -> (usize, usize) {
+        match self {
+            Self::Quantized(w) => (w.shape().rows, w.shape().k),
+            Self::Prepared(w) => w.shape(),
+        }
+    }
+
+    fn global_scale(&self) -> Option<blockscale_formats::GlobalScale> {
+        match self {
+            Self::Quantized(w) => w.global_scale(),
+            Self::Prepared(w) => w.global_scale(),
+        }
+    }
+}
+
 /// Two weight matrices of the same scheme and shape with their epilogues, for
 /// [`gemv_gated`]: `y = act_gate(gate) * act_up(up)`, each side with its own alpha (from
-/// its NVFP4 per-tensor scale by default) and optional bias.
+/// its NVFP4 per-tensor scale by default) and optional bias. Both prepared, or neither.
 #[derive(Clone, Copy, Debug)]
 pub struct GatedWeights<'a> {
     /// The gate projection (N x K).
-    pub gate: &'a DeviceQuantized,
+    pub gate: GemvWeights<'a>,
     /// The gate's epilogue (SwiGLU: `Activation::Silu`).
     pub gate_epilogue: DeviceEpilogue<'a>,
     /// The up projection (N x K).
-    pub up: &'a DeviceQuantized,
+    pub up: GemvWeights<'a>,
     /// The up side's epilogue (SwiGLU: identity).
     pub up_epilogue: DeviceEpilogue<'a>,
 }
 
 impl<'a> GatedWeights<'a> {
     /// SwiGLU: `silu(x Wg^T) * (x Wu^T)`, alphas from the weights' per-tensor scales.
-    pub fn swiglu(gate: &'a DeviceQuantized, up: &'a DeviceQuantized) -> Self {
+    pub fn swiglu(gate: impl Into<GemvWeights<'a>>, up: impl Into<GemvWeights<'a>>) -> Self {
         Self {
-            gate,
+            gate: gate.into(),
             gate_epilogue: DeviceEpilogue::default().with_activation(blockscale_formats::Activation::Silu),
-            up,
+            up: up.into(),
             up_epilogue: DeviceEpilogue::default(),
         }
     }
@@ -197,6 +250,13 @@ fn prepare(
 
 /// The weights of one side, checked against the first.
 struct Side<'a> {
+    w: GemvWeights<'a>,
+    alpha: f32,
+    epilogue: &'a DeviceEpilogue<'a>,
+}
+
+/// The general kernel's side: the checkpoint layout.
+struct PlainSide<'a> {
     w: &'a DeviceQuantized,
     alpha: f32,
     epilogue: &'a DeviceEpilogue<'a>,
@@ -209,7 +269,39 @@ fn check_rows(m: usize) -> Result<(), CudaError> {
     Ok(())
 }
 
-/// Checks everything and queues the GEMV (and its split-K reduction).
+/// The checks every GEMV makes before anything is queued: M, K, the 32-bit limits of
+/// the kernels, each side's bias and alpha, and the output (the caller checks the
+/// activations' buffer with its device address).
+fn check_request<I: GemvInput, O: DeviceElement>(
+    x: &DeviceMatrix<'_, I>,
+    (n, k): (usize, usize),
+    sides: &[(f32, &DeviceEpilogue<'_>)],
+    out: &DeviceMatrixMut<'_, O>,
+) -> Result<(), CudaError> {
+    let m = x.rows;
+    check_rows(m)?;
+    if x.k != k {
+        return Err(CudaError::KMismatch { a: x.k, b: k });
+    }
+    // The kernels keep row and per-step byte counts in 32 bits (gemv.cu, FastCopies;
+    // interleaved weights move 64 N bytes per step; prepared.cu likewise).
+    if n >= 1 << 26 || k >= 1 << 28 {
+        return Err(CudaError::TooLarge { rows: n, k, limit: "N must be below 2^26 and K below 2^28" });
+    }
+    for &(alpha, epilogue) in sides {
+        if let Some(bias) = epilogue.bias
+            && bias.len() != n
+        {
+            return Err(CudaError::BiasLength { expected: n, actual: bias.len() });
+        }
+        if !alpha.is_finite() {
+            return Err(CudaError::InvalidAlpha(alpha));
+        }
+    }
+    check_output(out, m, n)
+}
+
+/// Checks everything and queues the GEMV on the kernels the weights' layout takes.
 fn run<I: GemvInput, O: DeviceElement>(
     dev: &Device,
     x: DeviceMatrix<'_, I>,
@@ -217,14 +309,44 @@ fn run<I: GemvInput, O: DeviceElement>(
     out: DeviceMatrixMut<'_, O>,
     grow: bool,
 ) -> Result<(), CudaError> {
+    let plain: Vec<PlainSide<'_>> = sides
+        .iter()
+        .filter_map(|s| match s.w {
+            GemvWeights::Quantized(w) => Some(PlainSide { w, alpha: s.alpha, epilogue: s.epilogue }),
+            GemvWeights::Prepared(_) => None,
+        })
+        .collect();
+    if plain.len() == sides.len() {
+        return run_plain(dev, x, &plain, out, grow);
+    }
+    let fast: Vec<prepared::FastSide<'_>> = sides
+        .iter()
+        .filter_map(|s| match (s.w, s.w) {
+            (GemvWeights::Prepared(w), _) => match &w.inner {
+                Inner::Fast(f) => Some(prepared::FastSide { w: f, alpha: s.alpha, epilogue: s.epilogue }),
+                Inner::Plain { .. } => None,
+            },
+            _ => None,
+        })
+        .collect();
+    if fast.len() != sides.len() {
+        return Err(CudaError::MixedPreparation);
+    }
+    prepared::run(dev, x, &fast, out, grow)
+}
+
+/// The general kernel on the checkpoint layout (and its split-K reduction).
+fn run_plain<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    sides: &[PlainSide<'_>],
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
     let stream = dev.stream();
     let w = sides[0].w;
     let (n, k) = (w.shape().rows, w.shape().k);
     let m = x.rows;
-    check_rows(m)?;
-    if x.k != k {
-        return Err(CudaError::KMismatch { a: x.k, b: k });
-    }
     if let Some(other) = sides.get(1) {
         let v = other.w;
         if v.shape() != w.shape() || v.scale_layout() != w.scale_layout() || v.data_layout() != w.data_layout() {
@@ -234,22 +356,8 @@ fn run<I: GemvInput, O: DeviceElement>(
             });
         }
     }
-    // The kernel keeps row and per-step byte counts in 32 bits (gemv.cu, FastCopies;
-    // interleaved weights move 64 N bytes per step).
-    if n >= 1 << 26 || k >= 1 << 28 {
-        return Err(CudaError::TooLarge { rows: n, k, limit: "N must be below 2^26 and K below 2^28" });
-    }
-    for side in sides {
-        if let Some(bias) = side.epilogue.bias
-            && bias.len() != n
-        {
-            return Err(CudaError::BiasLength { expected: n, actual: bias.len() });
-        }
-        if !side.alpha.is_finite() {
-            return Err(CudaError::InvalidAlpha(side.alpha));
-        }
-    }
-    check_output(&out, m, n)?;
+    let checks: Vec<_> = sides.iter().map(|s| (s.alpha, s.epilogue)).collect();
+    check_request(&x, (n, k), &checks, &out)?;
     let (x_ptr, g_x) = x.data.device_ptr(stream);
     crate::checks::check_matrix::<I>(m, k, x.row_stride, x.data.len(), x_ptr, "activations")?;
 
@@ -258,7 +366,8 @@ fn run<I: GemvInput, O: DeviceElement>(
     if grow && plan.workspace > 0 {
         dev.reserve_workspace(plan.workspace)?;
     }
-    let mut ws_guard = dev.workspace();
+    let mut scratch = dev.scratch();
+    let ws_guard = &mut scratch.workspace;
     let available = ws_guard.as_ref().map_or(0, |w| w.len());
     if available < plan.workspace {
         return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available });
@@ -355,9 +464,24 @@ fn run<I: GemvInput, O: DeviceElement>(
 /// # Errors
 /// [`CudaError::GemvRows`] for `m` outside 1..=16, [`CudaError::Driver`] when the kernel
 /// cannot be loaded.
-pub fn gemv_workspace_size(dev: &Device, m: usize, w: &DeviceQuantized, gated: bool) -> Result<usize, CudaError> {
+pub fn gemv_workspace_size<'w>(
+    dev: &Device,
+    m: usize,
+    w: impl Into<GemvWeights<'w>>,
+    gated: bool,
+) -> Result<usize, CudaError> {
     check_rows(m)?;
-    Ok(prepare(dev, w.scheme(), (m, w.shape().rows, w.shape().k), gated, false)?.1.workspace)
+    match w.into() {
+        GemvWeights::Quantized(w) => {
+            Ok(prepare(dev, w.scheme(), (m, w.shape().rows, w.shape().k), gated, false)?.1.workspace)
+        }
+        GemvWeights::Prepared(w) => match &w.inner {
+            Inner::Fast(f) => prepared::workspace_size(dev, m, f, gated),
+            Inner::Plain { w, .. } => {
+                Ok(prepare(dev, w.scheme(), (m, w.shape().rows, w.shape().k), gated, false)?.1.workspace)
+            }
+        },
+    }
 }
 
 fn alloc_output<O: DeviceElement>(dev: &Device, m: usize, n: usize) -> Result<CudaSlice<O>, CudaError> {
@@ -385,14 +509,15 @@ fn alloc_output<O: DeviceElement>(dev: &Device, m: usize, n: usize) -> Result<Cu
 /// [`CudaError::BadStride`], [`CudaError::BufferLength`] and [`CudaError::Misaligned`] for
 /// `x`, [`CudaError::BiasLength`], [`CudaError::InvalidAlpha`], [`CudaError::TooLarge`],
 /// [`CudaError::OutOfMemory`], [`CudaError::Driver`].
-pub fn gemv<I: GemvInput, O: DeviceElement>(
+pub fn gemv<'w, I: GemvInput, O: DeviceElement>(
     dev: &Device,
     x: DeviceMatrix<'_, I>,
-    w: &DeviceQuantized,
+    w: impl Into<GemvWeights<'w>>,
     epilogue: &DeviceEpilogue<'_>,
 ) -> Result<CudaSlice<O>, CudaError> {
     check_rows(x.rows)?;
-    let (m, n) = (x.rows, w.shape().rows);
+    let w = w.into();
+    let (m, n) = (x.rows, w.shape().0);
     let mut out = alloc_output::<O>(dev, m, n)?;
     gemv_run(dev, x, w, epilogue, DeviceMatrixMut::new(&mut out, m, n), true)?;
     Ok(out)
@@ -405,20 +530,20 @@ pub fn gemv<I: GemvInput, O: DeviceElement>(
 /// # Errors
 /// As [`gemv`], plus [`CudaError::OutputShape`], [`CudaError::StrideTooSmall`] and
 /// [`CudaError::BufferLength`] for the output, and [`CudaError::WorkspaceTooSmall`].
-pub fn gemv_into<I: GemvInput, O: DeviceElement>(
+pub fn gemv_into<'w, I: GemvInput, O: DeviceElement>(
     dev: &Device,
     x: DeviceMatrix<'_, I>,
-    w: &DeviceQuantized,
+    w: impl Into<GemvWeights<'w>>,
     epilogue: &DeviceEpilogue<'_>,
     out: DeviceMatrixMut<'_, O>,
 ) -> Result<(), CudaError> {
-    gemv_run(dev, x, w, epilogue, out, false)
+    gemv_run(dev, x, w.into(), epilogue, out, false)
 }
 
 fn gemv_run<I: GemvInput, O: DeviceElement>(
     dev: &Device,
     x: DeviceMatrix<'_, I>,
-    w: &DeviceQuantized,
+    w: GemvWeights<'_>,
     epilogue: &DeviceEpilogue<'_>,
     out: DeviceMatrixMut<'_, O>,
     grow: bool,
@@ -434,7 +559,7 @@ fn gated_run<I: GemvInput, O: DeviceElement>(
     out: DeviceMatrixMut<'_, O>,
     grow: bool,
 ) -> Result<(), CudaError> {
-    let side = |w: &'_ DeviceQuantized, e| (w.scheme(), w.global_scale(), e);
+    let side = |w: GemvWeights<'_>, e| (w.scheme(), w.global_scale(), e);
     let (gs, gg, ge) = side(weights.gate, &weights.gate_epilogue);
     let (us, ug, ue) = side(weights.up, &weights.up_epilogue);
     let sides = [
@@ -465,7 +590,7 @@ pub fn gemv_gated<I: GemvInput, O: DeviceElement>(
     weights: &GatedWeights<'_>,
 ) -> Result<CudaSlice<O>, CudaError> {
     check_rows(x.rows)?;
-    let (m, n) = (x.rows, weights.gate.shape().rows);
+    let (m, n) = (x.rows, weights.gate.shape().0);
     let mut out = alloc_output::<O>(dev, m, n)?;
     gated_run(dev, x, weights, DeviceMatrixMut::new(&mut out, m, n), true)?;
     Ok(out)
@@ -506,6 +631,30 @@ pub fn gemv_host<I: GemvInput, O: DeviceElement>(
     let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
     let y = on_device(dev, epilogue, |epi| gemv::<I, O>(dev, xm, &dw, epi))?;
     to_host(dev, &y, m, w.rows())
+}
+
+/// Host convenience for [`gemv`] on weights already prepared on the device: copies `x`
+/// (M x K, M <= 16) and the bias over, runs the GEMV and copies the M x N result back
+/// (waiting for it). The weights stay where they are.
+///
+/// # Errors
+/// As [`gemv`].
+pub fn gemv_prepared_host<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: ArrayView2<'_, I>,
+    w: &PreparedWeights,
+    epilogue: &Epilogue<'_>,
+) -> Result<Array2<O>, CudaError> {
+    let (m, k) = x.dim();
+    check_rows(m)?;
+    let (n, wk) = w.shape();
+    if k != wk {
+        return Err(CudaError::KMismatch { a: k, b: wk });
+    }
+    let (dx, stride) = upload(dev, x)?;
+    let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
+    let y = on_device(dev, epilogue, |epi| gemv::<I, O>(dev, xm, w, epi))?;
+    to_host(dev, &y, m, n)
 }
 
 /// Copies host activations to the device with rows padded to 8 elements (16 bytes), as

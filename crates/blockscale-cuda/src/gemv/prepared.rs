@@ -1,0 +1,329 @@
+//! The GEMV on [`PreparedWeights`] (`kernels/gemv/prepared.cu`): launch plan and launch.
+
+use blockscale_formats::{Fp8Tile, Scheme};
+use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
+
+use super::{GemvInput, check_request};
+use crate::buffer::DeviceElement;
+use crate::gemm::{DeviceEpilogue, DeviceMatrixMut};
+use crate::params::PgemvParams;
+use crate::prepared::{Fast, NVFP4_SHIFT, scale_add};
+use crate::quantize::DeviceMatrix;
+use crate::{CudaError, Device};
+
+/// Threads per CTA (`kThreads` in prepared.cu).
+const THREADS: u32 = 128;
+/// Slabs per chunk (`kChunk`): the unit of work a warp takes.
+const CHUNK: usize = 4;
+/// Warps per CTA.
+const WARPS: usize = 4;
+/// Row tiles the per-device counters cover (`Device::GEMV_COUNTERS`).
+const MAX_TILES: usize = crate::device::GEMV_COUNTERS;
+
+/// One side of a GEMV on prepared weights.
+pub(super) struct FastSide<'a> {
+    pub(super) w: &'a Fast,
+    pub(super) alpha: f32,
+    pub(super) epilogue: &'a DeviceEpilogue<'a>,
+}
+
+/// Stages of each warp's ring (`depth<MT>()`): 4 for M <= 8, 3 for M <= 16.
+fn depth(m: usize) -> usize {
+    if m > 8 { 3 } else { 4 }
+}
+
+/// 16-row groups per CTA (`Traits::kG`).
+fn groups(scheme: Scheme) -> usize {
+    if scheme.element().bits() == 4 { 4 } else { 2 }
+}
+
+/// The kernel's dynamic shared memory: 4 warps x stages x (groups x (one slab's codes,
+/// 128 x bits bytes, and its scales as a stage holds them) + 1 KiB of activations per 8
+/// activation rows; prepared.cu `stage_bytes`).
+fn smem_bytes(scheme: Scheme, m: usize) -> usize {
+    let code = 128 * scheme.element().bits() as usize;
+    let scales = match scheme {
+        Scheme::Fp8Block(Fp8Tile::Tile128x128) => 0,
+        Scheme::NvFp4 | Scheme::Int4G32 | Scheme::Fp8Block(Fp8Tile::Row1x128) => 64,
+        _ => 32,
+    };
+    let tiles = if m > 8 { 2 } else { 1 };
+    WARPS * depth(m) * (groups(scheme) * (code + scales) + tiles * 1024)
+}
+
+/// `pgemv_{scheme}` (M <= 8, bf16), `_f16` (M <= 8, f16), `_m16` / `_m16_f16` (M <= 16).
+fn kernel_name(scheme: Scheme, m: usize, f16: bool) -> String {
+    let base = match scheme {
+        Scheme::Fp8Block(Fp8Tile::Tile128x128) => "fp8_block_128x128",
+        Scheme::Fp8Block(Fp8Tile::Row1x128) => "fp8_block_1x128",
+        s => crate::quantize::scheme_name(s),
+    };
+    format!("pgemv_{base}{}{}", if m > 8 { "_m16" } else { "" }, if f16 { "_f16" } else { "" })
+}
+
+/// How a GEMV on prepared weights is launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    tiles: usize,
+    splits: usize,
+    chunks_per_split: usize,
+    workspace: usize,
+}
+
+/// How full the waves are when `ctas` CTAs run on `slots` resident ones.
+fn wave_fill(ctas: usize, slots: usize) -> f64 {
+    ctas as f64 / (ctas.div_ceil(slots) * slots) as f64
+}
+
+impl Plan {
+    /// `slots`: CTAs resident at once on the whole GPU.
+    fn new(scheme: Scheme, (m, n, slabs): (usize, usize, usize), gated: bool, slots: usize) -> Self {
+        let gout = groups(scheme) / if gated { 2 } else { 1 };
+        let tiles = n.div_ceil(16).div_ceil(gout);
+        let chunks = slabs / CHUNK;
+        // A split keeps at least one chunk per warp.
+        let max_splits = (chunks / WARPS).max(1);
+        let wanted = if tiles <= slots {
+            // Every CTA is resident at once: split K as far as one wave of CTAs holds,
+            // which gives small matrices more warps to hide latency with.
+            slots / tiles
+        } else {
+            // More than a wave, and the last may run nearly empty: up to 4 splits of at
+            // least one chunk per warp when they fill the waves clearly better.
+            let mut best = (1, wave_fill(tiles, slots));
+            for s in 2..=4 {
+                if chunks / s < WARPS {
+                    break;
+                }
+                let fill = wave_fill(tiles * s, slots);
+                if fill > best.1 + 0.05 {
+                    best = (s, fill);
+                }
+            }
+            best.0
+        };
+        let wanted = super::split_override().unwrap_or(wanted).clamp(1, max_splits.max(1)).min(chunks.max(1));
+        let chunks_per_split = chunks.div_ceil(wanted).max(1);
+        let splits = chunks.div_ceil(chunks_per_split).max(1);
+        let mats = if gated { 2 } else { 1 };
+        let workspace = if splits > 1 { splits * mats * m * n * 4 } else { 0 };
+        Self { tiles, splits, chunks_per_split, workspace }
+    }
+}
+
+/// The kernel and its plan.
+fn prepare(
+    dev: &Device,
+    w: &Fast,
+    m: usize,
+    gated: bool,
+    f16: bool,
+) -> Result<(crate::device::Kernel, Plan), CudaError> {
+    let smem = smem_bytes(w.scheme, m);
+    let kernel = dev.function_with_threads(&kernel_name(w.scheme, m, f16), THREADS, smem)?;
+    // Plan from the bf16 kernel of the same M so the workspace needs no type.
+    let planner =
+        if f16 { dev.function_with_threads(&kernel_name(w.scheme, m, false), THREADS, smem)? } else { kernel.clone() };
+    let slots = dev.sm_count() as usize * planner.blocks_per_sm as usize;
+    let plan = Plan::new(w.scheme, (m, w.rows, w.slabs), gated, slots);
+    if plan.tiles > MAX_TILES {
+        return Err(CudaError::TooLarge { rows: w.rows, k: w.k, limit: "the GEMV's row tiles exceed 65536" });
+    }
+    Ok((kernel, plan))
+}
+
+/// Workspace bytes of a GEMV of `m` rows on `w` (see [`super::gemv_workspace_size`]).
+pub(super) fn workspace_size(dev: &Device, m: usize, w: &Fast, gated: bool) -> Result<usize, CudaError> {
+    Ok(prepare(dev, w, m, gated, false)?.1.workspace)
+}
+
+/// The factor the kernel's sums take besides the epilogue's alpha: 2^c for the
+/// pre-scaled layouts, 1/8 for INT4 (decoded as 8 (c - 8)).
+fn layout_factor(w: &Fast) -> f32 {
+    match w.scheme {
+        Scheme::Int4G32 => 0.125,
+        Scheme::NvFp4 => (NVFP4_SHIFT as f32).exp2(),
+        Scheme::Fp8Block(_) => 1.0,
+        _ => (w.shift as f32).exp2(),
+    }
+}
+
+/// Checks and queues the GEMV on prepared weights.
+pub(super) fn run<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    sides: &[FastSide<'_>],
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
+    let stream = dev.stream();
+    let w = sides[0].w;
+    let (n, k, m) = (w.rows, w.k, x.rows);
+    if let Some(other) = sides.get(1) {
+        let v = other.w;
+        if (v.scheme, v.rows, v.k) != (w.scheme, w.rows, w.k) {
+            return Err(CudaError::GatedMismatch { gate: (w.scheme, w.rows, w.k), up: (v.scheme, v.rows, v.k) });
+        }
+    }
+    let alphas: Vec<f32> = sides.iter().map(|s| s.alpha * layout_factor(s.w)).collect();
+    let checks: Vec<_> = sides.iter().zip(&alphas).map(|(s, &a)| (a, s.epilogue)).collect();
+    check_request(&x, (n, k), &checks, &out)?;
+    let (x_ptr, g_x) = x.data.device_ptr(stream);
+    crate::checks::check_matrix::<I>(m, k, x.row_stride, x.data.len(), x_ptr, "activations")?;
+
+    let gated = sides.len() == 2;
+    let (kernel, plan) = prepare(dev, w, m, gated, I::SUFFIX == "f16")?;
+    if grow && plan.workspace > 0 {
+        dev.reserve_workspace(plan.workspace)?;
+    }
+    let mut scratch = dev.scratch();
+    let crate::device::Scratch { workspace: ws_guard, counters: counters_guard } = &mut *scratch;
+    let available = ws_guard.as_ref().map_or(0, |w| w.len());
+    if available < plan.workspace {
+        return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available });
+    }
+    let (ws_ptr, g_ws) = match ws_guard.as_mut() {
+        Some(ws) if plan.workspace > 0 => {
+            let (p, g) = ws.device_ptr_mut(stream);
+            (p, Some(g))
+        }
+        _ => (0, None),
+    };
+    let (cnt_ptr, g_cnt) = match counters_guard.as_mut() {
+        Some(c) if plan.splits > 1 => {
+            let (p, g) = c.device_ptr_mut(stream);
+            (p, Some(g))
+        }
+        None if plan.splits > 1 => {
+            return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available: 0 });
+        }
+        _ => (0, None),
+    };
+    let out_stride = out.row_stride;
+    let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
+
+    let mut params = PgemvParams {
+        x: x_ptr,
+        out: out_ptr,
+        partial: ws_ptr,
+        counters: cnt_ptr,
+        x_stride: x.row_stride as u64,
+        out_stride: out_stride as u64,
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        slabs: w.slabs as u32,
+        chunks: (w.slabs / CHUNK) as u32,
+        out_kind: match O::SUFFIX {
+            "bf16" => 0,
+            "f16" => 1,
+            _ => 2,
+        },
+        gated: gated as u32,
+        splits: plan.splits as u32,
+        chunks_per_split: plan.chunks_per_split as u32,
+        ..PgemvParams::default()
+    };
+    let mut guards = Vec::with_capacity(6);
+    for (i, side) in sides.iter().enumerate() {
+        let (d, g) = side.w.codes.device_ptr(stream);
+        guards.push(g);
+        let (s, g) = side.w.scales.device_ptr(stream);
+        guards.push(g);
+        params.w[i] = d;
+        params.s[i] = s;
+        params.alpha[i] = alphas[i];
+        params.scale_add[i] = scale_add(side.w.scheme, side.w.shift);
+        params.activation[i] = crate::gemm::activation_code(side.epilogue.activation) as u32;
+        if let Some(b) = side.epilogue.bias {
+            let (p, g) = b.device_ptr(stream);
+            guards.push(g);
+            params.bias[i] = p;
+        }
+    }
+    let config = LaunchConfig {
+        grid_dim: (plan.tiles as u32, plan.splits as u32, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: smem_bytes(w.scheme, m) as u32,
+    };
+    // SAFETY: `params` matches `PgemvParams`. The prepared codes and scales were made by
+    // PreparedLayout for this scheme and shape (row groups padded to whole CTA tiles,
+    // slabs to whole chunks), so every load the plan's grid issues is inside them; gate
+    // and up were checked equal in scheme and shape; the dynamic shared memory is the
+    // ring prepared.cu lays out (it traps if given less). The activations were checked for M
+    // rows of K at their stride with 16-byte aligned rows (the kernel zero-fills past M
+    // and K), the output for M x N at its stride, the bias for N values, the workspace
+    // for the split-K partials and the counters for the plan's tiles (zero between
+    // launches: the last CTA of each tile resets its counter). The guards keep every
+    // buffer alive and ordered until the launch is queued on this device's stream.
+    // Before its griddepcontrol.wait the kernel reads only the prepared weights, which
+    // nothing writes after PreparedWeights uploaded them.
+    unsafe { crate::device::launch_dependent(stream, &kernel.func, config, &params) }
+        .map_err(CudaError::driver("launching the GEMV on prepared weights"))?;
+    drop((g_x, g_ws, g_cnt, g_out, guards));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mostly_empty_last_wave_is_filled_by_splitting_k() {
+        // 448 NVFP4 tiles of 64 rows on 396 slots fill 57% of two waves; 4 splits of 8
+        // chunks (two per warp) fill 90%.
+        let p = Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 396);
+        assert_eq!((p.tiles, p.splits, p.chunks_per_split), (448, 4, 8));
+        assert_eq!(p.workspace, 4 * 28672 * 4);
+        // On 660 slots (five CTAs an SM) they all run at once: no split.
+        let one = Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 660);
+        assert_eq!((one.splits, one.workspace), (1, 0));
+        // 256 tiles of a 16384 x 2048 matrix fill 39% of 660 slots; two splits of one
+        // chunk per warp fill 78%.
+        let small = Plan::new(Scheme::NvFp4, (1, 16384, 32), false, 660);
+        assert_eq!((small.tiles, small.splits, small.chunks_per_split), (256, 2, 4));
+    }
+
+    #[test]
+    fn few_rows_split_k_but_keep_a_chunk_per_warp() {
+        // 40 rows: one tile; K = 4096 is 64 slabs, 16 chunks: at most 4 splits (one
+        // chunk per warp).
+        let p = Plan::new(Scheme::MxFp4, (3, 40, 64), false, 396);
+        assert_eq!((p.tiles, p.splits, p.chunks_per_split), (1, 4, 4));
+        // K = 256: one chunk, no split, no workspace.
+        let short = Plan::new(Scheme::MxFp4, (1, 40, 4), false, 396);
+        assert_eq!((short.splits, short.workspace), (1, 0));
+        // Gated 8-bit: one 16-row group of each matrix per CTA.
+        let g = Plan::new(Scheme::MxFp8E4M3, (1, 64, 64), true, 396);
+        assert_eq!(g.tiles, 4);
+        assert_eq!(g.workspace, g.splits * 2 * 64 * 4);
+    }
+
+    #[test]
+    fn shared_memory_matches_the_kernel_layout() {
+        // prepared.cu: kWarps x kDepth x G x (code_slab_bytes + stage_scale_bytes).
+        // prepared.cu: kWarps x depth<MT> x (G x (code_slab_bytes + stage_scale_bytes) +
+        // MT x 1024).
+        assert_eq!(smem_bytes(Scheme::NvFp4, 1), 4 * 4 * (4 * (512 + 64) + 1024));
+        assert_eq!(smem_bytes(Scheme::MxFp4, 8), 4 * 4 * (4 * (512 + 32) + 1024));
+        assert_eq!(smem_bytes(Scheme::Int4G32, 9), 4 * 3 * (4 * (512 + 64) + 2048));
+        assert_eq!(smem_bytes(Scheme::MxFp6E3M2, 1), 4 * 4 * (2 * (768 + 32) + 1024));
+        assert_eq!(smem_bytes(Scheme::MxFp8E4M3, 16), 4 * 3 * (2 * (1024 + 32) + 2048));
+        assert_eq!(smem_bytes(Scheme::Fp8Block(Fp8Tile::Tile128x128), 1), 4 * 4 * (2 * 1024 + 1024));
+        assert_eq!(smem_bytes(Scheme::Fp8Block(Fp8Tile::Row1x128), 1), 4 * 4 * (2 * (1024 + 64) + 1024));
+        // Four CTAs fit the 228 KiB of an H100 / H200 SM; one fits SM120's 99 KiB.
+        for s in Scheme::ALL {
+            for m in [1, 16] {
+                assert!(4 * (smem_bytes(s, m) + 1024) <= 228 << 10, "{s:?} M={m}");
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_names() {
+        assert_eq!(kernel_name(Scheme::NvFp4, 1, false), "pgemv_nvfp4");
+        assert_eq!(kernel_name(Scheme::MxFp8E4M3, 8, true), "pgemv_mxfp8_e4m3_f16");
+        assert_eq!(kernel_name(Scheme::Fp8Block(Fp8Tile::Row1x128), 9, true), "pgemv_fp8_block_1x128_m16_f16");
+        assert_eq!(kernel_name(Scheme::Int4G32, 16, false), "pgemv_int4_g32_m16");
+    }
+}
