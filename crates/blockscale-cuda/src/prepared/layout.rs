@@ -825,7 +825,7 @@ mod tests {
                     }
                     let u = (self.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
                     let v = u * u * u * 8.0 + u;
-                    if self.next() % 97 == 0 { v * 40.0 } else { v * (1.0 + (i % 7) as f32) }
+                    if self.next().is_multiple_of(97) { v * 40.0 } else { v * (1.0 + (i % 7) as f32) }
                 })
                 .collect()
         }
