@@ -154,6 +154,28 @@ struct PgemvParams {
     uint32_t pad;
 };
 
+// Weight-only GEMM on prepared weights (kernels/gemm/pgemm.cu): y = act(alpha x W^T + bias).
+struct PgemmParams {
+    const void* x;                  // M x K bf16 or f16, row stride x_stride elements
+    const uint32_t* w;              // prepared codes
+    const uint8_t* s;               // prepared scales
+    const float* bias;              // N f32, or null
+    void* out;                      // M x N outputs, row stride out_stride elements
+    float* partial;                 // split-K partial sums [split][M][N] (splits > 1)
+    unsigned long long x_stride;    // elements
+    unsigned long long out_stride;  // elements
+    float alpha;                    // the epilogue's alpha times the layout's power of two
+    uint32_t scale_add;             // pre-scaled schemes: bf16 exponent bias of the scales, both halves
+    uint32_t m;
+    uint32_t n;
+    uint32_t k;
+    uint32_t slabs;                 // 64-element K slabs of the layout
+    uint32_t out_kind;              // 0 bf16, 1 f16, 2 f32
+    uint32_t activation;            // as bs::activation
+    uint32_t splits;                // CTAs along K (gridDim.z)
+    uint32_t slabs_per_split;       // a multiple of 2
+};
+
 // Index of scale (row, col) in the Swizzled128x4 layout with `cols` logical columns.
 __device__ __forceinline__ uint64_t swizzled_offset(uint32_t row, uint32_t col, uint32_t cols) {
     const uint64_t k_tiles = (cols + 3u) / 4u;
@@ -183,3 +205,4 @@ static_assert(sizeof(bs::CopyParams) == 40, "CopyParams layout changed: update p
 static_assert(sizeof(bs::Fp8ScaleParams) == 32, "Fp8ScaleParams layout changed: update params.rs");
 static_assert(sizeof(bs::GemvParams) == 160, "GemvParams layout changed: update params.rs");
 static_assert(sizeof(bs::PgemvParams) == 160, "PgemvParams layout changed: update params.rs");
+static_assert(sizeof(bs::PgemmParams) == 104, "PgemmParams layout changed: update params.rs");

@@ -21,8 +21,9 @@ mod common;
 use blockscale_cuda::cudarc::cublas::{CudaBlas, Gemm};
 use blockscale_cuda::cudarc::driver::{DevicePtr, DevicePtrMut};
 use blockscale_cuda::{
-    Device, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized, QuantizeOptions, gemm_into,
-    gemm_weight_only_into, gemm_weight_only_workspace_size, gemm_workspace_size, quantize,
+    Device, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized, PreparedWeights, QuantizeOptions,
+    gemm_into, gemm_weight_only_into, gemm_weight_only_prepared_into, gemm_weight_only_prepared_workspace_size,
+    gemm_weight_only_workspace_size, gemm_workspace_size, quantize,
 };
 use blockscale_formats::{Fp8Tile, ScaleLayout, Scheme};
 use common::anchors::{LtFp8, bf16_gemm_config, device_and_blas, random_bf16, random_u8};
@@ -91,16 +92,20 @@ fn main() {
     let filter = std::env::var("BLOCKSCALE_BENCH_FILTER").unwrap_or_default();
     println!("{} ({:?}, {} SMs)", dev.name(), dev.arch(), dev.sm_count());
     println!("GEMM, bf16 output; ratios are anchor time / blockscale time (above 1: faster than the anchor).");
-    let shapes = [
-        (4096, 4096, 4096),
-        (8192, 8192, 8192),
-        (4096, 7168, 2048),
-        (128, 7168, 2048),
-        (128, 4096, 4096),
-        (512, 4096, 4096),
-    ];
+    let shapes: &[(usize, usize, usize)] = if std::env::var("BLOCKSCALE_BENCH_WEIGHT_ONLY").is_ok_and(|v| v == "1") {
+        &[]
+    } else {
+        &[
+            (4096, 4096, 4096),
+            (8192, 8192, 8192),
+            (4096, 7168, 2048),
+            (128, 7168, 2048),
+            (128, 4096, 4096),
+            (512, 4096, 4096),
+        ]
+    };
     let epi = DeviceEpilogue::default();
-    for (m, n, k) in shapes {
+    for &(m, n, k) in shapes {
         let shape = format!("{m}x{n}x{k}");
         let flop = 2.0 * (m * n * k) as f64;
         let an = anchors(&dev, &blas, (m, n, k));
@@ -144,27 +149,58 @@ fn main() {
             let t = time(dev.stream(), 10, call);
             row(name, flop, t, &an);
         }
-        if n == 4096 && k == 4096 {
-            let x = random_bf16(&dev, m * k, 5);
-            for (name, scheme) in
-                [("bf16 x nvfp4 (weight-only)", Scheme::NvFp4), ("bf16 x int4-g32 (weight-only)", Scheme::Int4G32)]
-            {
-                let label = format!("{name} {shape}");
-                if !label.contains(&filter) {
+    }
+    weight_only(&dev, &blas, &filter);
+}
+
+/// The weight-only products (bf16 activations x quantized weights) beside cuBLAS BF16 on
+/// bf16 weights: the general path (weights dequantized to bf16 in a separate pass, then a
+/// BF16 GEMM) and the fused kernel on prepared weights, at prefill sizes on a dense and
+/// two MLP-like shapes.
+fn weight_only(dev: &Device, blas: &CudaBlas, filter: &str) {
+    let epi = DeviceEpilogue::default();
+    for (n, k) in [(4096, 4096), (28672, 8192), (7168, 2048)] {
+        for m in [128, 512, 4096] {
+            let shape = format!("{m}x{n}x{k}");
+            let flop = 2.0 * (m * n * k) as f64;
+            let stream = dev.stream();
+            let (a, b) = (random_bf16(dev, m * k, 1), random_bf16(dev, n * k, 2));
+            let mut d = stream.alloc_zeros::<bf16>(m * n).unwrap();
+            let cfg = bf16_gemm_config((m, n, k));
+            // SAFETY: the buffers hold the elements the configuration addresses.
+            let t_bf16 = time(stream, 10, || unsafe { blas.gemm(cfg, &b, &a, &mut d) }.unwrap());
+            drop(b);
+            let an = Anchors { bf16: t_bf16, fp8_tensor: None, fp8_block: None };
+            println!(
+                "\n== weight-only M={m} N={n} K={k}: cuBLAS bf16 {:.1} us ({:.0} TFLOP/s)",
+                t_bf16 * 1e6,
+                flop / t_bf16 / 1e12
+            );
+            let xm = DeviceMatrix::new(&a, m, k);
+            for (name, scheme) in [
+                ("nvfp4", Scheme::NvFp4),
+                ("mxfp4", Scheme::MxFp4),
+                ("int4-g32", Scheme::Int4G32),
+                ("mxfp8-e4m3", Scheme::MxFp8E4M3),
+                ("fp8-block 128x128", Scheme::Fp8Block(Fp8Tile::Tile128x128)),
+            ] {
+                if !format!("bf16 x {name} {shape}").contains(filter) {
                     continue;
                 }
-                let w = quantized(&dev, n, k, scheme, 6);
-                let xm = DeviceMatrix::new(&x, m, k);
-                match gemm_weight_only_workspace_size::<bf16, bf16>(&dev, xm, &w, n) {
-                    Ok(bytes) => dev.reserve_workspace(bytes).unwrap(),
-                    Err(e) => {
-                        println!("| {name:<34} | n/a: {e}");
-                        continue;
-                    }
+                let w = quantized(dev, n, k, scheme, 6);
+                if matches!(scheme, Scheme::NvFp4 | Scheme::Int4G32) && m <= 512 {
+                    // The general path, for the ratio the prepared kernel is to beat.
+                    let bytes = gemm_weight_only_workspace_size::<bf16, bf16>(dev, xm, &w, n).unwrap();
+                    dev.reserve_workspace(bytes).unwrap();
+                    let call = || gemm_weight_only_into(dev, xm, &w, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
+                    row(&format!("bf16 x {name} (dequantize + bf16)"), flop, time(stream, 10, call), &an);
                 }
-                let call = || gemm_weight_only_into(&dev, xm, &w, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
-                let t = time(dev.stream(), 10, call);
-                row(name, flop, t, &an);
+                let pw = PreparedWeights::from_device(dev, w).unwrap();
+                let bytes = gemm_weight_only_prepared_workspace_size::<bf16, bf16>(dev, xm, &pw, n).unwrap();
+                dev.reserve_workspace(bytes).unwrap();
+                let call =
+                    || gemm_weight_only_prepared_into(dev, xm, &pw, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
+                row(&format!("bf16 x {name} prepared"), flop, time(stream, 10, call), &an);
             }
         }
     }

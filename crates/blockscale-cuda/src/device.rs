@@ -245,7 +245,8 @@ impl Device {
         }
         // Kernels live in the module named after their operation: quantize_* and amax_*
         // in quantize.fatbin, dequantize_* in dequantize.fatbin, gemm_* (operand
-        // preparation) in prepare.fatbin, gemv_* in gemv.fatbin, pgemv_* in prepared.fatbin.
+        // preparation) in prepare.fatbin, gemv_* in gemv.fatbin, pgemv_* in prepared.fatbin,
+        // pgemm_* in pgemm.fatbin.
         let module_name = if name.starts_with("dequantize_") {
             "dequantize"
         } else if name.starts_with("gemm_") {
@@ -254,6 +255,8 @@ impl Device {
             "gemv"
         } else if name.starts_with("pgemv_") {
             "prepared"
+        } else if name.starts_with("pgemm_") {
+            "pgemm"
         } else {
             "quantize"
         };

@@ -46,7 +46,8 @@ pub use device::{Arch, Device};
 pub use error::CudaError;
 pub use gemm::{
     DeviceEpilogue, DeviceMatrixMut, gemm, gemm_host, gemm_into, gemm_weight_only, gemm_weight_only_host,
-    gemm_weight_only_into, gemm_weight_only_workspace_size, gemm_workspace_size,
+    gemm_weight_only_into, gemm_weight_only_prepared, gemm_weight_only_prepared_host, gemm_weight_only_prepared_into,
+    gemm_weight_only_prepared_workspace_size, gemm_weight_only_workspace_size, gemm_workspace_size,
 };
 pub use gemv::{
     GEMV_MAX_ROWS, GatedWeights, GemvInput, GemvWeights, gemv, gemv_gated, gemv_gated_into, gemv_host, gemv_into,

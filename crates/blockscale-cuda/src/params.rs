@@ -150,6 +150,30 @@ pub(crate) struct PgemvParams {
     pub pad: u32,
 }
 
+/// `bs::PgemmParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PgemmParams {
+    pub x: u64,
+    pub w: u64,
+    pub s: u64,
+    pub bias: u64,
+    pub out: u64,
+    pub partial: u64,
+    pub x_stride: u64,
+    pub out_stride: u64,
+    pub alpha: f32,
+    pub scale_add: u32,
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub slabs: u32,
+    pub out_kind: u32,
+    pub activation: u32,
+    pub splits: u32,
+    pub slabs_per_split: u32,
+}
+
 // The C++ structs have the same fields in the same order with natural alignment; these
 // sizes are what nvcc gives them (8-byte pointers, 4-byte scalars, tail padding to 8).
 const _: () = assert!(size_of::<QuantParams>() == 88 && align_of::<QuantParams>() == 8);
@@ -160,6 +184,7 @@ const _: () = assert!(size_of::<CopyParams>() == 40 && align_of::<CopyParams>() 
 const _: () = assert!(size_of::<Fp8ScaleParams>() == 32 && align_of::<Fp8ScaleParams>() == 8);
 const _: () = assert!(size_of::<GemvParams>() == 160 && align_of::<GemvParams>() == 8);
 const _: () = assert!(size_of::<PgemvParams>() == 160 && align_of::<PgemvParams>() == 8);
+const _: () = assert!(size_of::<PgemmParams>() == 104 && align_of::<PgemmParams>() == 8);
 
 // SAFETY: plain #[repr(C)] structs of integers and floats, passed by value to kernels
 // whose parameter types have the identical layout (kernels/common/params.cuh).
@@ -178,3 +203,5 @@ unsafe impl DeviceRepr for Fp8ScaleParams {}
 unsafe impl DeviceRepr for GemvParams {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for PgemvParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for PgemmParams {}

@@ -15,8 +15,9 @@ mod common;
 use blockscale_cpu as cpu;
 use blockscale_cuda::{
     Activation, Arch, CudaError, Device, DeviceElement, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized,
-    Epilogue, gemm, gemm_into, gemm_weight_only, gemm_weight_only_into, gemm_weight_only_workspace_size,
-    gemm_workspace_size,
+    Epilogue, GemvInput, PreparedWeights, gemm, gemm_into, gemm_weight_only, gemm_weight_only_into,
+    gemm_weight_only_prepared, gemm_weight_only_prepared_into, gemm_weight_only_prepared_workspace_size,
+    gemm_weight_only_workspace_size, gemm_workspace_size,
 };
 use blockscale_formats::{Fp8Tile, NonFinite, QuantizeOptions, ScaleLayout, Scheme};
 use common::device;
@@ -302,6 +303,149 @@ fn weight_only_every_scheme_and_activation_type() {
     }
 }
 
+/// Weight-only on prepared weights: activations of type I (bf16 or f16, rows at a multiple
+/// of 8 elements) times weights of `scheme`. Up to M = 256 the fused kernel decodes the
+/// weights in registers and rounds nothing (scales applied exactly in bf16, or in f32 per
+/// block); above, the weights are decoded to bf16 for CUTLASS's BF16 GEMM, which rounds
+/// INT4 and FP8-block weights (times their scales) once, as the checkpoint layout's path.
+fn run_weight_only_prepared<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output>(
+    dev: &Device,
+    scheme: Scheme,
+    (m, n, k): (usize, usize, usize),
+    exact: bool,
+    activation: Activation,
+    seed: u64,
+) {
+    let mut rng = Rng(seed | 1);
+    let qw = weights(&mut rng, (n, k), scheme, ScaleLayout::Swizzled128x4, false, exact);
+    let x: Vec<I> = activations(&mut rng, m, k, exact);
+    let bias: Vec<f32> = (0..n).map(|_| rng.value()).collect();
+    let alpha = if exact || scheme == Scheme::NvFp4 { None } else { Some(1.5f32) };
+    let mut host_epi = Epilogue { alpha, ..Default::default() }.with_activation(activation);
+    if !exact {
+        host_epi = host_epi.with_bias(&bias[..]);
+    }
+    let xv = ndarray::ArrayView2::from_shape((m, k), &x[..]).unwrap();
+    let want = cpu::gemm_weight_only_reference::<I, O>(xv, &qw, &host_epi).unwrap();
+
+    let stride = k.next_multiple_of(8) + 8;
+    let mut strided = vec![<I as cpu::Output>::from_f32(0.0); (m - 1) * stride + k];
+    for r in 0..m {
+        strided[r * stride..r * stride + k].copy_from_slice(&x[r * k..(r + 1) * k]);
+    }
+    let dx = dev.stream().clone_htod(&strided).unwrap();
+    let pw = PreparedWeights::from_host(dev, &qw).unwrap();
+    assert_eq!(pw.unprepared_reason(), None, "{scheme:?}: these weights must take the prepared layout");
+    let dbias = dev.stream().clone_htod(&bias).unwrap();
+    let mut epi = DeviceEpilogue { alpha, ..Default::default() }.with_activation(activation);
+    if !exact {
+        epi = epi.with_bias(&dbias);
+    }
+    let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
+    let fresh = gemm_weight_only_prepared::<I, O>(dev, xm, &pw, &epi).unwrap();
+    dev.reserve_workspace(gemm_weight_only_prepared_workspace_size::<I, O>(dev, xm, &pw, n + 3).unwrap()).unwrap();
+    let mut d = poisoned::<O>(dev, m, n + 3);
+    gemm_weight_only_prepared_into(
+        dev,
+        xm,
+        &pw,
+        &epi,
+        DeviceMatrixMut { data: &mut d, rows: m, cols: n, row_stride: n + 3 },
+    )
+    .unwrap();
+    let got = read_back(dev, &d, m, n, n + 3);
+    let what = format!(
+        "prepared {} x {scheme:?} {m}x{n}x{k} {} {activation:?} -> {}",
+        I::SUFFIX,
+        if exact { "exact" } else { "random" },
+        O::SUFFIX
+    );
+    assert_same_bits(dev, &fresh, &got, &format!("{what}: allocating and _into differ"));
+    if exact {
+        compare(&got, &want, None, &what);
+    } else {
+        let alpha_eff = host_epi.alpha_weight_only(qw.scheme(), qw.global_scale());
+        let rounded = m > 256 && matches!(scheme, Scheme::Int4G32 | Scheme::Fp8Block(_));
+        let t = weight_only_bound(&x, &qw, m, rounded);
+        compare(&got, &want, Some((&t, alpha_eff as f64, slope(activation))), &what);
+    }
+}
+
+#[test]
+fn weight_only_prepared_every_scheme() {
+    let Some(dev) = hopper() else { return };
+    let mut seed = 3000;
+    let schemes: Vec<Scheme> = WEIGHT_SCHEMES.iter().filter(|(_, il)| !il).map(|&(s, _)| s).collect();
+    for (i, &scheme) in schemes.iter().enumerate() {
+        // K ragged against the 64-element slab; M across the 64-row activation tiles
+        // (9: the GEMV; 300: the bf16 decode and CUTLASS); N ragged against the 128-row
+        // tile; a long K with few tiles takes the split-K path.
+        let k = if matches!(scheme, Scheme::Fp8Block(_)) { 384 } else { 224 };
+        for (j, &(m, n, k)) in
+            [(9, 40, k), (17, 72, k), (64, 130, k), (65, 200, k), (300, 96, k), (40, 64, 4096)].iter().enumerate()
+        {
+            for exact in [true, false] {
+                seed += 1;
+                let act = if exact { Activation::Identity } else { ACTS[(i + j) % 4] };
+                match (i + j) % 3 {
+                    0 => run_weight_only_prepared::<bf16, bf16>(&dev, scheme, (m, n, k), exact, act, seed),
+                    1 => run_weight_only_prepared::<f16, f32>(&dev, scheme, (m, n, k), exact, act, seed),
+                    _ => run_weight_only_prepared::<bf16, f16>(&dev, scheme, (m, n, k), exact, act, seed),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn weight_only_prepared_replays_in_a_cuda_graph_and_checks_its_inputs() {
+    let Some(dev) = hopper() else { return };
+    // M = 40, K = 4096 on 64 rows: one tile, split K (partial sums, last-CTA reduction).
+    let (m, n, k) = (40, 64, 4096);
+    let mut rng = Rng(15);
+    let qw = weights(&mut rng, (n, k), Scheme::MxFp4, ScaleLayout::Swizzled128x4, false, false);
+    let x: Vec<bf16> = activations(&mut rng, m, k, false);
+    let dx = dev.stream().clone_htod(&x).unwrap();
+    let pw = PreparedWeights::from_host(&dev, &qw).unwrap();
+    let epi = DeviceEpilogue::default().with_activation(Activation::Silu);
+    let xm = DeviceMatrix::new(&dx, m, k);
+    assert!(gemm_weight_only_prepared_workspace_size::<bf16, bf16>(&dev, xm, &pw, n).unwrap() > 0, "this splits K");
+    let expect =
+        dev.stream().clone_dtoh(&gemm_weight_only_prepared::<bf16, bf16>(&dev, xm, &pw, &epi).unwrap()).unwrap();
+    dev.reserve_workspace(gemm_weight_only_prepared_workspace_size::<bf16, bf16>(&dev, xm, &pw, n).unwrap()).unwrap();
+    let mut d = poisoned::<bf16>(&dev, m, n);
+    replay_in_graph(
+        &dev,
+        &mut d,
+        |d| gemm_weight_only_prepared_into(&dev, xm, &pw, &epi, DeviceMatrixMut::new(d, m, n)),
+        &expect,
+    );
+    // The same bits run after run (partial sums added in split order).
+    for _ in 0..5 {
+        let again =
+            dev.stream().clone_dtoh(&gemm_weight_only_prepared::<bf16, bf16>(&dev, xm, &pw, &epi).unwrap()).unwrap();
+        assert!(again.iter().zip(&expect).all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+    // Typed errors.
+    let wrong_k = DeviceMatrix { data: &dx, rows: 2, k: 64, row_stride: 64 };
+    assert!(matches!(
+        gemm_weight_only_prepared::<bf16, f32>(&dev, wrong_k, &pw, &epi),
+        Err(CudaError::KMismatch { .. })
+    ));
+    let unaligned = DeviceMatrix { data: &dx, rows: 20, k, row_stride: k + 1 };
+    assert!(matches!(
+        gemm_weight_only_prepared::<bf16, f32>(&dev, unaligned, &pw, &epi),
+        Err(CudaError::BadStride { .. })
+    ));
+    let empty = DeviceMatrix { data: &dx, rows: 0, k, row_stride: k };
+    assert!(matches!(gemm_weight_only_prepared::<bf16, f32>(&dev, empty, &pw, &epi), Err(CudaError::Format(_))));
+    let short_bias = dev.stream().clone_htod(&[0f32; 63]).unwrap();
+    assert!(matches!(
+        gemm_weight_only_prepared::<bf16, f32>(&dev, xm, &pw, &DeviceEpilogue::default().with_bias(&short_bias)),
+        Err(CudaError::BiasLength { expected: 64, actual: 63 })
+    ));
+}
+
 #[test]
 fn nan_blocks_propagate_like_the_reference() {
     let Some(dev) = hopper() else { return };
@@ -440,4 +584,14 @@ fn gemm_sanitizer_smoke() {
     }
     run_weight_only::<f32, f32>(&dev, Scheme::Int4G32, true, (5, 40, 64), 65, false, Activation::GeluErf, 950);
     run_weight_only::<bf16, bf16>(&dev, Scheme::NvFp4, false, (20, 40, 64), 64, false, Activation::Identity, 951);
+    run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::NvFp4, (70, 72, 1024), false, Activation::Silu, 952);
+    run_weight_only_prepared::<f16, f32>(&dev, Scheme::Int4G32, (130, 40, 256), false, Activation::Identity, 953);
+    run_weight_only_prepared::<bf16, bf16>(
+        &dev,
+        Scheme::Fp8Block(Fp8Tile::Tile128x128),
+        (20, 40, 512),
+        false,
+        Activation::GeluTanh,
+        954,
+    );
 }

@@ -29,7 +29,13 @@
 
 mod cutlass;
 mod prepare;
+mod prepared;
 mod sm120;
+
+pub use prepared::{
+    gemm_weight_only_prepared, gemm_weight_only_prepared_host, gemm_weight_only_prepared_into,
+    gemm_weight_only_prepared_workspace_size,
+};
 
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
@@ -70,7 +76,7 @@ impl<'a, T> DeviceMatrixMut<'a, T> {
 pub type DeviceEpilogue<'a> = Epilogue<'a, CudaSlice<f32>>;
 
 /// The left operand of a GEMM: a quantized matrix, or bf16 / f16 / f32 activations.
-enum Lhs<'a, I> {
+pub(crate) enum Lhs<'a, I> {
     Quantized(&'a DeviceQuantized),
     Activations(DeviceMatrix<'a, I>),
 }
@@ -188,18 +194,43 @@ fn check_int(m: usize, n: usize, k: usize) -> Result<(), CudaError> {
     Ok(())
 }
 
+/// The weights (B) of a GEMM: a quantized matrix in its checkpoint layout, or prepared
+/// weights (weight-only products at large M: dequantized to bf16 in the workspace).
+#[derive(Clone, Copy)]
+pub(crate) enum Rhs<'a> {
+    Quantized(&'a DeviceQuantized),
+    Prepared(&'a crate::prepared::Fast),
+}
+
+impl Rhs<'_> {
+    fn rows_k(&self) -> (usize, usize) {
+        match self {
+            Self::Quantized(b) => (b.shape().rows, b.shape().k),
+            Self::Prepared(f) => (f.rows, f.k),
+        }
+    }
+
+    fn scheme(&self) -> Scheme {
+        match self {
+            Self::Quantized(b) => b.scheme(),
+            Self::Prepared(f) => f.scheme,
+        }
+    }
+}
+
 impl Plan {
     /// Decides the kernel, the preparation and the workspace layout.
     fn new<I: DeviceElement, O: DeviceElement>(
         dev: &Device,
         lhs: &Lhs<'_, I>,
-        b: &DeviceQuantized,
+        b: Rhs<'_>,
         out_aligned: bool,
     ) -> Result<Self, CudaError> {
         if dev.arch() == Arch::Sm120 {
+            let Rhs::Quantized(b) = b else { return Err(sm120::weight_only()) };
             return Self::new_sm120::<I, O>(dev, lhs, b, out_aligned);
         }
-        let (n, k) = (b.shape().rows, b.shape().k);
+        let (n, k) = b.rows_k();
         let (m, lhs_k) = lhs.rows_k();
         if lhs_k != k {
             return Err(CudaError::KMismatch { a: lhs_k, b: k });
@@ -441,8 +472,21 @@ fn run<I: DeviceElement, O: DeviceElement>(
     out: DeviceMatrixMut<'_, O>,
     grow: bool,
 ) -> Result<(), CudaError> {
+    run_rhs(dev, lhs, Rhs::Quantized(b), alpha, epilogue, out, grow)
+}
+
+/// [`run`] on either kind of weights.
+pub(crate) fn run_rhs<I: DeviceElement, O: DeviceElement>(
+    dev: &Device,
+    lhs: Lhs<'_, I>,
+    b: Rhs<'_>,
+    alpha: f32,
+    epilogue: &DeviceEpilogue<'_>,
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
     let stream = dev.stream();
-    let (m, n) = (lhs.rows_k().0, b.shape().rows);
+    let (m, n) = (lhs.rows_k().0, b.rows_k().0);
     let alpha = check_epilogue(epilogue, alpha, n)?;
     check_output(&out, m, n)?;
     let out_stride = out.row_stride;
@@ -474,8 +518,10 @@ fn run<I: DeviceElement, O: DeviceElement>(
         }
         Lhs::Activations(_) => (0, None),
     };
-    let (b_data, g_bd) = b.data().device_ptr(stream);
-    let (b_scales, g_bs) = b.scales().ptr(stream);
+    let ((b_data, g_bd), (b_scales, g_bs)) = match b {
+        Rhs::Quantized(b) => (b.data().device_ptr(stream), b.scales().ptr(stream)),
+        Rhs::Prepared(f) => (f.codes.device_ptr(stream), f.scales.device_ptr(stream)),
+    };
     let (bias, g_bias) = match epilogue.bias {
         Some(v) => {
             let (p, g) = v.device_ptr(stream);
@@ -504,7 +550,11 @@ fn run<I: DeviceElement, O: DeviceElement>(
             prepare::copy_and_pad(dev, b_data, at, n * plan.k, pad_rows * plan.k)?;
         } else {
             for piece in 0..plan.pieces {
-                crate::dequantize::launch_dequantize(dev, b, at + (piece * plan.k * 2) as u64, kk, "bf16", 1.0)?;
+                let to = at + (piece * plan.k * 2) as u64;
+                match b {
+                    Rhs::Quantized(b) => crate::dequantize::launch_dequantize(dev, b, to, kk, "bf16", 1.0)?,
+                    Rhs::Prepared(f) => prepared::launch_dequantize(dev, f, (b_data, b_scales), to, kk)?,
+                }
             }
             prepare::zero_bytes(dev, at + (n * kk * 2) as u64, pad_rows * kk * 2)?;
         }
@@ -643,7 +693,7 @@ pub fn gemm_workspace_size<O: DeviceElement>(
 ) -> Result<usize, CudaError> {
     check_pair(a, b)?;
     let aligned = (out_row_stride * size_of::<O>()).is_multiple_of(16);
-    Ok(Plan::new::<half::bf16, O>(dev, &Lhs::Quantized(a), b, aligned)?.total)
+    Ok(Plan::new::<half::bf16, O>(dev, &Lhs::Quantized(a), Rhs::Quantized(b), aligned)?.total)
 }
 
 /// The workspace bytes [`gemm_weight_only_into`] needs for these activations, weights,
@@ -658,6 +708,16 @@ pub fn gemm_weight_only_workspace_size<I: DeviceElement, O: DeviceElement>(
     w: &DeviceQuantized,
     out_row_stride: usize,
 ) -> Result<usize, CudaError> {
+    weight_only_workspace::<I, O>(dev, x, Rhs::Quantized(w), out_row_stride)
+}
+
+/// The workspace bytes of a weight-only product on either kind of weights.
+pub(crate) fn weight_only_workspace<I: DeviceElement, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    w: Rhs<'_>,
+    out_row_stride: usize,
+) -> Result<usize, CudaError> {
     check_activations(&x)?;
     let aligned = (out_row_stride * size_of::<O>()).is_multiple_of(16);
     Ok(Plan::new::<I, O>(dev, &Lhs::Activations(x), w, aligned)?.total)
@@ -665,7 +725,7 @@ pub fn gemm_weight_only_workspace_size<I: DeviceElement, O: DeviceElement>(
 
 /// Checks weight-only activations: rows, stride and buffer length (any stride works:
 /// what TMA cannot read is copied into the workspace).
-fn check_activations<I>(x: &DeviceMatrix<'_, I>) -> Result<(), CudaError> {
+pub(crate) fn check_activations<I>(x: &DeviceMatrix<'_, I>) -> Result<(), CudaError> {
     if x.rows == 0 {
         return Err(blockscale_formats::FormatError::EmptyShape { rows: 0, cols: x.k }.into());
     }

@@ -540,7 +540,7 @@ pub fn gemv_into<'w, I: GemvInput, O: DeviceElement>(
     gemv_run(dev, x, w.into(), epilogue, out, false)
 }
 
-fn gemv_run<I: GemvInput, O: DeviceElement>(
+pub(crate) fn gemv_run<I: GemvInput, O: DeviceElement>(
     dev: &Device,
     x: DeviceMatrix<'_, I>,
     w: GemvWeights<'_>,
@@ -659,7 +659,7 @@ pub fn gemv_prepared_host<I: GemvInput, O: DeviceElement>(
 
 /// Copies host activations to the device with rows padded to 8 elements (16 bytes), as
 /// the kernel reads them; returns the buffer and its row stride.
-fn upload<I: GemvInput>(dev: &Device, x: ArrayView2<'_, I>) -> Result<(CudaSlice<I>, usize), CudaError> {
+pub(crate) fn upload<I: GemvInput>(dev: &Device, x: ArrayView2<'_, I>) -> Result<(CudaSlice<I>, usize), CudaError> {
     let (m, k) = x.dim();
     let stride = k.next_multiple_of(8);
     let mut host = vec![I::default(); m * stride];

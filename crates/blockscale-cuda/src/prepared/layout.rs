@@ -3,7 +3,7 @@
 //!
 //! # The layout
 //!
-//! Rows are taken in groups of 16 (`row_groups`, padded to a multiple of 4 groups) and K
+//! Rows are taken in groups of 16 (`row_groups`, padded to a multiple of 8 groups) and K
 //! in slabs of 64 elements (`slabs`, padded to a multiple of 4). For every (row group,
 //! slab) the 32 lanes of a warp each hold 32 codes, in `words` 32-bit words per lane
 //! (4 for 4-bit elements, 6 for 6-bit, 8 for 8-bit): a block of `B = 128 words` bytes at
@@ -39,8 +39,9 @@ use rayon::prelude::*;
 pub const SLAB_K: usize = 64;
 /// Rows per row group.
 pub const GROUP_ROWS: usize = 16;
-/// Row groups are padded to a multiple of this (the kernel's largest CTA tile).
-pub const GROUP_ALIGN: usize = 4;
+/// Row groups are padded to a multiple of this (the kernels' largest CTA tile: the
+/// weight-only GEMM's two 4-group units).
+pub const GROUP_ALIGN: usize = 8;
 /// Slabs are padded to a multiple of this (the kernel's chunk).
 pub const SLAB_ALIGN: usize = 4;
 

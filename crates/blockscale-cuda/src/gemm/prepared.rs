@@ -1,0 +1,411 @@
+//! Weight-only GEMM on [`PreparedWeights`] (`kernels/gemm/pgemm.cu`): bf16 or f16
+//! activations times weights decoded in registers inside the main loop, no dequantize
+//! pass, up to M = 256 on Hopper (any M on SM120); M up to 16 runs the GEMV on the same
+//! weights; larger M decodes the weights to bf16 in the workspace and runs CUTLASS's
+//! BF16 GEMM (faster there than the fused kernel, which runs on mma.sync).
+
+use blockscale_formats::{Epilogue, Fp8Tile, Scheme};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use ndarray::{Array2, ArrayView2};
+
+use super::{DeviceEpilogue, DeviceMatrixMut, check_output, on_device, to_host};
+use crate::buffer::DeviceElement;
+use crate::gemv::{GEMV_MAX_ROWS, GemvInput};
+use crate::params::PgemmParams;
+use crate::prepared::{Fast, Inner, NVFP4_SHIFT, PreparedWeights, scale_add};
+use crate::quantize::DeviceMatrix;
+use crate::{CudaError, Device};
+
+/// Threads per CTA (`kThreads`).
+const THREADS: u32 = 128;
+/// Stages of the ring (`kDepth`).
+const DEPTH: usize = 4;
+/// Bytes per activation row in a stage (`kActPitch`).
+const ACT_PITCH: usize = 144;
+/// Weight rows per CTA: two 4-group units of the layout (`kUnits`).
+const TILE_N: usize = 128;
+/// Activation rows per CTA (`BM`).
+const TILE_M: usize = 64;
+/// The fewest 64-element slabs a K split keeps.
+const MIN_SPLIT_SLABS: usize = 8;
+/// The largest M the fused kernel takes on Hopper; above it the weights are decoded to
+/// bf16 into the workspace and CUTLASS's BF16 GEMM runs (measured on an H200: at M = 128
+/// the fused kernel takes 0.55-0.65x the time of that path, at M = 512 1.8x; see
+/// docs/KERNELS.md). `BLOCKSCALE_GEMM_FUSED_MAX_M` overrides it.
+const FUSED_MAX_M: usize = 256;
+
+fn fused_max_m() -> usize {
+    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        std::env::var("BLOCKSCALE_GEMM_FUSED_MAX_M").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(FUSED_MAX_M)
+    })
+}
+
+/// Whether a product of `m` activation rows takes the fused kernel here.
+fn fused(dev: &Device, m: usize) -> bool {
+    dev.arch() == crate::Arch::Sm120 || m <= fused_max_m()
+}
+
+/// The factor the bf16 weights the dequantize kernel writes carry: 2^c for the
+/// pre-scaled layouts (the exact products w x scale x 2^-c), 1 for INT4 and FP8 block.
+fn dequant_factor(w: &Fast) -> f32 {
+    match w.scheme {
+        Scheme::Int4G32 | Scheme::Fp8Block(_) => 1.0,
+        Scheme::NvFp4 => (NVFP4_SHIFT as f32).exp2(),
+        _ => (w.shift as f32).exp2(),
+    }
+}
+
+/// Writes the prepared weights `w` (codes and scales at `ptrs`) as bf16, row-major with
+/// row stride `ld` elements, at `to`.
+pub(crate) fn launch_dequantize(dev: &Device, w: &Fast, ptrs: (u64, u64), to: u64, ld: usize) -> Result<(), CudaError> {
+    let base = match w.scheme {
+        Scheme::Fp8Block(Fp8Tile::Tile128x128) => "fp8_block_128x128",
+        Scheme::Fp8Block(Fp8Tile::Row1x128) => "fp8_block_1x128",
+        s => crate::quantize::scheme_name(s),
+    };
+    let kernel = dev.function(&format!("pgemm_dequant_{base}"))?;
+    let jobs = w.rows.div_ceil(16) * w.k.div_ceil(64);
+    let config = dev.grid_stride(32 * jobs as u64, &kernel);
+    let params = PgemmParams {
+        w: ptrs.0,
+        s: ptrs.1,
+        out: to,
+        out_stride: ld as u64,
+        n: w.rows as u32,
+        k: w.k as u32,
+        slabs: w.slabs as u32,
+        scale_add: scale_add(w.scheme, w.shift),
+        ..PgemmParams::default()
+    };
+    let mut launch = dev.stream().launch_builder(&kernel.func);
+    launch.arg(&params);
+    // SAFETY: `params` matches `PgemmParams`; the prepared codes and scales hold every
+    // (row group, slab) the grid decodes, and the caller gives a destination of N rows
+    // of `ld >= K` bf16 elements (the GEMM's workspace, sized by its plan).
+    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the prepared weights' dequantization"))?;
+    Ok(())
+}
+
+fn kernel_name(scheme: Scheme, f16: bool) -> String {
+    let base = match scheme {
+        Scheme::Fp8Block(Fp8Tile::Tile128x128) => "fp8_block_128x128",
+        Scheme::Fp8Block(Fp8Tile::Row1x128) => "fp8_block_1x128",
+        s => crate::quantize::scheme_name(s),
+    };
+    format!("pgemm_{base}{}", if f16 { "_f16" } else { "" })
+}
+
+/// The kernel's dynamic shared memory: stages x (8 groups' codes and scales + 64
+/// activation rows of ACT_PITCH bytes); pgemm.cu `stage_bytes`.
+fn smem_bytes(scheme: Scheme) -> usize {
+    let code = 128 * scheme.element().bits() as usize;
+    let scales = match scheme {
+        Scheme::Fp8Block(Fp8Tile::Tile128x128) => 0,
+        Scheme::NvFp4 | Scheme::Int4G32 | Scheme::Fp8Block(Fp8Tile::Row1x128) => 64,
+        _ => 32,
+    };
+    DEPTH * (8 * (code + scales) + TILE_M * ACT_PITCH)
+}
+
+/// How the GEMM is launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    tiles_n: usize,
+    tiles_m: usize,
+    splits: usize,
+    slabs_per_split: usize,
+    workspace: usize,
+}
+
+impl Plan {
+    fn new((m, n, slabs): (usize, usize, usize), slots: usize) -> Self {
+        let tiles_n = n.div_ceil(TILE_N);
+        let tiles_m = m.div_ceil(TILE_M);
+        let ctas = tiles_n * tiles_m;
+        // Split K while the tiles leave slots idle, keeping MIN_SPLIT_SLABS slabs a split.
+        let wanted = if ctas < slots { (slots / ctas).min(slabs / MIN_SPLIT_SLABS).max(1) } else { 1 };
+        let slabs_per_split = slabs.div_ceil(wanted).next_multiple_of(2);
+        let splits = slabs.div_ceil(slabs_per_split);
+        let workspace = if splits > 1 { splits * m * n * 4 } else { 0 };
+        Self { tiles_n, tiles_m, splits, slabs_per_split, workspace }
+    }
+}
+
+fn plan(dev: &Device, w: &Fast, m: usize, f16: bool) -> Result<(crate::device::Kernel, Plan), CudaError> {
+    let smem = smem_bytes(w.scheme);
+    let kernel = dev.function_with_threads(&kernel_name(w.scheme, f16), THREADS, smem)?;
+    let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
+    let plan = Plan::new((m, w.rows, w.slabs), slots);
+    if plan.tiles_n * plan.tiles_m > crate::device::GEMV_COUNTERS || plan.tiles_m > 65535 {
+        return Err(CudaError::TooLarge { rows: w.rows, k: w.k, limit: "the GEMM's tiles exceed 65536" });
+    }
+    Ok((kernel, plan))
+}
+
+/// The factor the kernel's sums take besides the epilogue's alpha (as the GEMV's).
+fn layout_factor(w: &Fast) -> f32 {
+    match w.scheme {
+        Scheme::Int4G32 => 0.125,
+        Scheme::NvFp4 => (NVFP4_SHIFT as f32).exp2(),
+        Scheme::Fp8Block(_) => 1.0,
+        _ => (w.shift as f32).exp2(),
+    }
+}
+
+/// Checks and queues the GEMM (M > 16) or the GEMV (M <= 16) on prepared weights.
+fn run<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    w: &PreparedWeights,
+    epilogue: &DeviceEpilogue<'_>,
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
+    let f = match &w.inner {
+        // Kept in its checkpoint layout: the general weight-only GEMM.
+        Inner::Plain { w, .. } => {
+            return if grow {
+                let alpha = epilogue.alpha_weight_only(w.scheme(), w.global_scale());
+                super::run(dev, super::Lhs::Activations(x), w, alpha, epilogue, out, true)
+            } else {
+                super::gemm_weight_only_into(dev, x, w, epilogue, out)
+            };
+        }
+        Inner::Fast(f) => f,
+    };
+    if x.rows <= GEMV_MAX_ROWS && x.rows > 0 {
+        return crate::gemv::gemv_run(dev, x, w.into(), epilogue, out, grow);
+    }
+    if !fused(dev, x.rows) {
+        // Large M: bf16 weights in the workspace, CUTLASS's BF16 GEMM.
+        super::check_activations(&x)?;
+        let alpha = epilogue.alpha_weight_only(f.scheme, f.global_scale) * dequant_factor(f);
+        return super::run_rhs(dev, super::Lhs::Activations(x), super::Rhs::Prepared(f), alpha, epilogue, out, grow);
+    }
+    let stream = dev.stream();
+    let (m, n, k) = (x.rows, f.rows, f.k);
+    if x.k != k {
+        return Err(CudaError::KMismatch { a: x.k, b: k });
+    }
+    let alpha = epilogue.alpha_weight_only(f.scheme, f.global_scale) * layout_factor(f);
+    if !alpha.is_finite() {
+        return Err(CudaError::InvalidAlpha(alpha));
+    }
+    if let Some(bias) = epilogue.bias
+        && bias.len() != n
+    {
+        return Err(CudaError::BiasLength { expected: n, actual: bias.len() });
+    }
+    check_output(&out, m, n)?;
+    let (x_ptr, g_x) = x.data.device_ptr(stream);
+    crate::checks::check_matrix::<I>(m, k, x.row_stride, x.data.len(), x_ptr, "activations")?;
+
+    let (kernel, plan) = plan(dev, f, m, I::SUFFIX == "f16")?;
+    if grow && plan.workspace > 0 {
+        dev.reserve_workspace(plan.workspace)?;
+    }
+    let mut scratch = dev.scratch();
+    let workspace = &mut scratch.workspace;
+    let available = workspace.as_ref().map_or(0, |w| w.len());
+    if available < plan.workspace {
+        return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available });
+    }
+    let (ws_ptr, g_ws) = match workspace.as_mut() {
+        Some(ws) if plan.workspace > 0 => {
+            let (p, g) = ws.device_ptr_mut(stream);
+            (p, Some(g))
+        }
+        _ => (0, None),
+    };
+    let out_stride = out.row_stride;
+    let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
+    let (w_ptr, g_w) = f.codes.device_ptr(stream);
+    let (s_ptr, g_s) = f.scales.device_ptr(stream);
+    let (bias_ptr, g_b) = match epilogue.bias {
+        Some(b) => {
+            let (p, g) = b.device_ptr(stream);
+            (p, Some(g))
+        }
+        None => (0, None),
+    };
+    let params = PgemmParams {
+        x: x_ptr,
+        w: w_ptr,
+        s: s_ptr,
+        bias: bias_ptr,
+        out: out_ptr,
+        partial: ws_ptr,
+        x_stride: x.row_stride as u64,
+        out_stride: out_stride as u64,
+        alpha,
+        scale_add: scale_add(f.scheme, f.shift),
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        slabs: f.slabs as u32,
+        out_kind: match O::SUFFIX {
+            "bf16" => 0,
+            "f16" => 1,
+            _ => 2,
+        },
+        activation: super::activation_code(epilogue.activation) as u32,
+        splits: plan.splits as u32,
+        slabs_per_split: plan.slabs_per_split as u32,
+    };
+    let config = LaunchConfig {
+        grid_dim: (plan.tiles_n as u32, plan.tiles_m as u32, plan.splits as u32),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: smem_bytes(f.scheme) as u32,
+    };
+    // SAFETY: `params` matches `PgemmParams`. The prepared codes and scales hold whole
+    // pairs of 4-group units (128 rows) and a multiple of 4 slabs, so every copy of the
+    // grid's tiles is inside them; the activations were checked for M rows of K at a
+    // stride keeping rows 16-byte aligned (the kernel zero-fills past M and K), the output
+    // for M x N at its stride, the bias for N values, the workspace for the split-K
+    // partial sums; the dynamic shared memory is what pgemm.cu lays out (it traps if
+    // given less). Before its griddepcontrol.wait the kernel reads only the prepared
+    // weights. The guards keep every buffer alive and ordered until the launch is queued
+    // on this device's stream.
+    unsafe { crate::device::launch_dependent(stream, &kernel.func, config, &params) }
+        .map_err(CudaError::driver("launching the weight-only GEMM on prepared weights"))?;
+    if plan.splits > 1 {
+        let reduce = dev.function("pgemm_reduce")?;
+        let config = dev.grid_stride((m * n) as u64, &reduce);
+        // SAFETY: as above: the reduction reads the partial sums the GEMM wrote into the
+        // workspace (splits x M x N f32, after its griddepcontrol.wait for the GEMM) and
+        // writes the checked output.
+        unsafe { crate::device::launch_dependent(stream, &reduce.func, config, &params) }
+            .map_err(CudaError::driver("launching the GEMM's split-K reduction"))?;
+    }
+    drop((g_x, g_ws, g_out, g_w, g_s, g_b));
+    Ok(())
+}
+
+/// Weight-only GEMM on prepared weights: activations `x` (M x K bf16 or f16 on the
+/// device, rows 16-byte aligned) times `w` (N x K), into a new contiguous M x N buffer of
+/// `O`. The weights are decoded in registers inside the main loop (no dequantize pass);
+/// M up to 16 runs the GEMV. Grows the device's workspace if the shape splits K.
+///
+/// # Errors
+/// [`CudaError::KMismatch`], [`CudaError::BadStride`], [`CudaError::BufferLength`] and
+/// [`CudaError::Misaligned`] for `x`, [`CudaError::BiasLength`],
+/// [`CudaError::InvalidAlpha`], [`CudaError::TooLarge`], [`CudaError::OutOfMemory`],
+/// [`CudaError::Driver`].
+pub fn gemm_weight_only_prepared<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    w: &PreparedWeights,
+    epilogue: &DeviceEpilogue<'_>,
+) -> Result<CudaSlice<O>, CudaError> {
+    let (m, n) = (x.rows, w.shape().0);
+    if m == 0 {
+        return Err(blockscale_formats::FormatError::EmptyShape { rows: 0, cols: x.k }.into());
+    }
+    // SAFETY: the GEMM writes every one of the m x n outputs before anything reads them
+    // (uninitialised f32/f16/bf16 bits are valid values).
+    let mut out =
+        unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))?;
+    run(dev, x, w, epilogue, DeviceMatrixMut::new(&mut out, m, n), true)?;
+    Ok(out)
+}
+
+/// [`gemm_weight_only_prepared`] into caller memory: allocates nothing and never
+/// synchronizes (reserve [`gemm_weight_only_prepared_workspace_size`] first when it is
+/// not zero), so it can be captured in a CUDA graph.
+///
+/// # Errors
+/// As [`gemm_weight_only_prepared`], plus [`CudaError::OutputShape`],
+/// [`CudaError::StrideTooSmall`], [`CudaError::BufferLength`] for the output and
+/// [`CudaError::WorkspaceTooSmall`].
+pub fn gemm_weight_only_prepared_into<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    w: &PreparedWeights,
+    epilogue: &DeviceEpilogue<'_>,
+    out: DeviceMatrixMut<'_, O>,
+) -> Result<(), CudaError> {
+    run(dev, x, w, epilogue, out, false)
+}
+
+/// Workspace bytes [`gemm_weight_only_prepared_into`] needs for these activations,
+/// weights and output type with an output row stride of `out_row_stride` elements.
+/// Reserve it with [`Device::reserve_workspace`] before capturing a graph.
+///
+/// # Errors
+/// As [`gemm_weight_only_prepared`].
+pub fn gemm_weight_only_prepared_workspace_size<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: DeviceMatrix<'_, I>,
+    w: &PreparedWeights,
+    out_row_stride: usize,
+) -> Result<usize, CudaError> {
+    match &w.inner {
+        Inner::Plain { w: q, .. } => super::gemm_weight_only_workspace_size::<I, O>(dev, x, q, out_row_stride),
+        Inner::Fast(_) if x.rows <= GEMV_MAX_ROWS => crate::gemv::gemv_workspace_size(dev, x.rows, w, false),
+        Inner::Fast(f) if !fused(dev, x.rows) => {
+            super::weight_only_workspace::<I, O>(dev, x, super::Rhs::Prepared(f), out_row_stride)
+        }
+        Inner::Fast(f) => Ok(plan(dev, f, x.rows, I::SUFFIX == "f16")?.1.workspace),
+    }
+}
+
+/// Host convenience for [`gemm_weight_only_prepared`]: copies `x` and the bias over, runs
+/// the product and copies the M x N result back (waiting for it).
+///
+/// # Errors
+/// As [`gemm_weight_only_prepared`].
+pub fn gemm_weight_only_prepared_host<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: ArrayView2<'_, I>,
+    w: &PreparedWeights,
+    epilogue: &Epilogue<'_>,
+) -> Result<Array2<O>, CudaError> {
+    let (m, k) = x.dim();
+    let (n, wk) = w.shape();
+    if k != wk {
+        return Err(CudaError::KMismatch { a: k, b: wk });
+    }
+    let (dx, stride) = crate::gemv::upload(dev, x)?;
+    let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
+    let y = on_device(dev, epilogue, |epi| gemm_weight_only_prepared::<I, O>(dev, xm, w, epi))?;
+    to_host(dev, &y, m, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_m_splits_k_to_fill_the_gpu() {
+        // M = 128, N = K = 4096: 32 x 2 tiles on 396 slots (three CTAs an SM): 6 splits
+        // of 12 slabs (the last 4).
+        let p = Plan::new((128, 4096, 64), 396);
+        assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.slabs_per_split), (32, 2, 6, 12));
+        assert_eq!(p.workspace, 6 * 128 * 4096 * 4);
+        // M = 4096: 2048 CTAs, no split.
+        let big = Plan::new((4096, 4096, 64), 396);
+        assert_eq!((big.tiles_m, big.splits, big.workspace), (64, 1, 0));
+        // K = 512 (8 slabs): never split.
+        assert_eq!(Plan::new((32, 256, 8), 396).splits, 1);
+    }
+
+    #[test]
+    fn shared_memory_matches_the_kernel_layout() {
+        // pgemm.cu: kDepth x (8 x (code + scale step) + 64 x 144).
+        assert_eq!(smem_bytes(Scheme::NvFp4), 4 * (8 * (512 + 64) + 64 * 144));
+        assert_eq!(smem_bytes(Scheme::MxFp8E4M3), 4 * (8 * (1024 + 32) + 64 * 144));
+        assert_eq!(smem_bytes(Scheme::Fp8Block(Fp8Tile::Tile128x128)), 4 * (8 * 1024 + 64 * 144));
+        // Within SM120's 99 KiB.
+        for s in Scheme::ALL {
+            assert!(smem_bytes(s) <= 99 << 10, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn kernel_names() {
+        assert_eq!(kernel_name(Scheme::NvFp4, false), "pgemm_nvfp4");
+        assert_eq!(kernel_name(Scheme::Int4G32, true), "pgemm_int4_g32_f16");
+        assert_eq!(kernel_name(Scheme::Fp8Block(Fp8Tile::Row1x128), false), "pgemm_fp8_block_1x128");
+    }
+}
