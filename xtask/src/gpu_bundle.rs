@@ -19,7 +19,8 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # the GEMM and GEMV tests, the golden files and the GEMM and GEMV benches;
 # `checkpoint` compares the CLI's outputs on both backends for every writer the GPU
 # serves, then times `blockscale quantize --backend cuda` against `--backend cpu` on a
-# generated 2 GB bf16 checkpoint (needs python3 with torch and safetensors).
+# generated 2 GB bf16 checkpoint (needs python3 with torch and safetensors). `bench`
+# also times the PyTorch peers of the GEMV (torch_peers.py) where torch is installed.
 #   ./run.sh [test|verify|sanitize|bench|all|sm120|checkpoint]      (default: test)
 set -u
 cd "$(dirname "$0")"
@@ -75,6 +76,10 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
         echo "== $b"
         "$b" || status=1
     done
+    if python3 -c "import torch" 2>/dev/null; then
+        echo "== PyTorch peers of the GEMV bench (tinygemm int4, _scaled_mm fp8, cuBLAS bf16)"
+        python3 torch_peers.py || status=1
+    fi
 fi
 if [ "$mode" = checkpoint ]; then
     ./cli_cmp.sh bin/blockscale || status=1
@@ -184,6 +189,8 @@ pub fn run() -> Result<()> {
         }
     }
     std::fs::copy(root().join("tests/torch/check_golden.py"), out.join("check_golden.py"))?;
+    std::fs::copy(root().join("crates/blockscale-cuda/benches/torch_peers.py"), out.join("torch_peers.py"))
+        .context("copying the PyTorch peers script")?;
     // The CLI with the CUDA backend, for `run.sh checkpoint`.
     crate::util::run(cargo().args(["build", "--release", "-p", "blockscale-cli", "--features", "cuda"]))?;
     std::fs::copy(target_dir().join("release").join("blockscale"), out.join("bin/blockscale"))
