@@ -308,11 +308,30 @@ __device__ __forceinline__ void pgemm(const PgemmParams& p) {
 
 using bs::PgemmParams;
 
-// Per scheme: bf16 or f16 (`_f16`) activations. Three CTAs an SM for the pre-scaled
-// schemes with bf16; the post-scaled ones (block sums besides) and the f16 variants (two
-// pieces of each activation) take up to 255 registers.
+namespace bs {
+namespace pgemm {
+// CTAs an SM for the bf16 kernels: four for the pre-scaled 4-bit schemes (128 registers;
+// their 55 KiB of shared memory lets four fit, which also puts N = 28672 x M = 128 in
+// one wave on an H100: 448 tiles, 528 slots; 250 -> 223 us), three for the pre-scaled 6-
+// and 8-bit ones (shared memory allows no more), two for INT4 and FP8 block, which keep
+// block sums besides (INT4-G128 fits 168 registers, but three CTAs measured slower:
+// 280 -> 296 us at that shape). sm_120a keeps three and two: its ~100 KiB of shared
+// memory an SM holds one CTA whatever the bound, and 128 registers would spill there.
+template <class T>
+constexpr int min_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+    return T::kPre ? 3 : 2;
+#else
+    return T::kPre ? (T::kBits == 4 ? 4 : 3) : 2;
+#endif
+}
+}  // namespace pgemm
+}  // namespace bs
+
+// Per scheme: bf16 or f16 (`_f16`) activations; the f16 variants (two pieces of each
+// activation) take two CTAs an SM.
 #define BS_PGEMM(name, traits)                                                                           \
-    extern "C" __global__ void __launch_bounds__(bs::pgemm::kThreads, bs::pgemv::traits::kPre ? 3 : 2)             \
+    extern "C" __global__ void __launch_bounds__(bs::pgemm::kThreads, bs::pgemm::min_blocks<bs::pgemv::traits>()) \
         pgemm_##name(const PgemmParams p) {                                                              \
         bs::pgemm::pgemm<bs::pgemv::traits, false>(p);                                                   \
     }                                                                                                    \
@@ -330,6 +349,7 @@ BS_PGEMM(mxfp8_e5m2, TMxfp8E5m2)
 BS_PGEMM(fp8_block_128x128, TFp8T128)
 BS_PGEMM(fp8_block_1x128, TFp8R128)
 BS_PGEMM(int4_g32, TInt4G32)
+BS_PGEMM(int4_g128, TInt4G128)
 
 // The split-K partial sums added in split order, then the epilogue: one thread per
 // output (a second launch, which every SM shares, rather than one CTA per tile).
@@ -463,3 +483,4 @@ BS_PDEQUANT(mxfp8_e5m2, TMxfp8E5m2)
 BS_PDEQUANT(fp8_block_128x128, TFp8T128)
 BS_PDEQUANT(fp8_block_1x128, TFp8R128)
 BS_PDEQUANT(int4_g32, TInt4G32)
+BS_PDEQUANT(int4_g128, TInt4G128)
