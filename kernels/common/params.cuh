@@ -17,7 +17,11 @@ enum SchemeCode : uint32_t {
     FP8_BLOCK_1X128 = 6,
     FP8_BLOCK_128X128 = 7,
     INT4_G32 = 8,
+    INT4_G128 = 9,
 };
+
+// INT4 in groups of 32 or 128 along K (offset-8 codes, f16 scales).
+__host__ __device__ constexpr bool is_int4(uint32_t s) { return s == INT4_G32 || s == INT4_G128; }
 
 struct QuantParams {
     const void* input;        // rows x k values, row stride `row_stride` elements

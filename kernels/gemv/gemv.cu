@@ -47,7 +47,8 @@ constexpr int kStepK = 128;
 enum class Elem { E2M1, Int4, E4M3, E5M2, E2M3, E3M2 };
 enum class Scale { Ue4m3, Ue8m0, F16, F32 };
 
-template <Elem E, Scale S, int BITS, int U>
+// SB: K elements per scale (U, except FP8 block and INT4-G128: 128).
+template <Elem E, Scale S, int BITS, int U, int SB = U>
 struct Traits {
     static constexpr Elem kElem = E;
     static constexpr Scale kScale = S;
@@ -65,8 +66,13 @@ struct Traits {
     // three 2-byte pieces and lives with a few conflicts).
     static constexpr int kPitch = BITS == 4 ? 80 : BITS == 8 ? 160 : 112;
     static constexpr int kSsize = S == Scale::F16 ? 2 : S == Scale::F32 ? 4 : 1;
-    static constexpr int kUnitsPerScale = S == Scale::F32 ? 4 : 1;  // FP8: 128-element blocks
-    static constexpr int kScaleBytes = kUps / kUnitsPerScale * kSsize;  // per row per step
+    static constexpr int kUnitsPerScale = SB / U;
+    static constexpr int kCps = kUps / kUnitsPerScale;  // scale columns per row and step
+    // A stage's scale bytes per row: whole 4-byte words. INT4-G128's one f16 a step
+    // (kHalfWord) sits in the word's low or high half, as its address is 4-byte aligned
+    // or not: the copy takes the aligned word around it.
+    static constexpr bool kHalfWord = kCps * kSsize < 4;
+    static constexpr int kScaleBytes = kHalfWord ? 4 : kCps * kSsize;
     static constexpr bool kEvenOdd = BITS == 4;          // pairs (e0, e2), (e1, e3)
     static constexpr int kStage = kRows * kPitch + kRows * kScaleBytes;
     static constexpr int kDecoded = kRows * kUps * 4;   // f32 scales of one step
@@ -77,11 +83,12 @@ struct Traits {
 using TNvfp4 = Traits<Elem::E2M1, Scale::Ue4m3, 4, 16>;
 using TMxfp4 = Traits<Elem::E2M1, Scale::Ue8m0, 4, 32>;
 using TInt4 = Traits<Elem::Int4, Scale::F16, 4, 32>;
+using TInt4G128 = Traits<Elem::Int4, Scale::F16, 4, 32, 128>;
 using TMxfp6E2m3 = Traits<Elem::E2M3, Scale::Ue8m0, 6, 32>;
 using TMxfp6E3m2 = Traits<Elem::E3M2, Scale::Ue8m0, 6, 32>;
 using TMxfp8E4m3 = Traits<Elem::E4M3, Scale::Ue8m0, 8, 32>;
 using TMxfp8E5m2 = Traits<Elem::E5M2, Scale::Ue8m0, 8, 32>;
-using TFp8Block = Traits<Elem::E4M3, Scale::F32, 8, 32>;
+using TFp8Block = Traits<Elem::E4M3, Scale::F32, 8, 32, 128>;
 
 // ---------------------------------------------------------------------------------------
 // Small wrappers.
@@ -362,14 +369,14 @@ __device__ __forceinline__ uint64_t scale_byte(const GemvParams& p, uint32_t row
 template <class T>
 __device__ __forceinline__ void issue_scales(const GemvParams& p, uint8_t* stage, int step, int rowbase, int lane) {
     constexpr int kChunks = T::kScaleBytes / 4;
-    constexpr int kPerChunk = 4 / T::kSsize;  // scale columns per 4-byte chunk
+    constexpr int kPerChunk = T::kHalfWord ? 1 : 4 / T::kSsize;  // scale columns per 4-byte chunk
     uint8_t* raw = stage + T::kRows * T::kPitch;
     for (int c = lane; c < T::kRows * kChunks; c += 32) {
         const int r = c / kChunks, j = c % kChunks;
         int mat;
         uint32_t row;
         row_of<T>(p, rowbase, r, mat, row);
-        const uint32_t col = (uint32_t)step * (T::kUps / T::kUnitsPerScale) + (uint32_t)j * kPerChunk;
+        const uint32_t col = (uint32_t)step * T::kCps + (uint32_t)j * kPerChunk;
         const uint8_t* base = reinterpret_cast<const uint8_t*>(p.s[mat]);
         uint64_t off = 0;
         uint32_t valid = 0;
@@ -384,6 +391,8 @@ __device__ __forceinline__ void issue_scales(const GemvParams& p, uint8_t* stage
             // Linear scales whose rows are not a multiple of 4 bytes: byte by byte.
             uint32_t word = 0;
             for (uint32_t b = 0; b < valid; ++b) word |= (uint32_t)__ldg(base + off + b) << (8 * b);
+            // kHalfWord: the half decode_scales reads, as the aligned word would hold it.
+            if (T::kHalfWord) word <<= 8u * ((uint32_t)reinterpret_cast<uintptr_t>(base + off) & 2u);
             *reinterpret_cast<uint32_t*>(dst) = word;
         }
     }
@@ -402,8 +411,8 @@ struct FastCopies {
     static constexpr int kChunks = T::kScaleBytes / 4;
     static constexpr int kS = T::kRows * kChunks / 32;   // scale copies per lane and step
     static constexpr int kSApart = 32 / kChunks;
-    static constexpr int kPerChunk = 4 / T::kSsize;      // scale columns per chunk
-    static constexpr int kCps = T::kUps / T::kUnitsPerScale;  // scale columns per step
+    static constexpr int kPerChunk = T::kHalfWord ? 1 : 4 / T::kSsize;  // scale columns per chunk
+    static constexpr int kCps = T::kCps;
     static constexpr bool kUsable = (kPieces & (kPieces - 1)) == 0 && T::kRowBytes % 16 == 0 && kPieces <= 32 &&
                                     kChunks >= 1 && (kChunks & (kChunks - 1)) == 0 && kS >= 1;
 
@@ -489,7 +498,12 @@ struct FastCopies {
             const uint32_t valid = (s_ok >> i) & 1u ? sv : 0u;
             const uint8_t* src = s[i] + soff;
             uint8_t* dst = stage + s_dst + i * kSApart * T::kScaleBytes;
-            if ((s_aligned >> i) & 1u) {
+            if constexpr (T::kHalfWord) {
+                // The aligned word holding the scale: from 2 bytes before it (the row's
+                // previous scale, or the one before the row) when it is the high half.
+                const uint32_t high = (uint32_t)reinterpret_cast<uintptr_t>(src) & 2u;
+                cp_async<4>(smem_u32(dst), valid ? src - high : safe_s, valid ? valid + high : 0u);
+            } else if ((s_aligned >> i) & 1u) {
                 cp_async<4>(smem_u32(dst), valid ? src : safe_s, valid);
             } else {
                 uint32_t word = 0;
@@ -509,7 +523,8 @@ __device__ __forceinline__ void issue_step(const GemvParams& p, uint8_t* stage, 
 // The step's scales as f32, [row][unit], decoded once per warp, four units per lane and
 // pass (one 4- or 8-byte shared load, one 16-byte store).
 template <class T>
-__device__ __forceinline__ void decode_scales(const uint8_t* stage, float* dec, int lane) {
+__device__ __forceinline__ void decode_scales(const GemvParams& p, const uint8_t* stage, float* dec, int step, int rowbase,
+                                              int lane) {
     static_assert(T::kUps % 4 == 0, "four units per pass");
     constexpr int kQuads = T::kUps / 4;  // per row
     const uint8_t* raw = stage + T::kRows * T::kPitch;
@@ -526,6 +541,15 @@ __device__ __forceinline__ void decode_scales(const uint8_t* stage, float* dec, 
                 f[i] = T::kScale == Scale::Ue4m3 ? decode_ue4m3(byte) : decode_ue8m0(byte);
             }
             v = make_float4(f[0], f[1], f[2], f[3]);
+        } else if constexpr (T::kScale == Scale::F16 && T::kHalfWord) {
+            // INT4-G128: one f16 for the step's four units, in the half its address picks.
+            int mat;
+            uint32_t row;
+            row_of<T>(p, rowbase, r, mat, row);
+            const uint8_t* at = reinterpret_cast<const uint8_t*>(p.s[mat]) + scale_byte<T>(p, row, (uint32_t)step * T::kCps);
+            const uint32_t half = (uint32_t)reinterpret_cast<uintptr_t>(at) & 2u;
+            const float f = __half2float(*reinterpret_cast<const __half*>(s + half));
+            v = make_float4(f, f, f, f);
         } else if constexpr (T::kScale == Scale::F16) {
             const uint2 h = *reinterpret_cast<const uint2*>(s + 8 * u4);
             const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
@@ -619,7 +643,7 @@ __device__ __forceinline__ void gemv(const GemvParams& p) {
             cp_commit();
         }
         const uint8_t* stage = mine + (it % kStages) * T::kStage;
-        decode_scales<T>(stage, dec, lane);
+        decode_scales<T>(p, stage, dec, step, rowbase, lane);
         __syncwarp();
 
         if constexpr (M16) {
@@ -728,6 +752,7 @@ using bs::GemvParams;
 BS_GEMV(nvfp4, TNvfp4)
 BS_GEMV(mxfp4, TMxfp4)
 BS_GEMV(int4_g32, TInt4)
+BS_GEMV(int4_g128, TInt4G128)
 BS_GEMV(mxfp6_e2m3, TMxfp6E2m3)
 BS_GEMV(mxfp6_e3m2, TMxfp6E3m2)
 BS_GEMV(mxfp8_e4m3, TMxfp8E4m3)

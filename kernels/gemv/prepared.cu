@@ -1,14 +1,16 @@
 // GEMV on prepared weights: y = act(alpha x W^T + bias) for M <= 16 bf16 or f16
 // activation rows, and the gated act0(..W0..) * act1(..W1..) of SwiGLU MLPs, with W in
 // the layout `PreparedWeights` writes once at load time (crates/blockscale-cuda/src/
-// prepared.rs holds the layout, docs/KERNELS.md "GEMV on prepared weights" the design).
+// prepared/layout.rs holds the layout, docs/KERNELS.md "GEMV on prepared weights" the
+// design).
 //
-// What the layout buys. Every lane loads its weights as 16-byte vectors straight into
-// registers, already in the order of its mma.sync m16n8k16 A fragments, with each code's
-// bits already where a few bit operations turn them into bf16: E2M1 takes 8 operations
-// per 32-bit word of eight codes (a mask, two rotations and masks, one multiply that
-// gathers the last four codes' bits), INT4 eleven, E4M3 / E5M2 five per four codes.
-// Nothing goes through shared memory until the final reduction.
+// What the layout buys. Each warp's weights arrive by bulk copies (lane 0, one per slab
+// and matrix) in a per-warp shared-memory ring; every lane then reads its words with
+// one or two 16-byte loads, already in the order of its mma.sync m16n8k16 A fragments,
+// with each code's bits already where a few bit operations turn them into bf16: E2M1
+// takes 8 operations per 32-bit word of eight codes (a mask, two rotations and masks,
+// one multiply that gathers the last four codes' bits), INT4 eleven, E4M3 / E5M2 five
+// per four codes.
 //
 // Scales. NVFP4 and MX weights are multiplied by their block scale in bf16 before the
 // MMA (one HMUL2 per two weights, which also undoes the decode's power-of-two offset):
@@ -302,3 +304,4 @@ BS_PGEMV(mxfp8_e5m2, TMxfp8E5m2)
 BS_PGEMV(fp8_block_128x128, TFp8T128)
 BS_PGEMV(fp8_block_1x128, TFp8R128)
 BS_PGEMV(int4_g32, TInt4G32)
+BS_PGEMV(int4_g128, TInt4G128)

@@ -90,8 +90,8 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
 }
 
 // ---------------------------------------------------------------------------------------
-// Decoding: the bit operations prepare.rs inverts (its tests run the same operations on
-// the host). Each returns bf16 pairs whose value is the code's value times a fixed power
+// Decoding: the bit operations prepared/layout.rs inverts (its tests run the same
+// operations on the host). Each returns bf16 pairs whose value is the code's value times a fixed power
 // of two (E2M1 and E2M3 2^-126, E3M2 2^-124, E4M3 2^-120, E5M2 2^-112; INT4 8 (c - 8)
 // after the subtraction), the low half holding the first code of the pair.
 

@@ -49,6 +49,7 @@ template <> struct DequantTraits<MXFP8_E5M2> { static constexpr uint32_t block =
 template <> struct DequantTraits<FP8_BLOCK_1X128> { static constexpr uint32_t block = 128; };
 template <> struct DequantTraits<FP8_BLOCK_128X128> { static constexpr uint32_t block = 128; };
 template <> struct DequantTraits<INT4_G32> { static constexpr uint32_t block = 32; };
+template <> struct DequantTraits<INT4_G128> { static constexpr uint32_t block = 128; };
 
 // The decoded scale of (row, block).
 template <uint32_t S>
@@ -59,7 +60,7 @@ __device__ __forceinline__ float block_scale(const DequantParams& p, uint32_t ro
         return static_cast<const float*>(p.scales)[(uint64_t)row * p.scale_cols + blk];
     } else if constexpr (S == FP8_BLOCK_128X128) {
         return static_cast<const float*>(p.scales)[(uint64_t)(row / 128u) * p.scale_cols + blk];
-    } else if constexpr (S == INT4_G32) {
+    } else if constexpr (is_int4(S)) {
         return __half2float(__ushort_as_half(static_cast<const uint16_t*>(p.scales)[(uint64_t)row * p.scale_cols + blk]));
     } else {
         return decode_ue8m0(static_cast<const uint8_t*>(p.scales)[scale_offset(p.swizzled, row, blk, p.scale_cols)]);
@@ -74,7 +75,7 @@ __device__ __forceinline__ void load_values(const DequantParams& p, uint32_t row
         const uint32_t w = reinterpret_cast<const uint32_t*>(data)[word_index(p.interleaved, p.rows, p.k, row, col)];
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = decode_finite<E2M1>((w >> (4 * i)) & 0xfu);
-    } else if constexpr (S == INT4_G32) {
+    } else if constexpr (is_int4(S)) {
         const uint32_t w = reinterpret_cast<const uint32_t*>(data)[word_index(p.interleaved, p.rows, p.k, row, col)];
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = (float)((int)((w >> (4 * i)) & 0xfu) - 8);
@@ -150,3 +151,4 @@ BS_DEQUANTIZE(mxfp8_e5m2, MXFP8_E5M2)
 BS_DEQUANTIZE(fp8_block_1x128, FP8_BLOCK_1X128)
 BS_DEQUANTIZE(fp8_block_128x128, FP8_BLOCK_128X128)
 BS_DEQUANTIZE(int4_g32, INT4_G32)
+BS_DEQUANTIZE(int4_g128, INT4_G128)

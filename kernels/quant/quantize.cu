@@ -108,6 +108,7 @@ template <> struct SchemeTraits<MXFP8_E5M2> { static constexpr uint32_t block = 
 template <> struct SchemeTraits<FP8_BLOCK_1X128> { static constexpr uint32_t block = 128; };
 template <> struct SchemeTraits<FP8_BLOCK_128X128> { static constexpr uint32_t block = 128; };
 template <> struct SchemeTraits<INT4_G32> { static constexpr uint32_t block = 32; };
+template <> struct SchemeTraits<INT4_G128> { static constexpr uint32_t block = 128; };
 
 // Encodes 8 values of an FP8 128x128 tile (x / s, E4M3) and stores their 8 bytes.
 __device__ __forceinline__ void encode_store_tile8(const QuantParams& p, uint32_t row, uint32_t col, float y[8], float s) {
@@ -142,7 +143,7 @@ __device__ __forceinline__ float block_factor(const QuantParams& p, const float*
         const float s = bad ? float_of(0x7fc00000u) : __fdiv_rn(amax, 448.0f);
         f = s;
         if (leader) static_cast<float*>(p.scales)[(uint64_t)row * p.scale_cols + blk] = s;
-    } else if constexpr (S == INT4_G32) {
+    } else if constexpr (is_int4(S)) {
         uint16_t s16;
         if (bad) {
             s16 = 0x7e00u;
@@ -167,13 +168,13 @@ template <uint32_t S, int V>
 __device__ __forceinline__ void encode_unit(const QuantParams& p, uint32_t row, uint32_t col, float (&y)[V][8], float f) {
     const bool zero = (f == 0.0f) || (f != f);
     uint8_t* data = p.data;
-    if constexpr (S == NVFP4 || S == MXFP4 || S == INT4_G32) {
+    if constexpr (S == NVFP4 || S == MXFP4 || is_int4(S)) {
         uint32_t w[V];
 #pragma unroll
         for (int v = 0; v < V; v++) {
             if (zero) {
-                w[v] = S == INT4_G32 ? 0x88888888u : 0u;
-            } else if constexpr (S == INT4_G32) {
+                w[v] = is_int4(S) ? 0x88888888u : 0u;
+            } else if constexpr (is_int4(S)) {
                 scale8(y[v], f, true);
                 w[v] = encode8_int4(y[v]);
             } else {
@@ -411,6 +412,7 @@ BS_QUANTIZE(mxfp8_e4m3, MXFP8_E4M3)
 BS_QUANTIZE(mxfp8_e5m2, MXFP8_E5M2)
 BS_QUANTIZE(fp8_block_1x128, FP8_BLOCK_1X128)
 BS_QUANTIZE(int4_g32, INT4_G32)
+BS_QUANTIZE(int4_g128, INT4_G128)
 
 extern "C" __global__ void __launch_bounds__(bs::TILE_THREADS) quantize_fp8_block_128x128_f32(const bs::QuantParams p) {
     bs::quantize_tiles<bs::F32In>(p);

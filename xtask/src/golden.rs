@@ -65,7 +65,7 @@ impl Rng {
 
 /// The element grid's midpoints (ties) and maximum, at scale 1.
 fn grid(scheme: Scheme) -> (Vec<f32>, f32) {
-    let table: Vec<f32> = if scheme == Scheme::Int4G32 {
+    let table: Vec<f32> = if scheme.element() == blockscale_formats::ElementFormat::Int4 {
         (0..=7).map(|v| v as f32).collect()
     } else {
         let mut t: Vec<f32> = scheme.element().table().iter().copied().filter(|v| v.is_finite() && *v >= 0.0).collect();
@@ -269,7 +269,7 @@ fn friendly(rng: &mut Rng, rows: usize, k: usize, scheme: Scheme) -> Vec<f32> {
     let (_, max) = grid(scheme);
     let bs = scheme.block_size();
     let mut x: Vec<f32> = (0..rows * k).map(|_| (rng.below(17) as f32 - 8.0) * 0.5).collect();
-    if matches!(scheme, Scheme::NvFp4 | Scheme::Int4G32) {
+    if matches!(scheme, Scheme::NvFp4 | Scheme::Int4G32 | Scheme::Int4G128) {
         for blk in x.chunks_mut(bs) {
             blk[rng.below(bs)] = max;
         }
@@ -453,6 +453,7 @@ fn gemv_cases(full: bool) -> Vec<GemmCase> {
         (Scheme::Fp8Block(Fp8Tile::Tile128x128), false),
         (Scheme::Int4G32, false),
         (Scheme::Int4G32, true),
+        (Scheme::Int4G128, false),
     ];
     let acts = [Activation::Silu, Activation::GeluTanh, Activation::GeluErf, Activation::Identity];
     let mut v = Vec::new();

@@ -1,5 +1,5 @@
 //! Scheme names on the command line: `quantize --scheme` (one scheme, a library scheme
-//! or one of the CLI's own: FP8 per tensor, INT4 in groups of 128) and `eval --schemes` (`all` or a list of library
+//! or the CLI's own FP8 per tensor) and `eval --schemes` (`all` or a list of library
 //! schemes). Both name the valid schemes when they refuse one.
 
 use blockscale::Scheme;
@@ -14,23 +14,17 @@ pub enum QuantizeScheme {
     /// `fp8-per-tensor`: E4M3 with one f32 scale per tensor (ModelOpt's FP8), which only
     /// the CLI implements.
     Fp8PerTensor,
-    /// `int4-g128`: weight-only INT4 in groups of 128 (compressed-tensors' W4A16), the
-    /// library's INT4 rule with a longer group, which only the CLI implements.
-    Int4G128,
 }
 
 impl QuantizeScheme {
     /// The name of FP8 per tensor (as `inspect` reports the format too).
     pub const FP8_PER_TENSOR: &'static str = "fp8-per-tensor";
-    /// The name of INT4 in groups of 128.
-    pub const INT4_G128: &'static str = "int4-g128";
 
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             Self::Block(s) => s.name(),
             Self::Fp8PerTensor => Self::FP8_PER_TENSOR,
-            Self::Int4G128 => Self::INT4_G128,
         }
     }
 }
@@ -40,17 +34,14 @@ impl QuantizeScheme {
 /// # Errors
 /// [`CliError::Usage`] naming the valid schemes.
 pub fn parse_scheme(s: &str) -> Result<QuantizeScheme, CliError> {
-    match s.to_ascii_lowercase().replace('_', "-").as_str() {
-        QuantizeScheme::FP8_PER_TENSOR => return Ok(QuantizeScheme::Fp8PerTensor),
-        QuantizeScheme::INT4_G128 => return Ok(QuantizeScheme::Int4G128),
-        _ => {}
+    if s.to_ascii_lowercase().replace('_', "-") == QuantizeScheme::FP8_PER_TENSOR {
+        return Ok(QuantizeScheme::Fp8PerTensor);
     }
     s.parse().map(QuantizeScheme::Block).map_err(|_| {
         CliError::Usage(format!(
-            "unknown scheme {s:?}; expected one of: {}, fp8-block, {}, {}",
+            "unknown scheme {s:?}; expected one of: {}, fp8-block, {}",
             valid_names(),
-            QuantizeScheme::FP8_PER_TENSOR,
-            QuantizeScheme::INT4_G128
+            QuantizeScheme::FP8_PER_TENSOR
         ))
     })
 }
@@ -91,7 +82,7 @@ mod tests {
     #[test]
     fn parses_all_and_lists() {
         assert_eq!(parse_schemes("all").unwrap(), Scheme::ALL.to_vec());
-        assert_eq!(parse_schemes("ALL").unwrap().len(), 9);
+        assert_eq!(parse_schemes("ALL").unwrap().len(), 10);
         assert_eq!(
             parse_schemes("nvfp4, mxfp8_e4m3,nvfp4,fp8-block").unwrap(),
             vec![Scheme::NvFp4, Scheme::MxFp8E4M3, Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128)]
@@ -119,15 +110,14 @@ mod tests {
         assert_eq!(parse_scheme("fp8-block").unwrap(), block(Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128)));
         assert_eq!(parse_scheme("FP8_per_tensor").unwrap(), QuantizeScheme::Fp8PerTensor);
         assert_eq!(QuantizeScheme::Fp8PerTensor.name(), "fp8-per-tensor");
-        assert_eq!(parse_scheme("INT4_G128").unwrap(), QuantizeScheme::Int4G128);
-        assert_eq!(QuantizeScheme::Int4G128.name(), "int4-g128");
+        assert_eq!(parse_scheme("INT4_G128").unwrap(), QuantizeScheme::Block(Scheme::Int4G128));
         let e = parse_scheme("nvfp5").unwrap_err();
         assert!(matches!(e, CliError::Usage(_)), "{e:?}");
         let names: Vec<&str> = Scheme::ALL.iter().map(|s| s.name()).collect();
         assert_eq!(
             e.to_string(),
             CliError::Usage(format!(
-                "unknown scheme \"nvfp5\"; expected one of: {}, fp8-block, fp8-per-tensor, int4-g128",
+                "unknown scheme \"nvfp5\"; expected one of: {}, fp8-block, fp8-per-tensor",
                 names.join(", ")
             ))
             .to_string()

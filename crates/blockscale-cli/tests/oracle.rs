@@ -799,8 +799,7 @@ fn compressed_tensors_fp8_block_writer_matches_the_oracle_and_native() {
 
 #[test]
 fn compressed_tensors_int4_g128_writer_follows_the_rule() {
-    // int4-g128 is the CLI's own scheme (no native file to compare with): the oracle
-    // recomputes every f16 group scale and every packed code from the originals by the
+    // The oracle recomputes every f16 group scale and every packed code from the originals by the
     // documented rule, byte for byte; a zero weight (scales 0) and one whose amax / 7 is
     // past f16's range (saturated scale) join the checkpoint. Then the oracle's
     // dequantization of the file by the published pack-quantized formula and blockscale's

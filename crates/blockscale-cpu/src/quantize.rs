@@ -473,7 +473,7 @@ pub(crate) fn plan<T: Input>(
             Kind::NvFp4 { g: global.encode(), recipe: options.nvfp4_recipe }
         }
         Scheme::Fp8Block(_) => Kind::Fp8,
-        Scheme::Int4G32 => Kind::Int4,
+        Scheme::Int4G32 | Scheme::Int4G128 => Kind::Int4,
         _ => Kind::Mx { element, rule: options.scale_rule },
     };
     let op = match kind {

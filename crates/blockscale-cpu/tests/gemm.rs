@@ -25,7 +25,11 @@ struct Operand {
 
 /// The value of a stored code (INT4-G32 stores offset-8 nibbles).
 fn code_value(scheme: Scheme, code: u8) -> f64 {
-    if scheme == Scheme::Int4G32 { code as f64 - 8.0 } else { scheme.element().table()[code as usize] as f64 }
+    if scheme.element() == blockscale_formats::ElementFormat::Int4 {
+        code as f64 - 8.0
+    } else {
+        scheme.element().table()[code as usize] as f64
+    }
 }
 
 /// Draws an operand. `friendly`: element values are multiples of 1/2 up to 8 and scales
@@ -382,7 +386,7 @@ fn weight_only_is_exact_on_friendly_inputs_f16_bf16() {
 #[test]
 fn weight_only_meets_its_bounds_on_random_inputs() {
     let mut seed = 30_000;
-    for scheme in [Scheme::NvFp4, Scheme::MxFp4, Scheme::Int4G32, Scheme::MxFp8E4M3] {
+    for scheme in [Scheme::NvFp4, Scheme::MxFp4, Scheme::Int4G32, Scheme::Int4G128, Scheme::MxFp8E4M3] {
         for (m, n, k) in [(1, 64, 1024), (4, 33, 512), (20, 9, 256)] {
             seed += 2;
             let w = operand(scheme, n, k, *layouts(scheme).last().unwrap(), DataLayout::RowMajor, false, seed);
@@ -394,7 +398,8 @@ fn weight_only_meets_its_bounds_on_random_inputs() {
             for (&r, (&s, &t)) in reference.iter().zip(sum.iter().zip(&abs)) {
                 assert!((r as f64 - s).abs() <= ulp(s) / 2.0 + t * k as f64 * 2f64.powi(-53), "{scheme}: {r} vs {s}");
             }
-            let bs = scheme.block_size();
+            // The 4-bit kernels sum INT4-G128 in 32-element blocks, as INT4-G32.
+            let bs = if scheme == Scheme::Int4G128 { 32 } else { scheme.block_size() };
             for simd in simds() {
                 let o = GemmOptions::default().with_simd(simd);
                 let fast = gemm_weight_only::<f32, f32>(x, &w.q, &Epilogue::default(), &o).unwrap();
@@ -430,7 +435,7 @@ fn panel_weights_meet_the_int8_bound_with_the_epilogue() {
     // within the int8 mode's bound (the quantization step of each
     // activation block, plus the f32 bound before the epilogue, then one rounding).
     let mut seed = 50_000;
-    for scheme in [Scheme::NvFp4, Scheme::MxFp4, Scheme::Int4G32] {
+    for scheme in [Scheme::NvFp4, Scheme::MxFp4, Scheme::Int4G32, Scheme::Int4G128] {
         for (m, n, k) in [(1, 64, 1024), (5, 33, 512), (17, 40, 256)] {
             for layout in layouts(scheme) {
                 seed += 2;

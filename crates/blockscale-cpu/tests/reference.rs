@@ -36,7 +36,9 @@ fn check_data(rows: usize, k: usize, raw: Vec<f32>) {
                 Scheme::NvFp4 => {
                     vec![(ScaleRule::Rceil, NvFp4Recipe::LightX2V), (ScaleRule::Rceil, NvFp4Recipe::TransformerEngine)]
                 }
-                Scheme::Fp8Block(_) | Scheme::Int4G32 => vec![(ScaleRule::Rceil, NvFp4Recipe::LightX2V)],
+                Scheme::Fp8Block(_) | Scheme::Int4G32 | Scheme::Int4G128 => {
+                    vec![(ScaleRule::Rceil, NvFp4Recipe::LightX2V)]
+                }
                 _ => ScaleRule::ALL.iter().map(|&r| (r, NvFp4Recipe::LightX2V)).collect(),
             };
             for (rule, recipe) in variants {

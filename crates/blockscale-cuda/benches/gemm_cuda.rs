@@ -181,6 +181,7 @@ fn weight_only(dev: &Device, blas: &CudaBlas, filter: &str) {
                 ("nvfp4", Scheme::NvFp4),
                 ("mxfp4", Scheme::MxFp4),
                 ("int4-g32", Scheme::Int4G32),
+                ("int4-g128", Scheme::Int4G128),
                 ("mxfp8-e4m3", Scheme::MxFp8E4M3),
                 ("fp8-block 128x128", Scheme::Fp8Block(Fp8Tile::Tile128x128)),
             ] {

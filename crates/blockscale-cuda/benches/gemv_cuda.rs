@@ -167,7 +167,7 @@ fn print_row(r: &Row<'_>, copy_gbs: f64, an: &Anchors) {
     );
 }
 
-const SCHEMES: [(&str, Scheme, bool); 9] = [
+const SCHEMES: [(&str, Scheme, bool); 10] = [
     ("nvfp4", Scheme::NvFp4, false),
     ("mxfp4", Scheme::MxFp4, false),
     ("mxfp6-e2m3", Scheme::MxFp6E2M3, false),
@@ -177,6 +177,7 @@ const SCHEMES: [(&str, Scheme, bool); 9] = [
     ("fp8-block 128x128", Scheme::Fp8Block(Fp8Tile::Tile128x128), false),
     ("int4-g32", Scheme::Int4G32, false),
     ("int4-g32 interleaved", Scheme::Int4G32, true),
+    ("int4-g128", Scheme::Int4G128, false),
 ];
 
 /// `BLOCKSCALE_BENCH_PLAIN=1`: the checkpoint-layout kernels only.

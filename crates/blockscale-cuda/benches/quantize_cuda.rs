@@ -51,7 +51,7 @@ fn main() {
     drop((src, dst));
 
     let given = GlobalScaleSource::Given(GlobalScale::from_amax(20.0).unwrap());
-    let schemes: [(&str, Scheme, ScaleLayout); 9] = [
+    let schemes: [(&str, Scheme, ScaleLayout); 10] = [
         ("nvfp4", Scheme::NvFp4, ScaleLayout::Swizzled128x4),
         ("mxfp4", Scheme::MxFp4, ScaleLayout::Swizzled128x4),
         ("mxfp8-e4m3", Scheme::MxFp8E4M3, ScaleLayout::Swizzled128x4),
@@ -61,6 +61,7 @@ fn main() {
         ("fp8-block-1x128", Scheme::Fp8Block(Fp8Tile::Row1x128), ScaleLayout::Linear),
         ("fp8-block-128x128", Scheme::Fp8Block(Fp8Tile::Tile128x128), ScaleLayout::Linear),
         ("int4-g32", Scheme::Int4G32, ScaleLayout::Linear),
+        ("int4-g128", Scheme::Int4G128, ScaleLayout::Linear),
     ];
 
     let (rows, k) = (8192usize, 8192usize);

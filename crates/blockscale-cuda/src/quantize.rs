@@ -57,6 +57,7 @@ pub(crate) fn scheme_name(scheme: Scheme) -> &'static str {
         Scheme::Fp8Block(blockscale_formats::Fp8Tile::Row1x128) => "fp8_block_1x128",
         Scheme::Fp8Block(blockscale_formats::Fp8Tile::Tile128x128) => "fp8_block_128x128",
         Scheme::Int4G32 => "int4_g32",
+        Scheme::Int4G128 => "int4_g128",
     }
 }
 

@@ -384,7 +384,7 @@ fn kind(scheme: Scheme) -> Option<u32> {
         Scheme::MxFp8E4M3 => 4,
         Scheme::MxFp8E5M2 => 5,
         Scheme::Fp8Block(_) => 6,
-        Scheme::Int4G32 => return None,
+        Scheme::Int4G32 | Scheme::Int4G128 => return None,
     })
 }
 

@@ -273,7 +273,7 @@ fn run_weight_only<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement
         compare(&got, &want, None, &what);
     } else {
         let alpha_eff = host_epi.alpha_weight_only(qw.scheme(), qw.global_scale());
-        let rounded = matches!(scheme, Scheme::Int4G32 | Scheme::Fp8Block(_));
+        let rounded = matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_));
         let t = weight_only_bound(&x, &qw, m, rounded);
         compare(&got, &want, Some((&t, alpha_eff as f64, slope(activation))), &what);
     }
@@ -284,7 +284,7 @@ fn weight_only_every_scheme_and_activation_type() {
     let Some(dev) = hopper() else { return };
     let mut seed = 1000;
     for (i, &(scheme, interleaved)) in WEIGHT_SCHEMES.iter().enumerate() {
-        let k = if matches!(scheme, Scheme::Fp8Block(_)) { 384 } else { 224 };
+        let k = if matches!(scheme, Scheme::Fp8Block(_) | Scheme::Int4G128) { 384 } else { 224 };
         for (j, &(m, n)) in [(1usize, 130usize), (17, 72), (300, 200)].iter().enumerate() {
             for exact in [true, false] {
                 seed += 1;
@@ -365,7 +365,7 @@ fn run_weight_only_prepared<I: GemvInput + cpu::Input + cpu::Output, O: DeviceEl
         compare(&got, &want, None, &what);
     } else {
         let alpha_eff = host_epi.alpha_weight_only(qw.scheme(), qw.global_scale());
-        let rounded = m > 256 && matches!(scheme, Scheme::Int4G32 | Scheme::Fp8Block(_));
+        let rounded = m > 256 && matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_));
         let t = weight_only_bound(&x, &qw, m, rounded);
         compare(&got, &want, Some((&t, alpha_eff as f64, slope(activation))), &what);
     }
@@ -380,7 +380,7 @@ fn weight_only_prepared_every_scheme() {
         // K ragged against the 64-element slab; M across the 64-row activation tiles
         // (9: the GEMV; 300: the bf16 decode and CUTLASS); N ragged against the 128-row
         // tile; a long K with few tiles takes the split-K path.
-        let k = if matches!(scheme, Scheme::Fp8Block(_)) { 384 } else { 224 };
+        let k = if matches!(scheme, Scheme::Fp8Block(_) | Scheme::Int4G128) { 384 } else { 224 };
         for (j, &(m, n, k)) in
             [(9, 40, k), (17, 72, k), (64, 130, k), (65, 200, k), (300, 96, k), (40, 64, 4096)].iter().enumerate()
         {
@@ -586,6 +586,7 @@ fn gemm_sanitizer_smoke() {
     run_weight_only::<bf16, bf16>(&dev, Scheme::NvFp4, false, (20, 40, 64), 64, false, Activation::Identity, 951);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::NvFp4, (70, 72, 1024), false, Activation::Silu, 952);
     run_weight_only_prepared::<f16, f32>(&dev, Scheme::Int4G32, (130, 40, 256), false, Activation::Identity, 953);
+    run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::Int4G128, (70, 40, 640), false, Activation::Silu, 955);
     run_weight_only_prepared::<bf16, bf16>(
         &dev,
         Scheme::Fp8Block(Fp8Tile::Tile128x128),

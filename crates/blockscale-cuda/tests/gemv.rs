@@ -27,7 +27,7 @@ use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2};
 
 /// Every weight scheme and data layout: (scheme, block-interleaved).
-const SCHEMES: [(Scheme, bool); 10] = WEIGHT_SCHEMES;
+const SCHEMES: [(Scheme, bool); 12] = WEIGHT_SCHEMES;
 
 const ACTS: [Activation; 4] = [Activation::Identity, Activation::Silu, Activation::GeluTanh, Activation::GeluErf];
 
@@ -181,7 +181,7 @@ fn run_case<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Out
 /// K per scheme: ragged against the 128-element step, a multiple of the block.
 fn ragged_k(scheme: Scheme, variant: usize) -> usize {
     match scheme {
-        Scheme::Fp8Block(_) => [384, 128, 640][variant % 3],
+        Scheme::Fp8Block(_) | Scheme::Int4G128 => [384, 128, 640][variant % 3],
         Scheme::NvFp4 => [208, 48, 592][variant % 3],
         _ => [224, 32, 608][variant % 3],
     }
@@ -555,7 +555,13 @@ fn gemv_sanitizer_smoke() {
             interleaved,
             m: [3, 16][si % 2],
             n: 70,
-            k: if matches!(scheme, Scheme::Fp8Block(_)) { 1024 } else { 608 },
+            // INT4-G128: 5 scale columns, so half the general kernel's scale words are
+            // the high halves.
+            k: match scheme {
+                Scheme::Fp8Block(_) => 1024,
+                Scheme::Int4G128 => 640,
+                _ => 608,
+            },
             exact: false,
             bias: true,
             activation: Activation::Silu,

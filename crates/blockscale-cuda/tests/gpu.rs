@@ -101,7 +101,7 @@ fn option_sets(scheme: Scheme, k: usize) -> Vec<gpu::QuantizeOptions> {
                 }
                 v.push(b.with_global_scale(GlobalScaleSource::Given(GlobalScale::from_decode(0.02).unwrap())));
             }
-            Scheme::Fp8Block(_) | Scheme::Int4G32 => v.push(b),
+            Scheme::Fp8Block(_) | Scheme::Int4G32 | Scheme::Int4G128 => v.push(b),
             _ => v.extend(ScaleRule::ALL.iter().map(|&r| b.with_scale_rule(r))),
         }
     }

@@ -124,7 +124,7 @@ impl core::fmt::Display for FormatError {
             Self::UnknownScheme => write!(
                 f,
                 "unknown scheme; expected one of nvfp4, mxfp4, mxfp6-e2m3, mxfp6-e3m2, \
-                 mxfp8-e4m3, mxfp8-e5m2, fp8-block-1x128, fp8-block-128x128 (or fp8-block), int4-g32"
+                 mxfp8-e4m3, mxfp8-e5m2, fp8-block-1x128, fp8-block-128x128 (or fp8-block), int4-g32, int4-g128"
             ),
             Self::ScaleTypeMismatch { scheme, expected } => {
                 write!(f, "{scheme} scales must be {}; convert them or pick the scheme they belong to", expected.name())

@@ -59,6 +59,7 @@ pub enum Fp8Tile {
 /// | `Fp8Block(Row1x128)` | E4M3 | 1 x 128 | f32 | - |
 /// | `Fp8Block(Tile128x128)` | E4M3 | 128 x 128 | f32 | - |
 /// | `Int4G32` | Int4 (offset-8) | 1 x 32 | f16 | - |
+/// | `Int4G128` | Int4 (offset-8) | 1 x 128 | f16 | - |
 ///
 /// Quantization runs along the last dimension, K, which must be a multiple of the
 /// block's K extent. `Fp8Block(Tile128x128)` covers a partial last row block (its
@@ -91,11 +92,14 @@ pub enum Scheme {
     Fp8Block(Fp8Tile),
     /// Weight-only INT4, offset-8, f16 scale `amax / 7` per 32.
     Int4G32,
+    /// Weight-only INT4 with the same rule per 128: the group of most GPTQ, AWQ and
+    /// compressed-tensors W4A16 checkpoints.
+    Int4G128,
 }
 
 impl Scheme {
     /// Every scheme.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::NvFp4,
         Self::MxFp4,
         Self::MxFp6E2M3,
@@ -105,6 +109,7 @@ impl Scheme {
         Self::Fp8Block(Fp8Tile::Row1x128),
         Self::Fp8Block(Fp8Tile::Tile128x128),
         Self::Int4G32,
+        Self::Int4G128,
     ];
 
     /// The element format.
@@ -115,7 +120,7 @@ impl Scheme {
             Self::MxFp6E3M2 => ElementFormat::E3M2,
             Self::MxFp8E4M3 | Self::Fp8Block(_) => ElementFormat::E4M3,
             Self::MxFp8E5M2 => ElementFormat::E5M2,
-            Self::Int4G32 => ElementFormat::Int4,
+            Self::Int4G32 | Self::Int4G128 => ElementFormat::Int4,
         }
     }
 
@@ -123,7 +128,7 @@ impl Scheme {
     pub const fn block_size(self) -> usize {
         match self {
             Self::NvFp4 => 16,
-            Self::Fp8Block(_) => 128,
+            Self::Fp8Block(_) | Self::Int4G128 => 128,
             _ => 32,
         }
     }
@@ -141,7 +146,7 @@ impl Scheme {
         match self {
             Self::NvFp4 => ScaleFormat::UE4M3,
             Self::Fp8Block(_) => ScaleFormat::F32,
-            Self::Int4G32 => ScaleFormat::F16,
+            Self::Int4G32 | Self::Int4G128 => ScaleFormat::F16,
             _ => ScaleFormat::UE8M0,
         }
     }
@@ -154,7 +159,7 @@ impl Scheme {
     /// Whether a quantized `self` (the M x K operand) multiplies a quantized `other`
     /// (N x K): the block shapes along K and the scale kinds must agree, as in the
     /// hardware's block-scaled MMAs. NVFP4 x NVFP4, any MX x any MX, FP8 block x FP8
-    /// block; INT4-G32 is weight-only. The error is a hint for the user.
+    /// block; INT4 is weight-only. The error is a hint for the user.
     ///
     /// ```
     /// use blockscale_formats::Scheme;
@@ -169,13 +174,13 @@ impl Scheme {
                     Some(1)
                 }
                 Scheme::Fp8Block(_) => Some(2),
-                Scheme::Int4G32 => None,
+                Scheme::Int4G32 | Scheme::Int4G128 => None,
             }
         }
         match (family(self), family(other)) {
             (Some(x), Some(y)) if x == y => Ok(()),
-            _ if self == Self::Int4G32 || other == Self::Int4G32 => {
-                Err("INT4-G32 is weight-only: multiply f32/f16/bf16 activations with gemm_weight_only")
+            _ if self.element() == ElementFormat::Int4 || other.element() == ElementFormat::Int4 => {
+                Err("INT4 is weight-only: multiply f32/f16/bf16 activations with gemm_weight_only")
             }
             _ => Err(
                 "quantized pairs must share a block shape and scale kind: NVFP4 x NVFP4, MX x MX, FP8 block x FP8 block",
@@ -193,7 +198,7 @@ impl Scheme {
     }
 
     /// Storage bits per element, scales included (per-tensor scale excluded): 4.5 for
-    /// NVFP4, 4.25 for MXFP4, 8.25 for MXFP8, 4.5 for Int4G32.
+    /// NVFP4, 4.25 for MXFP4, 8.25 for MXFP8, 4.5 for Int4G32, 4.125 for Int4G128.
     pub fn bits_per_element(self) -> f64 {
         let scale_bits = (self.scale_format().bytes() * 8) as f64;
         self.element().bits() as f64 + scale_bits / (self.block_size() * self.block_rows()) as f64
@@ -211,6 +216,7 @@ impl Scheme {
             Self::Fp8Block(Fp8Tile::Row1x128) => "fp8-block-1x128",
             Self::Fp8Block(Fp8Tile::Tile128x128) => "fp8-block-128x128",
             Self::Int4G32 => "int4-g32",
+            Self::Int4G128 => "int4-g128",
         }
     }
 
@@ -245,6 +251,7 @@ impl Scheme {
             Self::NvFp4 => "NVFP4 scales blocks of 16 elements along K",
             Self::Fp8Block(_) => "FP8 block scales cover 128 elements along K",
             Self::Int4G32 => "INT4-G32 scales groups of 32 elements along K",
+            Self::Int4G128 => "INT4-G128 scales groups of 128 elements along K",
             _ => "MX formats scale blocks of 32 elements along K",
         }
     }

@@ -16,6 +16,7 @@ fn the_design_table() {
         (Scheme::Fp8Block(Fp8Tile::Row1x128), E::E4M3, 128, 1, S::F32, false, 8.25),
         (Scheme::Fp8Block(Fp8Tile::Tile128x128), E::E4M3, 128, 128, S::F32, false, 8.0 + 32.0 / 16384.0),
         (Scheme::Int4G32, E::Int4, 32, 1, S::F16, false, 4.5),
+        (Scheme::Int4G128, E::Int4, 128, 1, S::F16, false, 4.125),
     ];
     assert_eq!(want.len(), Scheme::ALL.len());
     for (s, e, block, rows, scale, global, bits) in want {

@@ -460,7 +460,7 @@ fn verify_gemm_cuda(
     } else {
         let rounded = match (a, b.scheme()) {
             (Some(_), Scheme::Fp8Block(_)) => 2,
-            (None, Scheme::Fp8Block(_) | Scheme::Int4G32) => 1,
+            (None, Scheme::Fp8Block(_) | Scheme::Int4G32 | Scheme::Int4G128) => 1,
             _ => 0,
         };
         bf16_tensor_core_rel(k, x, rounded)

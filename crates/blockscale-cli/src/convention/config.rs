@@ -47,7 +47,7 @@ fn compressed_tensors_group(scheme: Scheme, calibrated: bool) -> (&'static str, 
                 "symmetric": true, "dynamic": false, "scale_dtype": "torch.uint8",
             }}),
         ),
-        Scheme::Int4G32 => int4_group(32),
+        Scheme::Int4G32 | Scheme::Int4G128 => int4_group(scheme.block_size()),
         Scheme::Fp8Block(_) => (
             "float-quantized",
             json!({
@@ -88,12 +88,6 @@ fn int4_group(group: usize) -> (&'static str, serde_json::Value) {
         "symmetric": true, "dynamic": false, "actorder": null, "observer": "minmax",
     });
     ("pack-quantized", serde_json::json!({ "targets": ["Linear"], "weights": weights }))
-}
-
-/// The compressed-tensors configs of `int4-g128` (the CLI's own scheme): as
-/// [`quant_configs`] gives for `int4-g32`, with groups of 128.
-pub fn int4_g128_configs(ignore: &[String]) -> Configs {
-    compressed_tensors_configs(int4_group(128), ignore)
 }
 
 /// A compressed-tensors `quantization_config` of one config group.

@@ -75,7 +75,7 @@ pub fn plan_outputs(
                 ],
                 vec![],
             )),
-            Scheme::Int4G32 => Ok((int4_outputs(name, rows, k, 32), vec![])),
+            Scheme::Int4G32 | Scheme::Int4G128 => Ok((int4_outputs(name, rows, k, scheme.block_size()), vec![])),
             s if s == tile => Ok((
                 vec![
                     PlannedTensor::new(format!("{p}.weight"), Dtype::F8_E4M3, vec![rows, k]),
@@ -88,7 +88,7 @@ pub fn plan_outputs(
                 vec![],
             )),
             _ => Err(CliError::Unsupported(format!(
-                "the compressed-tensors convention stores nvfp4, mxfp4, int4-g32 and fp8-block (128x128), not \
+                "the compressed-tensors convention stores nvfp4, mxfp4, int4-g32, int4-g128 and fp8-block (128x128), not \
                  {scheme}; use --convention native for other schemes"
             ))),
         },
@@ -117,7 +117,7 @@ pub fn plan_outputs(
 /// `[rows, k / group]`) and `weight_shape` (I64 `[2]`). The offset-8 nibbles, even
 /// element low, are pack-quantized's int32 words (element i in bits 4i..4i+4) read
 /// little-endian: codes packed two to a byte are stored as they are.
-pub fn int4_outputs(name: &str, rows: usize, k: usize, group: usize) -> Vec<PlannedTensor> {
+pub(crate) fn int4_outputs(name: &str, rows: usize, k: usize, group: usize) -> Vec<PlannedTensor> {
     let p = prefix(name);
     vec![
         PlannedTensor::new(format!("{p}.weight_packed"), Dtype::I32, vec![rows, k / 8]),
@@ -127,7 +127,7 @@ pub fn int4_outputs(name: &str, rows: usize, k: usize, group: usize) -> Vec<Plan
 }
 
 /// The `weight_shape` tensor [`int4_outputs`] plans, `[rows, k]` as little-endian i64.
-pub fn int4_weight_shape(name: &str, rows: usize, k: usize) -> (String, Vec<u8>) {
+pub(crate) fn int4_weight_shape(name: &str, rows: usize, k: usize) -> (String, Vec<u8>) {
     let dims = [rows as i64, k as i64];
     (format!("{}.weight_shape", prefix(name)), dims.iter().flat_map(|d| d.to_le_bytes()).collect())
 }
@@ -193,7 +193,7 @@ pub fn encode_in_place(
                     tensors.push((format!("{p}.input_global_scale"), f32b(i.encode())));
                 }
             }
-            Scheme::Int4G32 => tensors.push(int4_weight_shape(name, rows, k)),
+            Scheme::Int4G32 | Scheme::Int4G128 => tensors.push(int4_weight_shape(name, rows, k)),
             _ => {}
         },
         // DeepSeek's layout has only the codes and the tile scales.
@@ -229,6 +229,8 @@ mod in_place_tests {
             (ConventionArg::Native, Scheme::Int4G32),
             (ConventionArg::CompressedTensors, Scheme::MxFp4),
             (ConventionArg::CompressedTensors, Scheme::Int4G32),
+            (ConventionArg::CompressedTensors, Scheme::Int4G128),
+            (ConventionArg::Native, Scheme::Int4G128),
             (ConventionArg::CompressedTensors, Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128)),
             (ConventionArg::Deepseek, Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128)),
         ];

@@ -15,13 +15,13 @@ mod modelopt_fp8;
 mod modelopt_recipe;
 
 pub use catalog::Catalog;
-pub use config::{Configs, ignored_linear_layers, int4_g128_configs, quant_configs};
+pub use config::{Configs, ignored_linear_layers, quant_configs};
 pub use coverage::{Declared, check_coverage, check_fp8_block_config};
 pub use ctensors::CtConfig;
 pub use decode::decode;
 pub use deepseek::k_note as deepseek_k_note;
 pub use detect::{Decode, Found, GlobalSource, detect};
-pub use encode::{encode, encode_in_place, int4_outputs, int4_weight_shape, plan_outputs, prefix as layer_prefix};
+pub use encode::{encode, encode_in_place, plan_outputs, prefix as layer_prefix};
 pub use modelopt_fp8::{
     encode as encode_fp8_per_tensor, plan_outputs as plan_fp8_per_tensor, quant_configs as fp8_per_tensor_configs,
 };

@@ -299,7 +299,7 @@ fn panel_product(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parallel: b
         return None;
     }
     let lut = scale_lut(a.scheme().scale_format());
-    let (wa, wb) = (nibble_weights(a, &lut)?, nibble_weights(b, &lut)?);
+    let (wa, wb) = (nibble_weights(a, &lut, None)?, nibble_weights(b, &lut, None)?);
     let panels = super::panel::Panels::pack(&wb, Some(b.scheme().scale_format()));
     let acts = super::panel::Acts::from_nibbles(&wa, &panels, parallel);
     Some(super::panel::run(kernel, &acts, a.rows(), &panels, parallel))
@@ -377,17 +377,59 @@ pub(super) fn scale_lut(format: ScaleFormat) -> [f32; 256] {
     })
 }
 
-/// The nibble kernels' view of 4-bit row-major weights (NVFP4, MXFP4, INT4-G32), with
-/// `lut` the byte scales' table ([`scale_lut`] of the scheme's scale format); `None`
-/// for other schemes and layouts.
-pub(super) fn nibble_weights<'a>(w: &'a QuantizedMatrix, lut: &'a [f32; 256]) -> Option<nibble::NibbleWeights<'a>> {
+/// INT4-G128 scales as the nibble kernels take them (blocks of 16 or 32): each f16
+/// repeated for the four 32-element blocks of its group, row-major. The products are
+/// the same; they are summed per 32 elements, as INT4-G32's are. `None` for other
+/// schemes and for block-interleaved data.
+pub(super) fn int4_g128_as_g32_scales(w: &QuantizedMatrix) -> Option<Vec<half::f16>> {
+    let ScaleData::F16(v) = w.scales() else { return None };
+    if w.scheme() != Scheme::Int4G128 || w.data_layout() != DataLayout::RowMajor {
+        return None;
+    }
+    let cols = w.shape().scale_cols;
+    let mut out = vec![half::f16::ZERO; v.len() * 4];
+    out.par_chunks_mut(cols * 4).zip(v.par_chunks(cols)).for_each(|(o, s)| {
+        for (o4, &x) in o.chunks_exact_mut(4).zip(s) {
+            o4.fill(x);
+        }
+    });
+    Some(out)
+}
+
+/// The nibble kernels' view of 4-bit row-major weights (NVFP4, MXFP4, INT4-G32, and
+/// INT4-G128 given its scales as [`int4_g128_as_g32_scales`] writes them), with `lut`
+/// the byte scales' table ([`scale_lut`] of the scheme's scale format); `None` for other
+/// schemes and layouts.
+pub(super) fn nibble_weights<'a>(
+    w: &'a QuantizedMatrix,
+    lut: &'a [f32; 256],
+    g128_scales: Option<&'a [half::f16]>,
+) -> Option<nibble::NibbleWeights<'a>> {
     let (values, vscale): ([i8; 16], f32) = match w.scheme() {
         Scheme::NvFp4 | Scheme::MxFp4 => (core::array::from_fn(|c| (E2M1::TABLE[c] * 2.0) as i8), 0.5),
-        Scheme::Int4G32 => (core::array::from_fn(|c| c as i8 - 8), 1.0),
+        Scheme::Int4G32 | Scheme::Int4G128 => (core::array::from_fn(|c| c as i8 - 8), 1.0),
         _ => return None,
     };
     if w.data_layout() != DataLayout::RowMajor {
         return None;
+    }
+    if w.scheme() == Scheme::Int4G128 {
+        let data = g128_scales?;
+        let cols = w.k() / 32;
+        if data.len() != w.rows() * cols {
+            return None;
+        }
+        let index = nibble::ScaleIndex::Linear { cols };
+        let scales = nibble::Scales::F16 { data, index };
+        return Some(nibble::NibbleWeights {
+            data: w.data(),
+            n: w.rows(),
+            k: w.k(),
+            block: 32,
+            values,
+            vscale,
+            scales,
+        });
     }
     let cols = w.shape().scale_cols;
     let index = match w.scale_layout() {
@@ -421,7 +463,8 @@ fn nibble_product(
     options: &GemmOptions,
 ) -> Option<Vec<f32>> {
     let lut = scale_lut(w.scheme().scale_format());
-    let weights = nibble_weights(w, &lut)?;
+    let g128 = int4_g128_as_g32_scales(w);
+    let weights = nibble_weights(w, &lut, g128.as_deref())?;
     let mode = match options.activations {
         ActivationPrecision::Exact => nibble::ActMode::Exact,
         ActivationPrecision::Int8Blocks => nibble::ActMode::Int8,

@@ -285,13 +285,14 @@ impl PanelWeights {
     /// Builds the panels of `w` (any scale layout; row-major data).
     ///
     /// # Errors
-    /// [`CpuError::UnsupportedPanel`] for a scheme other than NVFP4, MXFP4 and INT4-G32,
-    /// or block-interleaved data.
+    /// [`CpuError::UnsupportedPanel`] for a scheme other than NVFP4, MXFP4 and INT4 (G32
+    /// or G128), or block-interleaved data.
     pub fn new(w: &QuantizedMatrix) -> Result<Self, CpuError> {
         let format = w.scheme().scale_format();
         let lut = fast::scale_lut(format);
         let unsupported = || CpuError::UnsupportedPanel { scheme: w.scheme(), layout: w.data_layout() };
-        let nw = fast::nibble_weights(w, &lut).ok_or_else(unsupported)?;
+        let g128 = fast::int4_g128_as_g32_scales(w);
+        let nw = fast::nibble_weights(w, &lut, g128.as_deref()).ok_or_else(unsupported)?;
         let byte_format = matches!(w.scales(), blockscale_formats::ScaleData::Bytes(_)).then_some(format);
         Ok(Self { scheme: w.scheme(), global: w.global_scale(), panels: panel::Panels::pack(&nw, byte_format) })
     }

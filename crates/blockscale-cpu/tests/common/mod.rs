@@ -131,7 +131,7 @@ pub fn reference(
                     f32s[at] = s;
                     (s, false)
                 }
-                Scheme::Int4G32 => {
+                Scheme::Int4G32 | Scheme::Int4G128 => {
                     let s = amax.map_or(f16::NAN, |a| {
                         let s = f16::from_f32(a / 7.0);
                         if s.is_infinite() { f16::MAX } else { s }
@@ -161,7 +161,7 @@ pub fn reference(
     let data = pack_codes(&codes, element.bits() as usize);
     let scales = match scheme {
         Scheme::Fp8Block(_) => ScaleData::F32(f32s),
-        Scheme::Int4G32 => ScaleData::F16(f16s),
+        Scheme::Int4G32 | Scheme::Int4G128 => ScaleData::F16(f16s),
         _ => ScaleData::Bytes(bytes),
     };
     Reference { data, scales }

@@ -12,7 +12,7 @@ use super::{DeviceEpilogue, DeviceMatrixMut, check_output, on_device, to_host};
 use crate::buffer::DeviceElement;
 use crate::gemv::{GEMV_MAX_ROWS, GemvInput};
 use crate::params::PgemmParams;
-use crate::prepared::{Fast, Inner, NVFP4_SHIFT, PreparedWeights, scale_add};
+use crate::prepared::{Fast, Inner, PreparedWeights, scale_add, stage_scale_bytes};
 use crate::quantize::DeviceMatrix;
 use crate::{CudaError, Device};
 
@@ -44,16 +44,6 @@ fn fused_max_m() -> usize {
 /// Whether a product of `m` activation rows takes the fused kernel here.
 fn fused(dev: &Device, m: usize) -> bool {
     dev.arch() == crate::Arch::Sm120 || m <= fused_max_m()
-}
-
-/// The factor the bf16 weights the dequantize kernel writes carry: 2^c for the
-/// pre-scaled layouts (the exact products w x scale x 2^-c), 1 for INT4 and FP8 block.
-fn dequant_factor(w: &Fast) -> f32 {
-    match w.scheme {
-        Scheme::Int4G32 | Scheme::Fp8Block(_) => 1.0,
-        Scheme::NvFp4 => (NVFP4_SHIFT as f32).exp2(),
-        _ => (w.shift as f32).exp2(),
-    }
 }
 
 /// Writes the prepared weights `w` (codes and scales at `ptrs`) as bf16, row-major with
@@ -100,11 +90,7 @@ fn kernel_name(scheme: Scheme, f16: bool) -> String {
 /// activation rows of ACT_PITCH bytes); pgemm.cu `stage_bytes`.
 fn smem_bytes(scheme: Scheme) -> usize {
     let code = 128 * scheme.element().bits() as usize;
-    let scales = match scheme {
-        Scheme::Fp8Block(Fp8Tile::Tile128x128) => 0,
-        Scheme::NvFp4 | Scheme::Int4G32 | Scheme::Fp8Block(Fp8Tile::Row1x128) => 64,
-        _ => 32,
-    };
+    let scales = stage_scale_bytes(scheme);
     DEPTH * (8 * (code + scales) + TILE_M * ACT_PITCH)
 }
 
@@ -143,16 +129,6 @@ fn plan(dev: &Device, w: &Fast, m: usize, f16: bool) -> Result<(crate::device::K
     Ok((kernel, plan))
 }
 
-/// The factor the kernel's sums take besides the epilogue's alpha (as the GEMV's).
-fn layout_factor(w: &Fast) -> f32 {
-    match w.scheme {
-        Scheme::Int4G32 => 0.125,
-        Scheme::NvFp4 => (NVFP4_SHIFT as f32).exp2(),
-        Scheme::Fp8Block(_) => 1.0,
-        _ => (w.shift as f32).exp2(),
-    }
-}
-
 /// Checks and queues the GEMM (M > 16) or the GEMV (M <= 16) on prepared weights.
 fn run<I: GemvInput, O: DeviceElement>(
     dev: &Device,
@@ -180,7 +156,7 @@ fn run<I: GemvInput, O: DeviceElement>(
     if !fused(dev, x.rows) {
         // Large M: bf16 weights in the workspace, CUTLASS's BF16 GEMM.
         super::check_activations(&x)?;
-        let alpha = epilogue.alpha_weight_only(f.scheme, f.global_scale) * dequant_factor(f);
+        let alpha = epilogue.alpha_weight_only(f.scheme, f.global_scale) * f.dequant_factor();
         return super::run_rhs(dev, super::Lhs::Activations(x), super::Rhs::Prepared(f), alpha, epilogue, out, grow);
     }
     let stream = dev.stream();
@@ -188,7 +164,7 @@ fn run<I: GemvInput, O: DeviceElement>(
     if x.k != k {
         return Err(CudaError::KMismatch { a: x.k, b: k });
     }
-    let alpha = epilogue.alpha_weight_only(f.scheme, f.global_scale) * layout_factor(f);
+    let alpha = epilogue.alpha_weight_only(f.scheme, f.global_scale) * f.layout_factor();
     if !alpha.is_finite() {
         return Err(CudaError::InvalidAlpha(alpha));
     }

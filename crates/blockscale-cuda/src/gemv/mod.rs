@@ -133,12 +133,10 @@ fn smem_bytes(scheme: Scheme) -> usize {
     };
     let unit = if scheme == Scheme::NvFp4 { 16 } else { 32 };
     let units = STEP_K / unit;
-    let (size, units_per_scale) = match scheme {
-        Scheme::Int4G32 => (2, 1),
-        Scheme::Fp8Block(_) => (4, 4),
-        _ => (1, 1),
-    };
-    let stage = rows * pitch + rows * (units / units_per_scale * size);
+    let size = scheme.scale_format().bytes();
+    let units_per_scale = scheme.block_size() / unit;
+    // Whole 4-byte words per row (INT4-G128's one f16 a step takes a word).
+    let stage = rows * pitch + rows * (units / units_per_scale * size).max(4);
     let warp = STAGES * stage + rows * units * 4;
     4 * warp
 }
@@ -715,6 +713,7 @@ mod tests {
         assert_eq!(smem_bytes(Scheme::NvFp4), 4 * (3 * (64 * 80 + 64 * 8) + 64 * 8 * 4));
         assert_eq!(smem_bytes(Scheme::MxFp4), 4 * (3 * (64 * 80 + 64 * 4) + 64 * 4 * 4));
         assert_eq!(smem_bytes(Scheme::Int4G32), 4 * (3 * (64 * 80 + 64 * 8) + 64 * 4 * 4));
+        assert_eq!(smem_bytes(Scheme::Int4G128), 4 * (3 * (64 * 80 + 64 * 4) + 64 * 4 * 4));
         assert_eq!(smem_bytes(Scheme::MxFp6E2M3), 4 * (3 * (32 * 112 + 32 * 4) + 32 * 4 * 4));
         assert_eq!(smem_bytes(Scheme::MxFp8E5M2), 4 * (3 * (32 * 160 + 32 * 4) + 32 * 4 * 4));
         assert_eq!(smem_bytes(Scheme::Fp8Block(Fp8Tile::Tile128x128)), 4 * (3 * (32 * 160 + 32 * 4) + 32 * 4 * 4));

@@ -7,7 +7,7 @@ use super::{GemvInput, check_request};
 use crate::buffer::DeviceElement;
 use crate::gemm::{DeviceEpilogue, DeviceMatrixMut};
 use crate::params::PgemvParams;
-use crate::prepared::{Fast, NVFP4_SHIFT, scale_add};
+use crate::prepared::{Fast, scale_add, stage_scale_bytes};
 use crate::quantize::DeviceMatrix;
 use crate::{CudaError, Device};
 
@@ -42,11 +42,7 @@ fn groups(scheme: Scheme) -> usize {
 /// activation rows; prepared.cu `stage_bytes`).
 fn smem_bytes(scheme: Scheme, m: usize) -> usize {
     let code = 128 * scheme.element().bits() as usize;
-    let scales = match scheme {
-        Scheme::Fp8Block(Fp8Tile::Tile128x128) => 0,
-        Scheme::NvFp4 | Scheme::Int4G32 | Scheme::Fp8Block(Fp8Tile::Row1x128) => 64,
-        _ => 32,
-    };
+    let scales = stage_scale_bytes(scheme);
     let tiles = if m > 8 { 2 } else { 1 };
     WARPS * depth(m) * (groups(scheme) * (code + scales) + tiles * 1024)
 }
@@ -137,17 +133,6 @@ pub(super) fn workspace_size(dev: &Device, m: usize, w: &Fast, gated: bool) -> R
     Ok(prepare(dev, w, m, gated, false)?.1.workspace)
 }
 
-/// The factor the kernel's sums take besides the epilogue's alpha: 2^c for the
-/// pre-scaled layouts, 1/8 for INT4 (decoded as 8 (c - 8)).
-fn layout_factor(w: &Fast) -> f32 {
-    match w.scheme {
-        Scheme::Int4G32 => 0.125,
-        Scheme::NvFp4 => (NVFP4_SHIFT as f32).exp2(),
-        Scheme::Fp8Block(_) => 1.0,
-        _ => (w.shift as f32).exp2(),
-    }
-}
-
 /// Checks and queues the GEMV on prepared weights.
 pub(super) fn run<I: GemvInput, O: DeviceElement>(
     dev: &Device,
@@ -165,7 +150,7 @@ pub(super) fn run<I: GemvInput, O: DeviceElement>(
             return Err(CudaError::GatedMismatch { gate: (w.scheme, w.rows, w.k), up: (v.scheme, v.rows, v.k) });
         }
     }
-    let alphas: Vec<f32> = sides.iter().map(|s| s.alpha * layout_factor(s.w)).collect();
+    let alphas: Vec<f32> = sides.iter().map(|s| s.alpha * s.w.layout_factor()).collect();
     let checks: Vec<_> = sides.iter().zip(&alphas).map(|(s, &a)| (a, s.epilogue)).collect();
     check_request(&x, (n, k), &checks, &out)?;
     let (x_ptr, g_x) = x.data.device_ptr(stream);
@@ -301,12 +286,12 @@ mod tests {
 
     #[test]
     fn shared_memory_matches_the_kernel_layout() {
-        // prepared.cu: kWarps x kDepth x G x (code_slab_bytes + stage_scale_bytes).
         // prepared.cu: kWarps x depth<MT> x (G x (code_slab_bytes + stage_scale_bytes) +
         // MT x 1024).
         assert_eq!(smem_bytes(Scheme::NvFp4, 1), 4 * 4 * (4 * (512 + 64) + 1024));
         assert_eq!(smem_bytes(Scheme::MxFp4, 8), 4 * 4 * (4 * (512 + 32) + 1024));
         assert_eq!(smem_bytes(Scheme::Int4G32, 9), 4 * 3 * (4 * (512 + 64) + 2048));
+        assert_eq!(smem_bytes(Scheme::Int4G128, 1), 4 * 4 * (4 * (512 + 32) + 1024));
         assert_eq!(smem_bytes(Scheme::MxFp6E3M2, 1), 4 * 4 * (2 * (768 + 32) + 1024));
         assert_eq!(smem_bytes(Scheme::MxFp8E4M3, 16), 4 * 3 * (2 * (1024 + 32) + 2048));
         assert_eq!(smem_bytes(Scheme::Fp8Block(Fp8Tile::Tile128x128), 1), 4 * 4 * (2 * 1024 + 1024));

@@ -220,6 +220,7 @@ impl Placement {
 /// | NVFP4 | 32 x 2 bytes a slab | rows g, g + 8, block `4 slab + t` |
 /// | MX | 16 x 2 bytes a slab | rows g, g + 8, block `2 slab + t / 2` (lanes t, t^1 share) |
 /// | INT4-G32 | 8 x 4 f16 a slab | blocks `2 slab`, `2 slab + 1` x rows g, g + 8 |
+/// | INT4-G128 | 8 x 2 f16 a slab pair | rows g, g + 8, block `slab / 2` |
 /// | FP8 128x128 | one f32 a slab pair | the row group's tile, block `slab / 2` |
 /// | FP8 1x128 | 8 x 2 f32 a slab pair | rows g, g + 8, block `slab / 2` |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,6 +231,8 @@ pub enum ScaleOrder {
     Mx,
     /// f16, two blocks per slab.
     Int4G32,
+    /// f16 per row and 128.
+    Int4G128,
     /// f32 per 128 x 128 tile.
     Fp8Tile,
     /// f32 per row and 128.
@@ -237,10 +240,11 @@ pub enum ScaleOrder {
 }
 
 impl ScaleOrder {
-    fn of(scheme: Scheme) -> Self {
+    pub(crate) fn of(scheme: Scheme) -> Self {
         match scheme {
             Scheme::NvFp4 => Self::Nvfp4,
             Scheme::Int4G32 => Self::Int4G32,
+            Scheme::Int4G128 => Self::Int4G128,
             Scheme::Fp8Block(Fp8Tile::Tile128x128) => Self::Fp8Tile,
             Scheme::Fp8Block(Fp8Tile::Row1x128) => Self::Fp8Row,
             _ => Self::Mx,
@@ -248,16 +252,16 @@ impl ScaleOrder {
     }
 
     /// Bytes per (group, slab) step (per slab pair for FP8).
-    const fn step_bytes(self) -> usize {
+    pub(crate) const fn step_bytes(self) -> usize {
         match self {
             Self::Nvfp4 | Self::Int4G32 | Self::Fp8Row => 64,
-            Self::Mx => 32,
+            Self::Mx | Self::Int4G128 => 32,
             Self::Fp8Tile => 4,
         }
     }
 
     const fn per_pair(self) -> bool {
-        matches!(self, Self::Fp8Tile | Self::Fp8Row)
+        matches!(self, Self::Fp8Tile | Self::Fp8Row | Self::Int4G128)
     }
 }
 
@@ -561,6 +565,17 @@ impl PreparedLayout {
                             }
                         }
                     }
+                    (ScaleOrder::Int4G128, ScaleData::F16(v)) => {
+                        for g in 0..8 {
+                            for h in 0..2 {
+                                let (row, col) = (row_of(g, h), s);
+                                let x =
+                                    if row < n && col < cols { v[layout.offset(row, col, cols)] } else { f16::ZERO };
+                                let o = 4 * g + 2 * h;
+                                blk[o..o + 2].copy_from_slice(&x.to_le_bytes());
+                            }
+                        }
+                    }
                     (ScaleOrder::Fp8Tile, ScaleData::F32(v)) => {
                         let (tile, col) = (rg * 16 / 128, s);
                         let x = if tile < scale_rows && col < cols { v[layout.offset(tile, col, cols)] } else { 0.0 };
@@ -608,7 +623,7 @@ impl PreparedLayout {
     pub fn k(&self) -> usize {
         self.k
     }
-    /// Row groups of 16 (padded to a multiple of 4).
+    /// Row groups of 16 (padded to a multiple of [`GROUP_ALIGN`]).
     pub fn row_groups(&self) -> usize {
         self.row_groups
     }
@@ -711,6 +726,18 @@ impl PreparedLayout {
                 }
                 ScaleData::F16(v)
             }
+            ScaleOrder::Int4G128 => {
+                let mut v = vec![f16::ZERO; n * cols];
+                for row in 0..n {
+                    let (rg, g, h) = (row / 16, row % 8, (row % 16) / 8);
+                    for col in 0..cols {
+                        let o = 4 * g + 2 * h;
+                        let b = at(rg, col);
+                        v[row * cols + col] = f16::from_le_bytes([b[o], b[o + 1]]);
+                    }
+                }
+                ScaleData::F16(v)
+            }
             ScaleOrder::Fp8Tile => {
                 let tiles = shape.scale_rows;
                 let mut v = vec![0f32; tiles * cols];
@@ -794,7 +821,7 @@ mod tests {
 
     use super::*;
 
-    const ALL: [(Scheme, DataLayout); 10] = [
+    const ALL: [(Scheme, DataLayout); 12] = [
         (Scheme::NvFp4, DataLayout::RowMajor),
         (Scheme::MxFp4, DataLayout::RowMajor),
         (Scheme::MxFp6E2M3, DataLayout::RowMajor),
@@ -805,6 +832,8 @@ mod tests {
         (Scheme::Fp8Block(Fp8Tile::Tile128x128), DataLayout::RowMajor),
         (Scheme::Int4G32, DataLayout::RowMajor),
         (Scheme::Int4G32, DataLayout::BlockInterleaved),
+        (Scheme::Int4G128, DataLayout::RowMajor),
+        (Scheme::Int4G128, DataLayout::BlockInterleaved),
     ];
 
     /// A small deterministic generator (splitmix64).

@@ -54,6 +54,37 @@ pub(crate) struct Fast {
     pub(crate) global_scale: Option<GlobalScale>,
 }
 
+impl Fast {
+    /// The factor the kernels' sums take besides the epilogue's alpha: 2^c for the
+    /// pre-scaled layouts, 1/8 for INT4 (decoded as 8 (c - 8)), 1 for FP8 block.
+    pub(crate) fn layout_factor(&self) -> f32 {
+        match self.scheme {
+            Scheme::Int4G32 | Scheme::Int4G128 => 0.125,
+            Scheme::Fp8Block(_) => 1.0,
+            Scheme::NvFp4 => (NVFP4_SHIFT as f32).exp2(),
+            _ => (self.shift as f32).exp2(),
+        }
+    }
+
+    /// The factor the bf16 weights `pgemm_dequant` writes carry: 2^c for the pre-scaled
+    /// layouts (the exact products w x scale x 2^-c), 1 for INT4 and FP8 block.
+    pub(crate) fn dequant_factor(&self) -> f32 {
+        match self.scheme {
+            Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_) => 1.0,
+            _ => self.layout_factor(),
+        }
+    }
+}
+
+/// Scale bytes a kernel stage holds per row group and slab (`stage_scale_bytes` in
+/// prepared.cuh): FP8 128x128 tile scales are read from global memory instead.
+pub(crate) fn stage_scale_bytes(scheme: Scheme) -> usize {
+    match scheme {
+        Scheme::Fp8Block(blockscale_formats::Fp8Tile::Tile128x128) => 0,
+        s => ScaleOrder::of(s).step_bytes(),
+    }
+}
+
 impl PreparedWeights {
     /// Prepares a host matrix and copies it to the device.
     ///

@@ -53,7 +53,7 @@ pub fn data(rng: &mut Rng, rows: usize, k: usize, scheme: Scheme, exact: bool) -
     if !exact {
         return (0..rows * k).map(|_| rng.value()).collect();
     }
-    let max = if scheme == Scheme::Int4G32 { 7.0 } else { 6.0 };
+    let max = if matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128) { 7.0 } else { 6.0 };
     if let Scheme::Fp8Block(_) = scheme {
         // Multiples of 1/2 in [-2, 2] with 3.5 = 448 / 2^7 once per block of 128: scales
         // of exactly 2^-7, codes multiples of 64. Products of codes are multiples of 2^12
@@ -67,7 +67,7 @@ pub fn data(rng: &mut Rng, rows: usize, k: usize, scheme: Scheme, exact: bool) -
         return x;
     }
     let mut x: Vec<f32> = (0..rows * k).map(|_| (rng.below(17) as f32 - 8.0) * 0.5).collect();
-    if matches!(scheme, Scheme::NvFp4 | Scheme::Int4G32) {
+    if matches!(scheme, Scheme::NvFp4 | Scheme::Int4G32 | Scheme::Int4G128) {
         let bs = scheme.block_size();
         for blk in x.chunks_mut(bs) {
             let i = rng.below(bs as u64) as usize;
@@ -309,7 +309,7 @@ pub fn small_quantized(dev: &Device, rows: usize, k: usize, scheme: Scheme) -> b
 
 /// Every weight scheme and data layout of the weight-only products: (scheme,
 /// block-interleaved).
-pub const WEIGHT_SCHEMES: [(Scheme, bool); 10] = [
+pub const WEIGHT_SCHEMES: [(Scheme, bool); 12] = [
     (Scheme::NvFp4, false),
     (Scheme::MxFp4, false),
     (Scheme::MxFp6E2M3, false),
@@ -320,6 +320,8 @@ pub const WEIGHT_SCHEMES: [(Scheme, bool); 10] = [
     (Scheme::Fp8Block(Fp8Tile::Tile128x128), false),
     (Scheme::Int4G32, false),
     (Scheme::Int4G32, true),
+    (Scheme::Int4G128, false),
+    (Scheme::Int4G128, true),
 ];
 
 /// Checks that the allocating call's output (`fresh`, on the device) has the bits the

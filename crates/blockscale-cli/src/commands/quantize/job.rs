@@ -8,13 +8,13 @@ use indicatif::ProgressBar;
 
 use crate::checkpoint::TensorEntry;
 use crate::cli::{ConventionArg, RecipeArg};
-use crate::convention::{encode, encode_fp8_per_tensor, encode_in_place, int4_weight_shape, quantize_modelopt_nvfp4};
+use crate::convention::{encode, encode_fp8_per_tensor, encode_in_place, quantize_modelopt_nvfp4};
 use crate::error::CliError;
 use crate::scheme_arg::QuantizeScheme;
 use crate::values::FloatValues;
 
+use super::fp8_tensor;
 use super::plan::WeightPlan;
-use super::{fp8_tensor, int4_group};
 
 /// How every weight of a run is quantized and stored.
 pub struct Job {
@@ -74,21 +74,6 @@ impl Job {
                 let input_scale = plan.activation_amax.map(|a| a / 448.0);
                 let tensors = encode_fp8_per_tensor(&t.name, q.codes, q.scale, input_scale);
                 return Ok(Quantized { tensors, poisoned_blocks: 0 });
-            }
-            QuantizeScheme::Int4G128 => {
-                // On the CPU whatever the backend, as the library has no such scheme.
-                let poison = self.options.non_finite == blockscale::NonFinite::Poison;
-                let q = int4_group::quantize(&values, plan.k, 128, poison).map_err(|(row, col, value)| {
-                    CliError::NonFinite { path: path.to_owned(), tensor: t.name.clone(), row, col, value }
-                })?;
-                self.warn_poisoned(path, &t.name, q.poisoned, progress);
-                let p = crate::convention::layer_prefix(&t.name);
-                let tensors = vec![
-                    (format!("{p}.weight_packed"), q.codes),
-                    (format!("{p}.weight_scale"), q.scales),
-                    int4_weight_shape(&t.name, plan.rows, plan.k),
-                ];
-                return Ok(Quantized { tensors, poisoned_blocks: q.poisoned });
             }
         };
         let q = match self.recipe {

@@ -12,7 +12,6 @@
 //!    its turn comes, then the folder's index and side files, and the [`report`].
 
 mod fp8_tensor;
-mod int4_group;
 mod job;
 mod plan;
 mod report;

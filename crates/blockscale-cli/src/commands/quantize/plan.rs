@@ -11,8 +11,8 @@ use blockscale::{GlobalScale, GlobalScaleSource, NonFinite, QuantizeOptions, Sca
 use crate::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, same_path_check};
 use crate::cli::{BackendArg, ConventionArg, LayoutArg, NonFiniteArg, QuantizeArgs, RecipeArg};
 use crate::convention::{
-    Configs, Convention, deepseek_k_note, fp8_per_tensor_configs, ignored_linear_layers, int4_g128_configs,
-    int4_outputs, layer_prefix, plan_fp8_per_tensor, plan_outputs, quant_configs,
+    Configs, Convention, deepseek_k_note, fp8_per_tensor_configs, ignored_linear_layers, layer_prefix,
+    plan_fp8_per_tensor, plan_outputs, quant_configs,
 };
 use crate::error::CliError;
 use crate::scheme_arg::{QuantizeScheme, parse_scheme};
@@ -125,7 +125,6 @@ pub fn plan(args: &QuantizeArgs) -> Result<(Job, Plan), CliError> {
     let configs = match scheme {
         QuantizeScheme::Block(s) => quant_configs(args.convention, s, !calibration.is_empty(), &ignore),
         QuantizeScheme::Fp8PerTensor => fp8_per_tensor_configs(&ignore),
-        QuantizeScheme::Int4G128 => int4_g128_configs(&ignore),
     };
     if !checkpoint.is_dir {
         // A single file carries its quantization config in its metadata.
@@ -191,21 +190,6 @@ fn check_options(args: &QuantizeArgs) -> Result<(QuantizeScheme, ScaleLayout), C
             }
             return Ok((scheme, layout));
         }
-        QuantizeScheme::Int4G128 => {
-            if args.convention != ConventionArg::CompressedTensors {
-                return Err(CliError::Unsupported(
-                    "int4-g128 (INT4 in groups of 128, W4A16) is written in the compressed-tensors convention \
-                     only: use --convention compressed-tensors, or --scheme int4-g32 for the native one"
-                        .into(),
-                ));
-            }
-            if args.calibration.is_some() {
-                return Err(CliError::Usage(
-                    "--calibration gives activation scales, and int4-g128 quantizes weights only".into(),
-                ));
-            }
-            return Ok((scheme, layout));
-        }
     };
     if !block.supports_layout(layout) {
         return Err(CliError::Unsupported(format!("{block} has no {} scale layout", layout.name())));
@@ -258,10 +242,7 @@ impl Planner<'_> {
                     let (rows, k) = (t.shape[0], t.shape[1]);
                     let shape_error = match self.scheme {
                         QuantizeScheme::Block(s) => s.shape(rows, k).err().map(|e| e.to_string()),
-                        QuantizeScheme::Int4G128 if !k.is_multiple_of(128) => {
-                            Some(format!("K = {k} is not a multiple of int4-g128's group of 128"))
-                        }
-                        _ => None,
+                        QuantizeScheme::Fp8PerTensor => None,
                     };
                     if let Some(e) = shape_error {
                         let note = deepseek_k_note(self.convention).map(|n| format!("; {n}")).unwrap_or_default();
@@ -279,7 +260,6 @@ impl Planner<'_> {
                         QuantizeScheme::Fp8PerTensor => {
                             plan_fp8_per_tensor(self.convention, &t.name, rows, k, activation_amax.is_some())?
                         }
-                        QuantizeScheme::Int4G128 => (int4_outputs(&t.name, rows, k, 128), vec![]),
                     };
                     let input_scale = match (self.scheme, activation_amax) {
                         (QuantizeScheme::Block(_), Some(a)) => Some(
