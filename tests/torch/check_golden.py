@@ -69,7 +69,7 @@ def main():
         rows, k, scheme = int(meta["q.rows"]), int(meta["q.k"]), meta["q.scheme"]
         values = unpack(header["q.codes"]["dtype"], t("q.codes"), rows, k)
         s = scales_of(header["q.scales"]["dtype"], t("q.scales")).reshape(header["q.scales"]["shape"])
-        block = 16 if scheme == "nvfp4" else 128 if scheme.startswith("fp8") else 32
+        block = 16 if scheme == "nvfp4" else 128 if scheme.startswith("fp8") or scheme == "int4-g128" else 32
         brows = 128 if scheme == "fp8-block-128x128" else 1
         s = s.repeat_interleave(brows, dim=0)[:rows].repeat_interleave(block, dim=1)
         # (value * scale) in f32, then the NVFP4 decode factor, as docs/GOLDEN.md says.
