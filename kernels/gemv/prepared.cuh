@@ -11,6 +11,7 @@
 #include "../common/activation.cuh"
 #include "../common/convert.cuh"
 #include "../common/gemv_epilogue.cuh"
+#include "../common/mma.cuh"
 #include "../common/params.cuh"
 
 namespace bs {
@@ -64,30 +65,7 @@ using TInt4G128 = Traits<Dec::Int4, Sc::F16G128>;
 // ---------------------------------------------------------------------------------------
 // Small wrappers.
 
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
 __device__ __forceinline__ uint32_t rotr(uint32_t w, int r) { return __funnelshift_r(w, w, r); }
-__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
-    uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-__device__ __forceinline__ uint32_t sub_bf16x2(uint32_t a, uint32_t b) {
-    uint32_t d;
-    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-// D += A B: m16n8k16, bf16 inputs, f32 accumulation.
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // ---------------------------------------------------------------------------------------
 // Decoding: the bit operations prepared/layout.rs inverts (its tests run the same
