@@ -185,7 +185,8 @@ impl Backend {
         }
     }
 
-    /// Prepares weights for [`Backend::gemv_prepared`], once, when a model loads: on a
+    /// Prepares weights for [`Backend::gemv_prepared`] and
+    /// [`Backend::gemm_weight_only_prepared`], once, when a model loads: on a
     /// GPU the fast GEMV's layout on the device (`blockscale::cuda::PreparedWeights`:
     /// the codes rearranged so each thread's 16-byte loads decode straight into tensor-core
     /// fragments); on the CPU the matrix as it is (its exact GEMV needs no preparation).
@@ -233,15 +234,60 @@ impl Backend {
                 Ok(y.remove_axis(ndarray::Axis(0)))
             }
             #[cfg(feature = "cuda")]
-            _ => Err(Error::Unsupported {
-                backend: self.name(),
-                what: "weights prepared on another backend (prepare them with this one)",
-            }),
+            _ => Err(other_backend(self)),
+        }
+    }
+
+    /// [`Backend::gemm_weight_only`] on weights [`Backend::prepare`] made (on this
+    /// backend): prefill and batched decode on the weights the GEMV reads. On a GPU, up
+    /// to 16 rows run the prepared GEMV, more the weight-only GEMM on prepared weights
+    /// (`blockscale::cuda::gemm_weight_only_prepared`).
+    ///
+    /// ```
+    /// use blockscale::half::bf16;
+    /// use blockscale::ndarray::Array2;
+    /// use blockscale::{Backend, Epilogue, QuantizeOptions, Scheme};
+    ///
+    /// let backend = Backend::cuda_if_available(0)?;
+    /// let w = Array2::from_shape_fn((256, 512), |(r, c)| ((r * 7 + c) % 13) as f32 - 6.0);
+    /// let prepared = backend.prepare(&backend.quantize(w.view(), Scheme::Int4G128, &QuantizeOptions::default())?)?;
+    /// let x = Array2::from_shape_fn((40, 512), |(r, c)| bf16::from_f32(((r + c) % 5) as f32 * 0.25));
+    /// let y = backend.gemm_weight_only_prepared::<bf16, f32>(x.view(), &prepared, &Epilogue::default())?;
+    /// assert_eq!(y.dim(), (40, 256));
+    /// # Ok::<(), blockscale::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Backend::gemm_weight_only`]; on the GPU f32 activations
+    /// ([`Error::Unsupported`]: the prepared kernels read bf16 or f16); weights prepared
+    /// on the other backend ([`Error::Unsupported`]).
+    pub fn gemm_weight_only_prepared<I: Element, O: Element>(
+        &self,
+        x: ArrayView2<'_, I>,
+        w: &Prepared,
+        epilogue: &Epilogue<'_>,
+    ) -> Result<Array2<O>, Error> {
+        match (self, w) {
+            (Self::Cpu, Prepared::Cpu(q)) => self.gemm_weight_only(x, q, epilogue),
+            #[cfg(feature = "cuda")]
+            (Self::Cuda(dev), Prepared::Cuda(p)) => I::cuda_gemm_weight_only_prepared::<O>(dev, x, p, epilogue),
+            #[cfg(feature = "cuda")]
+            _ => Err(other_backend(self)),
         }
     }
 }
 
-/// Weights prepared by [`Backend::prepare`] for [`Backend::gemv_prepared`].
+/// Weights prepared on one backend, used on another.
+#[cfg(feature = "cuda")]
+fn other_backend(backend: &Backend) -> Error {
+    Error::Unsupported {
+        backend: backend.name(),
+        what: "weights prepared on another backend (prepare them with this one)",
+    }
+}
+
+/// Weights prepared by [`Backend::prepare`] for [`Backend::gemv_prepared`] and
+/// [`Backend::gemm_weight_only_prepared`].
 #[derive(Debug)]
 pub enum Prepared {
     /// The CPU's: the matrix itself.

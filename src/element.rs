@@ -56,6 +56,17 @@ pub trait Element: blockscale_cpu::Input + blockscale_cpu::Output + CudaElement 
         w: &blockscale_cuda::PreparedWeights,
         epilogue: &Epilogue<'_>,
     ) -> Result<Array2<O>, crate::Error>;
+
+    /// The weight-only GEMM of `x` (any M) by weights prepared on the device: bf16 and
+    /// f16 run it, f32 is refused (the prepared kernels read bf16 or f16).
+    #[doc(hidden)]
+    #[cfg(feature = "cuda")]
+    fn cuda_gemm_weight_only_prepared<O: Element>(
+        dev: &blockscale_cuda::Device,
+        x: ArrayView2<'_, Self>,
+        w: &blockscale_cuda::PreparedWeights,
+        epilogue: &Epilogue<'_>,
+    ) -> Result<Array2<O>, crate::Error>;
 }
 
 /// The CUDA GEMV's refusal of f32 activations.
@@ -88,6 +99,20 @@ impl Element for f32 {
     ) -> Result<Array2<O>, crate::Error> {
         Err(f32_gemv())
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_gemm_weight_only_prepared<O: Element>(
+        _: &blockscale_cuda::Device,
+        _: ArrayView2<'_, Self>,
+        _: &blockscale_cuda::PreparedWeights,
+        _: &Epilogue<'_>,
+    ) -> Result<Array2<O>, crate::Error> {
+        Err(crate::Error::Unsupported {
+            backend: "cuda",
+            what: "f32 activations on prepared weights (the prepared kernels read bf16 or f16; convert \
+                   them, or use gemm_weight_only on the QuantizedMatrix, which takes f32)",
+        })
+    }
 }
 
 macro_rules! gemv_element {
@@ -111,6 +136,16 @@ macro_rules! gemv_element {
                 epilogue: &Epilogue<'_>,
             ) -> Result<Array2<O>, crate::Error> {
                 Ok(blockscale_cuda::gemv_prepared_host::<Self, O>(dev, x, w, epilogue)?)
+            }
+
+            #[cfg(feature = "cuda")]
+            fn cuda_gemm_weight_only_prepared<O: Element>(
+                dev: &blockscale_cuda::Device,
+                x: ArrayView2<'_, Self>,
+                w: &blockscale_cuda::PreparedWeights,
+                epilogue: &Epilogue<'_>,
+            ) -> Result<Array2<O>, crate::Error> {
+                Ok(blockscale_cuda::gemm_weight_only_prepared_host::<Self, O>(dev, x, w, epilogue)?)
             }
         }
     };

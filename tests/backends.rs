@@ -223,6 +223,7 @@ fn direct(
         (Backend::Cpu, Some(a), _, _) => {
             blockscale::cpu::gemm(a, &p.b, &epi, &cpu).map(flat).map_err(|e| e.to_string())
         }
+        // (The CPU's prepared weights are the matrix itself.)
         (Backend::Cpu, None, Some(x), None) => with_values!(x, |v| blockscale::cpu::gemm_weight_only(
             ArrayView2::from_shape((p.m, k), &v[..]).unwrap(),
             &p.b,
@@ -253,6 +254,24 @@ fn cuda_direct(
     use blockscale::cuda;
     let epi = p.epilogue();
     let k = p.b.k();
+    if let (Some(blockscale::Prepared::Cuda(w)), Some(x), None) = (prepared, x, row) {
+        let r = match x {
+            Values::Bf16(v) => cuda::gemm_weight_only_prepared_host::<_, f32>(
+                dev,
+                ArrayView2::from_shape((p.m, k), &v[..]).unwrap(),
+                w,
+                &epi,
+            ),
+            Values::F16(v) => cuda::gemm_weight_only_prepared_host::<_, f32>(
+                dev,
+                ArrayView2::from_shape((p.m, k), &v[..]).unwrap(),
+                w,
+                &epi,
+            ),
+            Values::F32(_) => return Err("no direct call for this case".into()),
+        };
+        return r.map(|a| a.into_raw_vec_and_offset().0).map_err(|e| e.to_string());
+    }
     if let (Some(blockscale::Prepared::Cuda(w)), Some(x), Some(r)) = (prepared, x, row) {
         let r = match x {
             Values::Bf16(v) => cuda::gemv_prepared_host::<_, f32>(
@@ -369,32 +388,51 @@ fn within_loose_bound(name: &str, p: &Product, got: &[f32], row: Option<usize>) 
 
 #[test]
 fn gemm_and_gemm_weight_only_agree_with_the_golden_cases() {
-    let (mut ran, mut exact) = (0, 0);
+    // Weight-only cases also through `gemm_weight_only_prepared` on weights prepared
+    // once (on the GPU: the fused kernel's layout; f32 activations are refused there).
+    let (mut ran, mut exact, mut prepared_ran) = (0, 0, 0);
     for backend in backends() {
         for f in golden_files().iter().filter(|f| kind(f) == "gemm") {
-            let name = format!("{} [{}]", case_name(f), backend.name());
             let p = Product::read(f);
             let epi = p.epilogue();
-            let got = match (&p.a, &p.x) {
-                (Some(a), _) => backend.gemm::<f32>(a, &p.b, &epi),
-                (None, Some(x)) => with_values!(x, |v| backend.gemm_weight_only::<_, f32>(
-                    ArrayView2::from_shape((p.m, p.b.k()), &v[..]).unwrap(),
-                    &p.b,
-                    &epi
-                )),
-                (None, None) => unreachable!(),
-            }
-            .map(|a| {
-                assert_eq!(a.dim(), (p.m, p.b.rows()), "{name}: output shape");
-                a.into_raw_vec_and_offset().0
-            });
-            if check_product(&name, &backend, &p, got, None, None) {
-                ran += 1;
-                exact += usize::from(p.exact);
+            let prepared = p.a.is_none().then(|| backend.prepare(&p.b).unwrap());
+            for use_prepared in [false, true] {
+                if use_prepared && prepared.is_none() {
+                    continue;
+                }
+                let how = if use_prepared { " prepared" } else { "" };
+                let name = format!("{}{how} [{}]", case_name(f), backend.name());
+                let got = match (&p.a, &p.x, prepared.as_ref().filter(|_| use_prepared)) {
+                    (Some(a), _, _) => backend.gemm::<f32>(a, &p.b, &epi),
+                    (None, Some(x), None) => with_values!(x, |v| backend.gemm_weight_only::<_, f32>(
+                        ArrayView2::from_shape((p.m, p.b.k()), &v[..]).unwrap(),
+                        &p.b,
+                        &epi
+                    )),
+                    (None, Some(x), Some(w)) => with_values!(x, |v| backend.gemm_weight_only_prepared::<_, f32>(
+                        ArrayView2::from_shape((p.m, p.b.k()), &v[..]).unwrap(),
+                        w,
+                        &epi
+                    )),
+                    (None, None, _) => unreachable!(),
+                }
+                .map(|a| {
+                    assert_eq!(a.dim(), (p.m, p.b.rows()), "{name}: output shape");
+                    a.into_raw_vec_and_offset().0
+                });
+                let on = if use_prepared { prepared.as_ref() } else { None };
+                if check_product(&name, &backend, &p, got, None, on) {
+                    ran += 1;
+                    exact += usize::from(p.exact);
+                    prepared_ran += usize::from(use_prepared);
+                }
             }
         }
     }
-    assert!(ran >= 22 && exact >= 4, "only {ran} GEMM cases ran ({exact} exact)");
+    assert!(
+        ran >= 22 && exact >= 4 && prepared_ran >= 8,
+        "only {ran} GEMM cases ran ({exact} exact, {prepared_ran} prepared)"
+    );
 }
 
 #[test]
