@@ -56,6 +56,22 @@ pub(crate) struct Scratch {
     pub(crate) counters: Option<CudaSlice<u32>>,
 }
 
+/// The device address of a scratch buffer for a launch that uses it (`used`), with the
+/// guard that records the kernel's access on `stream`; 0 and no guard otherwise.
+pub(crate) fn scratch_ptr<'a, T>(
+    buf: &'a mut Option<CudaSlice<T>>,
+    used: bool,
+    stream: &'a CudaStream,
+) -> (u64, Option<cudarc::driver::SyncOnDrop<'a>>) {
+    match buf.as_mut() {
+        Some(b) if used => {
+            let (p, g) = cudarc::driver::DevicePtrMut::device_ptr_mut(b, stream);
+            (p, Some(g))
+        }
+        _ => (0, None),
+    }
+}
+
 /// Row tiles the GEMV's split-K counters cover.
 pub(crate) const GEMV_COUNTERS: usize = 1 << 16;
 
@@ -220,6 +236,29 @@ impl Device {
     /// The workspace and the GEMV's split-K counters, locked for one launch's queuing.
     pub(crate) fn scratch(&self) -> std::sync::MutexGuard<'_, Scratch> {
         self.scratch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`Self::scratch`] for a launch that needs `needed` workspace bytes: with `grow`
+    /// (the allocating calls) the workspace grows first; without it (the `_into` calls,
+    /// which allocate nothing) it must hold them already.
+    ///
+    /// # Errors
+    /// [`CudaError::WorkspaceTooSmall`]; [`CudaError::OutOfMemory`] or
+    /// [`CudaError::Driver`] when growing.
+    pub(crate) fn scratch_for(
+        &self,
+        needed: usize,
+        grow: bool,
+    ) -> Result<std::sync::MutexGuard<'_, Scratch>, CudaError> {
+        if grow {
+            self.reserve_workspace(needed)?;
+        }
+        let scratch = self.scratch();
+        let available = scratch.workspace.as_ref().map_or(0, |w| w.len());
+        if available < needed {
+            return Err(CudaError::WorkspaceTooSmall { needed, available });
+        }
+        Ok(scratch)
     }
 
     /// A kernel by name, loaded once and cached with its occupancy.

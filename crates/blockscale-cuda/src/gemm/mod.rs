@@ -495,17 +495,8 @@ pub(crate) fn run_rhs<I: DeviceElement, O: DeviceElement>(
     let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
     let aligned = out_ptr.is_multiple_of(16) && (out_stride * size_of::<O>()).is_multiple_of(16);
     let plan = Plan::new::<I, O>(dev, &lhs, b, aligned)?;
-    if grow {
-        dev.reserve_workspace(plan.total)?;
-    }
-    let mut scratch = dev.scratch();
-    let ws_guard = &mut scratch.workspace;
-    let available = ws_guard.as_ref().map_or(0, |w| w.len());
-    if available < plan.total {
-        return Err(CudaError::WorkspaceTooSmall { needed: plan.total, available });
-    }
-    let Some(ws_slice) = ws_guard.as_mut() else { unreachable!("checked above") };
-    let (ws, g_ws) = ws_slice.device_ptr_mut(stream);
+    let mut scratch = dev.scratch_for(plan.total, grow)?;
+    let (ws, g_ws) = crate::device::scratch_ptr(&mut scratch.workspace, true, stream);
 
     let (a_data, g_a) = match &lhs {
         Lhs::Quantized(a) => a.data().device_ptr(stream),

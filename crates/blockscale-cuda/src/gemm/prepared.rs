@@ -178,22 +178,8 @@ fn run<I: GemvInput, O: DeviceElement>(
     crate::checks::check_matrix::<I>(m, k, x.row_stride, x.data.len(), x_ptr, "activations")?;
 
     let (kernel, plan) = plan(dev, f, m, I::SUFFIX == "f16")?;
-    if grow && plan.workspace > 0 {
-        dev.reserve_workspace(plan.workspace)?;
-    }
-    let mut scratch = dev.scratch();
-    let workspace = &mut scratch.workspace;
-    let available = workspace.as_ref().map_or(0, |w| w.len());
-    if available < plan.workspace {
-        return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available });
-    }
-    let (ws_ptr, g_ws) = match workspace.as_mut() {
-        Some(ws) if plan.workspace > 0 => {
-            let (p, g) = ws.device_ptr_mut(stream);
-            (p, Some(g))
-        }
-        _ => (0, None),
-    };
+    let mut scratch = dev.scratch_for(plan.workspace, grow && plan.workspace > 0)?;
+    let (ws_ptr, g_ws) = crate::device::scratch_ptr(&mut scratch.workspace, plan.workspace > 0, stream);
     let out_stride = out.row_stride;
     let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
     let (w_ptr, g_w) = f.codes.device_ptr(stream);

@@ -158,32 +158,13 @@ pub(super) fn run<I: GemvInput, O: DeviceElement>(
 
     let gated = sides.len() == 2;
     let (kernel, plan) = prepare(dev, w, m, gated, I::SUFFIX == "f16")?;
-    if grow && plan.workspace > 0 {
-        dev.reserve_workspace(plan.workspace)?;
+    let mut scratch = dev.scratch_for(plan.workspace, grow && plan.workspace > 0)?;
+    let crate::device::Scratch { workspace, counters } = &mut *scratch;
+    if plan.splits > 1 && counters.is_none() {
+        return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available: 0 });
     }
-    let mut scratch = dev.scratch();
-    let crate::device::Scratch { workspace: ws_guard, counters: counters_guard } = &mut *scratch;
-    let available = ws_guard.as_ref().map_or(0, |w| w.len());
-    if available < plan.workspace {
-        return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available });
-    }
-    let (ws_ptr, g_ws) = match ws_guard.as_mut() {
-        Some(ws) if plan.workspace > 0 => {
-            let (p, g) = ws.device_ptr_mut(stream);
-            (p, Some(g))
-        }
-        _ => (0, None),
-    };
-    let (cnt_ptr, g_cnt) = match counters_guard.as_mut() {
-        Some(c) if plan.splits > 1 => {
-            let (p, g) = c.device_ptr_mut(stream);
-            (p, Some(g))
-        }
-        None if plan.splits > 1 => {
-            return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available: 0 });
-        }
-        _ => (0, None),
-    };
+    let (ws_ptr, g_ws) = crate::device::scratch_ptr(workspace, plan.workspace > 0, stream);
+    let (cnt_ptr, g_cnt) = crate::device::scratch_ptr(counters, plan.splits > 1, stream);
     let out_stride = out.row_stride;
     let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
 
