@@ -1,8 +1,10 @@
-// The small PTX wrappers both GEMVs and the weight-only GEMM build their decoders and
-// products from: a byte permute, bf16x2 multiply and subtract (round to nearest), and
-// the m16n8k16 bf16 MMA with f32 accumulation.
+// The small pieces both GEMVs and the weight-only GEMM build their decoders and products
+// from: a byte permute, bf16x2 multiply and subtract (round to nearest), the m16n8k16
+// bf16 MMA with f32 accumulation, and f16 activations split into exact bf16 pieces.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 namespace bs {
@@ -29,6 +31,19 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// f16 pair to two bf16 pairs whose sum is the f16 values exactly (an infinity goes
+// whole into `hi`, so Inf stays Inf rather than Inf + NaN).
+__device__ __forceinline__ void split_f16x2(uint32_t h, uint32_t& hi, uint32_t& lo) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+    const float2 bf = __bfloat1622float2(b);
+    const float lx = isinf(bf.x) ? 0.0f : __fsub_rn(f.x, bf.x);
+    const float ly = isinf(bf.y) ? 0.0f : __fsub_rn(f.y, bf.y);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(lx, ly);
+    hi = *reinterpret_cast<const uint32_t*>(&b);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
 }
 
 }  // namespace bs

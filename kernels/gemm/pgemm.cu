@@ -169,25 +169,10 @@ __device__ __forceinline__ void pgemm(const PgemmParams& p) {
             const uint8_t* ts = nullptr;
             if constexpr (T::kSc == Sc::F32T128) ts = scale_of(gi / 4, s0 + i) + (gi % 4) * kScaleStep;
             read_stage<T>(stage, gi, lane, ts, d, kGroups);
-            uint32_t sp0 = 0, sp1 = 0;
-            if constexpr (T::kPre) {
-                sp0 = scale_pair<T>(d.w[T::kWords], 0, add);
-                sp1 = scale_pair<T>(d.w[T::kWords], 1, add);
-            }
+            uint32_t sp0, sp1;
+            slab_scales<T>(d, add, sp0, sp1);
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                fragment<T>(d, q, a[w][q]);
-                if constexpr (T::kPre) {
-                    a[w][q][0] = mul_bf16x2(a[w][q][0], sp0);
-                    a[w][q][1] = mul_bf16x2(a[w][q][1], sp1);
-                    a[w][q][2] = mul_bf16x2(a[w][q][2], sp0);
-                    a[w][q][3] = mul_bf16x2(a[w][q][3], sp1);
-                } else if constexpr (T::kDec == Dec::E4M3 || T::kDec == Dec::E5M2) {
-                    constexpr uint32_t c = T::kDec == Dec::E4M3 ? 0x7B807B80u : 0x77807780u;
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) a[w][q][r] = mul_bf16x2(a[w][q][r], c);
-                }
-            }
+            for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, sp0, sp1, a[w][q]);
             f0[w][0] = f0[w][1] = f1[w][0] = f1[w][1] = 0.0f;
             if constexpr (!T::kPre) {
                 post_scales<T>(d, 0, f0[w][0], f1[w][0]);

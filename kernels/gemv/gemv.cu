@@ -232,19 +232,6 @@ __device__ __forceinline__ void decode(const uint32_t (&r)[2], int i, uint32_t& 
 // ---------------------------------------------------------------------------------------
 // Activations.
 
-// f16 pair to two bf16 pairs whose sum is the f16 values exactly (an infinity goes
-// whole into `hi`, so Inf stays Inf rather than Inf + NaN).
-__device__ __forceinline__ void split_f16x2(uint32_t h, uint32_t& hi, uint32_t& lo) {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-    const float2 bf = __bfloat1622float2(b);
-    const float lx = isinf(bf.x) ? 0.0f : __fsub_rn(f.x, bf.x);
-    const float ly = isinf(bf.y) ? 0.0f : __fsub_rn(f.y, bf.y);
-    const __nv_bfloat162 l = __floats2bfloat162_rn(lx, ly);
-    hi = *reinterpret_cast<const uint32_t*>(&b);
-    lo = *reinterpret_cast<const uint32_t*>(&l);
-}
-
 // One step's activations of row `m` for lane t: per unit u, the lane's U/4 elements
 // starting at step * 128 + u U + t U/4, as bf16/f16 pairs: 16 registers (zeros past M or K).
 template <class T>

@@ -329,19 +329,6 @@ __device__ __forceinline__ void issue_x(const unsigned short* row, uint32_t k_ch
     cp_async16(xs + 16, v1 ? row + o1 : any, v1 ? 16u : 0u);
 }
 
-// f16 pair to two bf16 pairs whose sum is the f16 values exactly (an infinity goes
-// whole into `hi`, so Inf stays Inf rather than Inf + NaN).
-__device__ __forceinline__ void split_f16x2(uint32_t h, uint32_t& hi, uint32_t& lo) {
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-    const float2 bf = __bfloat1622float2(b);
-    const float lx = isinf(bf.x) ? 0.0f : __fsub_rn(f.x, bf.x);
-    const float ly = isinf(bf.y) ? 0.0f : __fsub_rn(f.y, bf.y);
-    const __nv_bfloat162 l = __floats2bfloat162_rn(lx, ly);
-    hi = *reinterpret_cast<const uint32_t*>(&b);
-    lo = *reinterpret_cast<const uint32_t*>(&l);
-}
-
 // ---------------------------------------------------------------------------------------
 // One slab of one row group: decode, scale, multiply.
 
@@ -404,32 +391,46 @@ __device__ __forceinline__ void add_scaled(float (&acc)[MT][4], float (&dt)[MT][
     }
 }
 
+// The bf16 scale pairs of a pre-scaled slab (rows g and g + 8); zero for the others.
+template <class T>
+__device__ __forceinline__ void slab_scales(const Slab<T>& d, uint32_t add, uint32_t& s0, uint32_t& s1) {
+    s0 = s1 = 0;
+    if constexpr (T::kPre) {
+        s0 = scale_pair<T>(d.w[T::kWords], 0, add);
+        s1 = scale_pair<T>(d.w[T::kWords], 1, add);
+    }
+}
+
+// The A fragment of MMA q as the MMA takes it: pre-scaled schemes times their block
+// scale pair (exact), FP8 block with the decode's 2^-120 / 2^-112 undone (exact), INT4
+// as decoded.
+template <class T>
+__device__ __forceinline__ void mma_fragment(const Slab<T>& d, int q, uint32_t s0, uint32_t s1, uint32_t (&a)[4]) {
+    fragment<T>(d, q, a);
+    if constexpr (T::kPre) {
+        a[0] = mul_bf16x2(a[0], s0);
+        a[1] = mul_bf16x2(a[1], s1);
+        a[2] = mul_bf16x2(a[2], s0);
+        a[3] = mul_bf16x2(a[3], s1);
+    } else if constexpr (T::kDec == Dec::E4M3 || T::kDec == Dec::E5M2) {
+        constexpr uint32_t c = T::kDec == Dec::E4M3 ? 0x7B807B80u : 0x77807780u;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = mul_bf16x2(a[i], c);
+    }
+}
+
 // Multiplies one slab of one row group into acc (pre-scaled) or through dt (post).
 // `b`: the B fragments, [n8 tile][piece][8 registers]; `odd`: the slab's index is odd
 // (post-scaled blocks of two slabs end there).
 template <class T, int MT, int PIECES>
 __device__ __forceinline__ void slab_product(const Slab<T>& d, const uint32_t (&b)[MT][PIECES][8], uint32_t add,
                                              bool odd, float (&acc)[MT][4], float (&dt)[MT][4]) {
-    uint32_t s0 = 0, s1 = 0;
-    if constexpr (T::kPre) {
-        s0 = scale_pair<T>(d.w[T::kWords], 0, add);
-        s1 = scale_pair<T>(d.w[T::kWords], 1, add);
-    }
+    uint32_t s0, s1;
+    slab_scales<T>(d, add, s0, s1);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
         uint32_t a[4];
-        fragment<T>(d, q, a);
-        if constexpr (T::kPre) {
-            a[0] = mul_bf16x2(a[0], s0);
-            a[1] = mul_bf16x2(a[1], s1);
-            a[2] = mul_bf16x2(a[2], s0);
-            a[3] = mul_bf16x2(a[3], s1);
-        } else if constexpr (T::kDec == Dec::E4M3 || T::kDec == Dec::E5M2) {
-            // FP8 block: undo the decode's 2^-120 / 2^-112 (exact).
-            constexpr uint32_t c = T::kDec == Dec::E4M3 ? 0x7B807B80u : 0x77807780u;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = mul_bf16x2(a[i], c);
-        }
+        mma_fragment<T>(d, q, s0, s1, a);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
