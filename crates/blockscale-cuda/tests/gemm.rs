@@ -220,6 +220,72 @@ fn large_tiles_and_every_output_type() {
     }
 }
 
+/// One weight-only case: weights of `scheme` (scales swizzled where the scheme has that
+/// layout), activations, bias and alpha drawn from `seed`, the CPU reference's output,
+/// and the activations laid out at a row stride of `x_stride`.
+struct WeightOnly<I, O> {
+    qw: blockscale_formats::QuantizedMatrix,
+    x: Vec<I>,
+    bias: Vec<f32>,
+    alpha: Option<f32>,
+    want: ndarray::Array2<O>,
+    strided: Vec<I>,
+}
+
+impl<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output> WeightOnly<I, O> {
+    fn new(
+        scheme: Scheme,
+        interleaved: bool,
+        (m, n, k): (usize, usize, usize),
+        x_stride: usize,
+        exact: bool,
+        activation: Activation,
+        seed: u64,
+    ) -> Self {
+        let mut rng = Rng(seed | 1);
+        let qw = weights(&mut rng, (n, k), scheme, ScaleLayout::Swizzled128x4, interleaved, exact);
+        let x: Vec<I> = activations(&mut rng, m, k, exact);
+        let bias: Vec<f32> = (0..n).map(|_| rng.value()).collect();
+        let alpha = if exact || scheme == Scheme::NvFp4 { None } else { Some(1.5f32) };
+        let mut host_epi = Epilogue { alpha, ..Default::default() }.with_activation(activation);
+        if !exact {
+            host_epi = host_epi.with_bias(&bias[..]);
+        }
+        let xv = ndarray::ArrayView2::from_shape((m, k), &x[..]).unwrap();
+        let want = cpu::gemm_weight_only_reference::<I, O>(xv, &qw, &host_epi).unwrap();
+        let mut strided = vec![<I as cpu::Output>::from_f32(0.0); (m - 1) * x_stride + k];
+        for r in 0..m {
+            strided[r * x_stride..r * x_stride + k].copy_from_slice(&x[r * k..(r + 1) * k]);
+        }
+        Self { qw, x, bias, alpha, want, strided }
+    }
+
+    /// The device epilogue of the case (the bias on the device when not exact).
+    fn epilogue<'a>(
+        &self,
+        dbias: &'a cudarc::driver::CudaSlice<f32>,
+        exact: bool,
+        activation: Activation,
+    ) -> DeviceEpilogue<'a> {
+        let epi = DeviceEpilogue { alpha: self.alpha, ..Default::default() }.with_activation(activation);
+        if exact { epi } else { epi.with_bias(dbias) }
+    }
+
+    /// `got` against the reference: bit for bit when exact, else within the weight-only
+    /// bound (`rounded`: the weights were rounded to bf16 on the way).
+    fn check(&self, got: &[O], exact: bool, rounded: bool, activation: Activation, what: &str) {
+        if exact {
+            compare(got, &self.want, None, what);
+        } else {
+            let alpha_eff = Epilogue::<[f32]> { alpha: self.alpha, ..Default::default() }
+                .alpha_weight_only(self.qw.scheme(), self.qw.global_scale());
+            let m = self.want.nrows();
+            let t = weight_only_bound(&self.x, &self.qw, m, rounded);
+            compare(got, &self.want, Some((&t, alpha_eff as f64, slope(activation))), what);
+        }
+    }
+}
+
 /// Weight-only: activations of type I (with a row stride) times weights of `scheme`.
 #[allow(clippy::too_many_arguments)]
 fn run_weight_only<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output>(
@@ -232,30 +298,12 @@ fn run_weight_only<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement
     activation: Activation,
     seed: u64,
 ) {
-    let mut rng = Rng(seed | 1);
-    let qw = weights(&mut rng, (n, k), scheme, ScaleLayout::Swizzled128x4, interleaved, exact);
-    let x: Vec<I> = activations(&mut rng, m, k, exact);
-    let bias: Vec<f32> = (0..n).map(|_| rng.value()).collect();
-    let alpha = if exact || scheme == Scheme::NvFp4 { None } else { Some(1.5f32) };
-    let mut host_epi = Epilogue { alpha, ..Default::default() }.with_activation(activation);
-    if !exact {
-        host_epi = host_epi.with_bias(&bias[..]);
-    }
-    let xv = ndarray::ArrayView2::from_shape((m, k), &x[..]).unwrap();
-    let want = cpu::gemm_weight_only_reference::<I, O>(xv, &qw, &host_epi).unwrap();
-
+    let c = WeightOnly::<I, O>::new(scheme, interleaved, (m, n, k), x_stride, exact, activation, seed);
     // The activations on the device with a row stride of `x_stride`.
-    let mut strided = vec![<I as cpu::Output>::from_f32(0.0); (m - 1) * x_stride + k];
-    for r in 0..m {
-        strided[r * x_stride..r * x_stride + k].copy_from_slice(&x[r * k..(r + 1) * k]);
-    }
-    let dx = dev.stream().clone_htod(&strided).unwrap();
-    let dw = DeviceQuantized::from_host(dev, &qw).unwrap();
-    let dbias = dev.stream().clone_htod(&bias).unwrap();
-    let mut epi = DeviceEpilogue { alpha, ..Default::default() }.with_activation(activation);
-    if !exact {
-        epi = epi.with_bias(&dbias);
-    }
+    let dx = dev.stream().clone_htod(&c.strided).unwrap();
+    let dw = DeviceQuantized::from_host(dev, &c.qw).unwrap();
+    let dbias = dev.stream().clone_htod(&c.bias).unwrap();
+    let epi = c.epilogue(&dbias, exact, activation);
     let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: x_stride };
     let _ = gemm_weight_only::<I, O>(dev, xm, &dw, &epi).unwrap();
     dev.reserve_workspace(gemm_weight_only_workspace_size::<I, O>(dev, xm, &dw, n).unwrap()).unwrap();
@@ -269,14 +317,8 @@ fn run_weight_only<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement
         if exact { "exact" } else { "random" },
         O::SUFFIX
     );
-    if exact {
-        compare(&got, &want, None, &what);
-    } else {
-        let alpha_eff = host_epi.alpha_weight_only(qw.scheme(), qw.global_scale());
-        let rounded = matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_));
-        let t = weight_only_bound(&x, &qw, m, rounded);
-        compare(&got, &want, Some((&t, alpha_eff as f64, slope(activation))), &what);
-    }
+    let rounded = matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_));
+    c.check(&got, exact, rounded, activation, &what);
 }
 
 #[test]
@@ -316,31 +358,13 @@ fn run_weight_only_prepared<I: GemvInput + cpu::Input + cpu::Output, O: DeviceEl
     activation: Activation,
     seed: u64,
 ) {
-    let mut rng = Rng(seed | 1);
-    let qw = weights(&mut rng, (n, k), scheme, ScaleLayout::Swizzled128x4, false, exact);
-    let x: Vec<I> = activations(&mut rng, m, k, exact);
-    let bias: Vec<f32> = (0..n).map(|_| rng.value()).collect();
-    let alpha = if exact || scheme == Scheme::NvFp4 { None } else { Some(1.5f32) };
-    let mut host_epi = Epilogue { alpha, ..Default::default() }.with_activation(activation);
-    if !exact {
-        host_epi = host_epi.with_bias(&bias[..]);
-    }
-    let xv = ndarray::ArrayView2::from_shape((m, k), &x[..]).unwrap();
-    let want = cpu::gemm_weight_only_reference::<I, O>(xv, &qw, &host_epi).unwrap();
-
     let stride = k.next_multiple_of(8) + 8;
-    let mut strided = vec![<I as cpu::Output>::from_f32(0.0); (m - 1) * stride + k];
-    for r in 0..m {
-        strided[r * stride..r * stride + k].copy_from_slice(&x[r * k..(r + 1) * k]);
-    }
-    let dx = dev.stream().clone_htod(&strided).unwrap();
-    let pw = PreparedWeights::from_host(dev, &qw).unwrap();
+    let c = WeightOnly::<I, O>::new(scheme, false, (m, n, k), stride, exact, activation, seed);
+    let dx = dev.stream().clone_htod(&c.strided).unwrap();
+    let pw = PreparedWeights::from_host(dev, &c.qw).unwrap();
     assert_eq!(pw.unprepared_reason(), None, "{scheme:?}: these weights must take the prepared layout");
-    let dbias = dev.stream().clone_htod(&bias).unwrap();
-    let mut epi = DeviceEpilogue { alpha, ..Default::default() }.with_activation(activation);
-    if !exact {
-        epi = epi.with_bias(&dbias);
-    }
+    let dbias = dev.stream().clone_htod(&c.bias).unwrap();
+    let epi = c.epilogue(&dbias, exact, activation);
     let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
     let fresh = gemm_weight_only_prepared::<I, O>(dev, xm, &pw, &epi).unwrap();
     dev.reserve_workspace(gemm_weight_only_prepared_workspace_size::<I, O>(dev, xm, &pw, n + 3).unwrap()).unwrap();
@@ -361,14 +385,8 @@ fn run_weight_only_prepared<I: GemvInput + cpu::Input + cpu::Output, O: DeviceEl
         O::SUFFIX
     );
     assert_same_bits(dev, &fresh, &got, &format!("{what}: allocating and _into differ"));
-    if exact {
-        compare(&got, &want, None, &what);
-    } else {
-        let alpha_eff = host_epi.alpha_weight_only(qw.scheme(), qw.global_scale());
-        let rounded = m > 256 && matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_));
-        let t = weight_only_bound(&x, &qw, m, rounded);
-        compare(&got, &want, Some((&t, alpha_eff as f64, slope(activation))), &what);
-    }
+    let rounded = m > 256 && matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_));
+    c.check(&got, exact, rounded, activation, &what);
 }
 
 #[test]
