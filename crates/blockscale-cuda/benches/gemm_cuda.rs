@@ -8,8 +8,10 @@
 //! cuda` flow), with cuBLAS on the library path. Operands are quantized from random
 //! bf16 data on the device with swizzled scales (what quantize writes for NVFP4 and MX);
 //! outputs are bf16. Times are CUDA-event medians (7 repetitions of 10 launches after
-//! 3 warm-up launches). `BLOCKSCALE_BENCH_FILTER=text` keeps the cases whose label
-//! contains `text`.
+//! 3 warm-up launches); products up to M = 512 on prepared weights are also replayed
+//! from a CUDA graph (its own cuBLAS anchor beside). `BLOCKSCALE_BENCH_FILTER=text` keeps
+//! the cases whose label contains `text`, `BLOCKSCALE_BENCH_WEIGHT_ONLY=1` runs only the
+//! weight-only products, `BLOCKSCALE_BENCH_M=32,64` replaces their batch sizes.
 //!
 //! Why this bench stays beside the facade's (benches/backend.rs): the facade's
 //! `Backend::Cuda` calls take host arrays and copy them over PCIe on every call; this bench
@@ -27,7 +29,7 @@ use blockscale_cuda::{
 };
 use blockscale_formats::{Fp8Tile, ScaleLayout, Scheme};
 use common::anchors::{LtFp8, bf16_gemm_config, device_and_blas, random_bf16, random_u8};
-use common::time;
+use common::{graph_time, time};
 use half::bf16;
 
 /// The anchors of one shape, in seconds (`None`: cuBLASLt offers no algorithm).
@@ -159,8 +161,13 @@ fn main() {
 /// two MLP-like shapes.
 fn weight_only(dev: &Device, blas: &CudaBlas, filter: &str) {
     let epi = DeviceEpilogue::default();
+    // BLOCKSCALE_BENCH_M (a comma-separated list) replaces the batch sizes.
+    let ms: Vec<usize> = std::env::var("BLOCKSCALE_BENCH_M")
+        .ok()
+        .map(|v| v.split(',').filter_map(|m| m.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![128, 512, 4096]);
     for (n, k) in [(4096, 4096), (28672, 8192), (7168, 2048)] {
-        for m in [128, 512, 4096] {
+        for &m in &ms {
             let shape = format!("{m}x{n}x{k}");
             let flop = 2.0 * (m * n * k) as f64;
             let stream = dev.stream();
@@ -169,12 +176,17 @@ fn weight_only(dev: &Device, blas: &CudaBlas, filter: &str) {
             let cfg = bf16_gemm_config((m, n, k));
             // SAFETY: the buffers hold the elements the configuration addresses.
             let t_bf16 = time(stream, 10, || unsafe { blas.gemm(cfg, &b, &a, &mut d) }.unwrap());
+            // The anchor replayed from a graph too, for the graph rows below.
+            // SAFETY: as above.
+            let t_bf16_graph = graph_time(dev, 10, |_| unsafe { blas.gemm(cfg, &b, &a, &mut d) }.unwrap());
             drop(b);
             let an = Anchors { bf16: t_bf16, fp8_tensor: None, fp8_block: None };
+            let an_graph = Anchors { bf16: t_bf16_graph, fp8_tensor: None, fp8_block: None };
             println!(
-                "\n== weight-only M={m} N={n} K={k}: cuBLAS bf16 {:.1} us ({:.0} TFLOP/s)",
+                "\n== weight-only M={m} N={n} K={k}: cuBLAS bf16 {:.1} us ({:.0} TFLOP/s), graph {:.1} us",
                 t_bf16 * 1e6,
-                flop / t_bf16 / 1e12
+                flop / t_bf16 / 1e12,
+                t_bf16_graph * 1e6
             );
             let xm = DeviceMatrix::new(&a, m, k);
             for (name, scheme) in [
@@ -199,9 +211,14 @@ fn weight_only(dev: &Device, blas: &CudaBlas, filter: &str) {
                 let pw = PreparedWeights::from_device(dev, w).unwrap();
                 let bytes = gemm_weight_only_prepared_workspace_size::<bf16, bf16>(dev, xm, &pw, n).unwrap();
                 dev.reserve_workspace(bytes).unwrap();
-                let call =
+                let mut call =
                     || gemm_weight_only_prepared_into(dev, xm, &pw, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
-                row(&format!("bf16 x {name} prepared"), flop, time(stream, 10, call), &an);
+                row(&format!("bf16 x {name} prepared"), flop, time(stream, 10, &mut call), &an);
+                if m <= 512 {
+                    // Small products are near the host's launch rate: the same calls
+                    // replayed from a CUDA graph.
+                    row(&format!("bf16 x {name} prepared (graph)"), flop, graph_time(dev, 10, |_| call()), &an_graph);
+                }
             }
         }
     }

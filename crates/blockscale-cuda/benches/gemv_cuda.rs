@@ -21,7 +21,7 @@
 mod common;
 
 use blockscale_cuda::cudarc::cublas::{CudaBlas, Gemm};
-use blockscale_cuda::cudarc::driver::sys::{CUdevice_attribute, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use blockscale_cuda::cudarc::driver::sys::CUdevice_attribute;
 use blockscale_cuda::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use blockscale_cuda::{
     Activation, Device, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized, DeviceScales, GatedWeights,
@@ -95,20 +95,7 @@ fn cold_time(dev: &Device, count: usize, mut call: impl FnMut(usize)) -> f64 {
 
 /// Median seconds per call when one pass over the copies is replayed as a CUDA graph.
 fn graph_time(dev: &Device, count: usize, mut call: impl FnMut(usize)) -> f64 {
-    dev.synchronize().unwrap();
-    let stream = dev.stream().clone();
-    // SAFETY: every buffer involved lives on the device's one stream, which was
-    // synchronized above; tracking resumes right after the capture.
-    unsafe { dev.context().disable_event_tracking() };
-    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
-    for i in 0..calls(count) {
-        call(i % count);
-    }
-    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap();
-    // SAFETY: as above.
-    unsafe { dev.context().enable_event_tracking() };
-    let graph = graph.expect("the capture recorded the GEMVs");
-    time(dev.stream(), 1, || graph.launch().unwrap()) / calls(count) as f64
+    common::graph_time(dev, calls(count), |i| call(i % count))
 }
 
 /// Anchors of one shape, seconds per call at M = 1 (`None`: cuBLASLt has no algorithm).
