@@ -285,7 +285,7 @@ impl Device {
         // Kernels live in the module named after their operation: quantize_* and amax_*
         // in quantize.fatbin, dequantize_* in dequantize.fatbin, gemm_* (operand
         // preparation) in prepare.fatbin, gemv_* in gemv.fatbin, pgemv_* in prepared.fatbin,
-        // pgemm_* in pgemm.fatbin.
+        // pgemm_* in pgemm.fatbin, wgemm_* in wgemm.fatbin.
         let module_name = if name.starts_with("dequantize_") {
             "dequantize"
         } else if name.starts_with("gemm_") {
@@ -296,6 +296,8 @@ impl Device {
             "prepared"
         } else if name.starts_with("pgemm_") {
             "pgemm"
+        } else if name.starts_with("wgemm_") {
+            "wgemm"
         } else {
             "quantize"
         };

@@ -346,8 +346,9 @@ fn weight_only_every_scheme_and_activation_type() {
 }
 
 /// Weight-only on prepared weights: activations of type I (bf16 or f16, rows at a multiple
-/// of 8 elements) times weights of `scheme`. Up to M = 256 the fused kernel decodes the
-/// weights in registers and rounds nothing (scales applied exactly in bf16, or in f32 per
+/// of 8 elements) times weights of `scheme`. The fused kernels (on Hopper `wgmma` for
+/// bf16 x NVFP4 / MX from M = 65 to 512, `mma.sync` up to M = 256 otherwise) decode the
+/// weights in registers and round nothing (scales applied exactly in bf16, or in f32 per
 /// block); above, the weights are decoded to bf16 for CUTLASS's BF16 GEMM, which rounds
 /// INT4 and FP8-block weights (times their scales) once, as the checkpoint layout's path.
 fn run_weight_only_prepared<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output>(
@@ -395,9 +396,10 @@ fn weight_only_prepared_every_scheme() {
     let mut seed = 3000;
     let schemes: Vec<Scheme> = WEIGHT_SCHEMES.iter().filter(|(_, il)| !il).map(|&(s, _)| s).collect();
     for (i, &scheme) in schemes.iter().enumerate() {
-        // K ragged against the 64-element slab; M across the 64-row activation tiles
-        // (9: the GEMV; 300: the bf16 decode and CUTLASS); N ragged against the 128-row
-        // tile; a long K with few tiles takes the split-K path.
+        // K ragged against the 64-element slab; M across the 64- and 128-row activation
+        // tiles (9: the GEMV; 65 and 300, bf16 x NVFP4 / MX on Hopper: wgmma; 300 for
+        // the others: the bf16 decode and CUTLASS); N ragged against the 128-row tile; a
+        // long K with few tiles takes the split-K path.
         let k = if matches!(scheme, Scheme::Fp8Block(_) | Scheme::Int4G128) { 384 } else { 224 };
         for (j, &(m, n, k)) in
             [(9, 40, k), (17, 72, k), (64, 130, k), (65, 200, k), (300, 96, k), (40, 64, 4096)].iter().enumerate()
@@ -413,6 +415,16 @@ fn weight_only_prepared_every_scheme() {
             }
         }
     }
+}
+
+#[test]
+fn weight_only_prepared_takes_more_tiles_than_the_gpu_holds() {
+    let Some(dev) = hopper() else { return };
+    // 47 x 3 tiles of 128 x 128 (the wgmma kernel on Hopper): more than one wave, so
+    // each persistent CTA takes several tiles (and pgemm elsewhere several waves).
+    run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::MxFp4, (300, 5980, 320), true, Activation::Identity, 71);
+    run_weight_only_prepared::<bf16, f32>(&dev, Scheme::NvFp4, (300, 5980, 320), false, Activation::Silu, 72);
+    run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::MxFp8E4M3, (260, 6016, 224), false, Activation::GeluErf, 73);
 }
 
 #[test]
@@ -444,6 +456,22 @@ fn weight_only_prepared_replays_in_a_cuda_graph_and_checks_its_inputs() {
             dev.stream().clone_dtoh(&gemm_weight_only_prepared::<bf16, bf16>(&dev, xm, &pw, &epi).unwrap()).unwrap();
         assert!(again.iter().zip(&expect).all(|(a, b)| a.to_bits() == b.to_bits()));
     }
+    // M = 130 on Hopper takes the wgmma kernel (its activation tiles and partial sums in
+    // the workspace): captured and replayed the same way, deterministic too.
+    let m2 = 130;
+    let x2: Vec<bf16> = activations(&mut rng, m2, k, false);
+    let dx2 = dev.stream().clone_htod(&x2).unwrap();
+    let xm2 = DeviceMatrix::new(&dx2, m2, k);
+    let expect2 =
+        dev.stream().clone_dtoh(&gemm_weight_only_prepared::<bf16, bf16>(&dev, xm2, &pw, &epi).unwrap()).unwrap();
+    dev.reserve_workspace(gemm_weight_only_prepared_workspace_size::<bf16, bf16>(&dev, xm2, &pw, n).unwrap()).unwrap();
+    let mut d2 = poisoned::<bf16>(&dev, m2, n);
+    replay_in_graph(
+        &dev,
+        &mut d2,
+        |d| gemm_weight_only_prepared_into(&dev, xm2, &pw, &epi, DeviceMatrixMut::new(d, m2, n)),
+        &expect2,
+    );
     // Typed errors.
     let wrong_k = DeviceMatrix { data: &dx, rows: 2, k: 64, row_stride: 64 };
     assert!(matches!(

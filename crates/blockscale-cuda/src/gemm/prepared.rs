@@ -1,8 +1,14 @@
-//! Weight-only GEMM on [`PreparedWeights`] (`kernels/gemm/pgemm.cu`): bf16 or f16
-//! activations times weights decoded in registers inside the main loop, no dequantize
-//! pass, up to M = 256 on Hopper (any M on SM120); M up to 16 runs the GEMV on the same
-//! weights; larger M decodes the weights to bf16 in the workspace and runs CUTLASS's
-//! BF16 GEMM (faster there than the fused kernel, which runs on mma.sync).
+//! Weight-only GEMM on [`PreparedWeights`]: bf16 or f16 activations times weights
+//! decoded in registers inside the main loop, no dequantize pass. Which kernel runs:
+//!
+//! - M up to 16: the GEMV on the same weights.
+//! - Hopper, bf16 activations, NVFP4 / MX weights, M up to 512 (from M = 17 on large
+//!   weights, from M = 65 on small ones): `kernels/gemm/wgemm.cu`, warp-specialized
+//!   `wgmma` with the decoded weights as its register operand.
+//! - Otherwise up to M = 256 on Hopper (any M on SM120): `kernels/gemm/pgemm.cu`, the
+//!   same decode into `mma.sync`.
+//! - Larger M on Hopper: the weights decoded to bf16 in the workspace and CUTLASS's BF16
+//!   GEMM (faster there: docs/DECISIONS.md #40 and #42).
 
 use blockscale_formats::{Epilogue, Fp8Tile, Scheme};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
@@ -28,11 +34,69 @@ const TILE_N: usize = 128;
 const TILE_M: usize = 64;
 /// The fewest 64-element slabs a K split keeps.
 const MIN_SPLIT_SLABS: usize = 8;
-/// The largest M the fused kernel takes on Hopper; above it the weights are decoded to
-/// bf16 into the workspace and CUTLASS's BF16 GEMM runs (measured on an H200: at M = 128
-/// the fused kernel takes 0.55-0.65x the time of that path, at M = 512 1.8x; see
-/// docs/KERNELS.md). `BLOCKSCALE_GEMM_FUSED_MAX_M` overrides it.
+/// The largest M pgemm takes on Hopper; above it the weights are decoded to bf16 into
+/// the workspace and CUTLASS's BF16 GEMM runs (measured on an H200: at M = 128 pgemm
+/// takes 0.55-0.65x the time of that path, at M = 512 1.8x; see docs/KERNELS.md).
+/// `BLOCKSCALE_GEMM_FUSED_MAX_M` overrides it.
 const FUSED_MAX_M: usize = 256;
+
+/// Threads per CTA of the Hopper wgmma kernel (wgemm.cu `kThreads`: two consumer
+/// warpgroups and a producer warpgroup).
+const WG_THREADS: u32 = 384;
+/// Activation rows per CTA of the wgmma kernel (`BM`).
+const WG_TILE: usize = 128;
+/// Weight rows per CTA of the wgmma kernel (`BN`).
+const WG_TILE_N: usize = 128;
+/// Stages of its ring (`kDepth`).
+const WG_DEPTH: usize = 6;
+/// Bytes of one (128-row tile, slab) of the activations in the order the wgmma kernel
+/// reads them (`kActTile`).
+const WG_ACT_TILE: usize = 128 * 128;
+
+/// Whether the wgmma kernel may run (`BLOCKSCALE_GEMM_WGMMA=0` turns it off, for
+/// comparisons).
+fn wgmma_enabled() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMM_WGMMA").map_or(true, |v| v.trim() != "0"))
+}
+
+/// The wgmma kernel for a scheme: the pre-scaled ones (NVFP4, MX).
+fn wgmma_name(scheme: Scheme) -> Option<String> {
+    match scheme {
+        Scheme::NvFp4
+        | Scheme::MxFp4
+        | Scheme::MxFp6E2M3
+        | Scheme::MxFp6E3M2
+        | Scheme::MxFp8E4M3
+        | Scheme::MxFp8E5M2 => Some(format!("wgemm_{}", crate::quantize::scheme_name(scheme))),
+        _ => None,
+    }
+}
+
+/// The largest M the wgmma kernel takes; above it the prepared weights are decoded to
+/// bf16 and CUTLASS's BF16 GEMM runs, which measured faster from M = 1024 on (H100,
+/// docs/DECISIONS.md #42).
+const WGMMA_MAX_M: usize = 512;
+/// Up to M = 64 the wgmma kernel (128 activation rows a tile) takes only weights of at
+/// least this many elements: on smaller ones pgemm's 64-row tiles measured faster.
+const WGMMA_SMALL_M_WEIGHTS: usize = 1 << 26;
+
+/// Whether the wgmma kernel runs `m` activation rows (f16 or not) times `rows` x `k`
+/// weights of `scheme` here: Hopper, bf16 activations, a pre-scaled scheme, M beyond the
+/// GEMV's and within the range where it measured fastest.
+fn uses_wgmma(dev: &Device, scheme: Scheme, (m, rows, k): (usize, usize, usize), f16: bool) -> bool {
+    let in_range = m > GEMV_MAX_ROWS && m <= WGMMA_MAX_M && (m > 64 || rows * k >= WGMMA_SMALL_M_WEIGHTS);
+    dev.arch() == crate::Arch::Sm90 && !f16 && in_range && wgmma_enabled() && wgmma_name(scheme).is_some()
+}
+
+/// The wgmma kernel's dynamic shared memory: stages of (activation tile + the tile's
+/// 16-row groups' codes and scales, rounded up to 1 KiB), the epilogue's tile of f32
+/// sums and 1 KiB of alignment slack; wgemm.cu `smem_bytes`.
+fn wg_smem_bytes(scheme: Scheme) -> usize {
+    let code = 128 * scheme.element().bits() as usize;
+    let stage = (WG_ACT_TILE + WG_TILE_N / 16 * (code + stage_scale_bytes(scheme))).next_multiple_of(1024);
+    WG_DEPTH * stage + WG_TILE * WG_TILE_N * 4 + 1024
+}
 
 fn fused_max_m() -> usize {
     static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -101,28 +165,60 @@ struct Plan {
     tiles_m: usize,
     splits: usize,
     slabs_per_split: usize,
+    /// Bytes of the wgmma kernel's activation tiles at the start of the workspace (0
+    /// for pgemm).
+    image: usize,
+    /// CTAs of the grid: one per tile and split for pgemm; for the persistent wgmma
+    /// kernel no more than fit the GPU at once.
+    ctas: usize,
+    /// Workspace bytes: the activation tiles, then the split-K partial sums.
     workspace: usize,
 }
 
 impl Plan {
     fn new((m, n, slabs): (usize, usize, usize), slots: usize) -> Self {
-        let tiles_n = n.div_ceil(TILE_N);
-        let tiles_m = m.div_ceil(TILE_M);
+        Self::tiled((m, n, slabs), slots, (TILE_N, TILE_M), 0)
+    }
+
+    /// The wgmma kernel's plan: 128 x 128 tiles on at most `slots` persistent CTAs, the
+    /// activation tiles first in the workspace.
+    fn wgmma((m, n, slabs): (usize, usize, usize), slots: usize) -> Self {
+        let image = m.div_ceil(WG_TILE) * slabs * WG_ACT_TILE;
+        let plan = Self::tiled((m, n, slabs), slots, (WG_TILE_N, WG_TILE), image);
+        Self { ctas: plan.ctas.min(slots), ..plan }
+    }
+
+    fn tiled(
+        (m, n, slabs): (usize, usize, usize),
+        slots: usize,
+        (tile_n, tile_m): (usize, usize),
+        image: usize,
+    ) -> Self {
+        let tiles_n = n.div_ceil(tile_n);
+        let tiles_m = m.div_ceil(tile_m);
         let ctas = tiles_n * tiles_m;
         // Split K while the tiles leave slots idle, keeping MIN_SPLIT_SLABS slabs a split.
         let wanted = if ctas < slots { (slots / ctas).min(slabs / MIN_SPLIT_SLABS).max(1) } else { 1 };
         let slabs_per_split = slabs.div_ceil(wanted).next_multiple_of(2);
         let splits = slabs.div_ceil(slabs_per_split);
-        let workspace = if splits > 1 { splits * m * n * 4 } else { 0 };
-        Self { tiles_n, tiles_m, splits, slabs_per_split, workspace }
+        let workspace = image + if splits > 1 { splits * m * n * 4 } else { 0 };
+        Self { tiles_n, tiles_m, splits, slabs_per_split, image, ctas: tiles_n * tiles_m * splits, workspace }
     }
 }
 
 fn plan(dev: &Device, w: &Fast, m: usize, f16: bool) -> Result<(crate::device::Kernel, Plan), CudaError> {
-    let smem = smem_bytes(w.scheme);
-    let kernel = dev.function_with_threads(&kernel_name(w.scheme, f16), THREADS, smem)?;
-    let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
-    let plan = Plan::new((m, w.rows, w.slabs), slots);
+    let (kernel, plan) = match wgmma_name(w.scheme).filter(|_| uses_wgmma(dev, w.scheme, (m, w.rows, w.k), f16)) {
+        Some(name) => {
+            let kernel = dev.function_with_threads(&name, WG_THREADS, wg_smem_bytes(w.scheme))?;
+            let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
+            (kernel, Plan::wgmma((m, w.rows, w.slabs), slots))
+        }
+        None => {
+            let kernel = dev.function_with_threads(&kernel_name(w.scheme, f16), THREADS, smem_bytes(w.scheme))?;
+            let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
+            (kernel, Plan::new((m, w.rows, w.slabs), slots))
+        }
+    };
     if plan.tiles_n * plan.tiles_m > crate::device::GEMV_COUNTERS || plan.tiles_m > 65535 {
         return Err(CudaError::TooLarge { rows: w.rows, k: w.k, limit: "the GEMM's tiles exceed 65536" });
     }
@@ -153,7 +249,8 @@ fn run<I: GemvInput, O: DeviceElement>(
     if x.rows <= GEMV_MAX_ROWS && x.rows > 0 {
         return crate::gemv::gemv_run(dev, x, w.into(), epilogue, out, grow);
     }
-    if !fused(dev, x.rows) {
+    let wgmma = uses_wgmma(dev, f.scheme, (x.rows, f.rows, f.k), I::SUFFIX == "f16");
+    if !wgmma && !fused(dev, x.rows) {
         // Large M: bf16 weights in the workspace, CUTLASS's BF16 GEMM.
         super::check_activations(&x)?;
         let alpha = epilogue.alpha_weight_only(f.scheme, f.global_scale) * f.dequant_factor();
@@ -191,13 +288,13 @@ fn run<I: GemvInput, O: DeviceElement>(
         }
         None => (0, None),
     };
-    let params = PgemmParams {
+    let mut params = PgemmParams {
         x: x_ptr,
         w: w_ptr,
         s: s_ptr,
         bias: bias_ptr,
         out: out_ptr,
-        partial: ws_ptr,
+        partial: ws_ptr + plan.image as u64,
         x_stride: x.row_stride as u64,
         out_stride: out_stride as u64,
         alpha,
@@ -215,20 +312,44 @@ fn run<I: GemvInput, O: DeviceElement>(
         splits: plan.splits as u32,
         slabs_per_split: plan.slabs_per_split as u32,
     };
-    let config = LaunchConfig {
-        grid_dim: (plan.tiles_n as u32, plan.tiles_m as u32, plan.splits as u32),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: smem_bytes(f.scheme) as u32,
+    if wgmma {
+        // The activations in the wgmma kernel's tile order, into the workspace (whole
+        // 8-element chunks: K is a multiple of the NVFP4 and MX blocks).
+        debug_assert!(k % 16 == 0, "NVFP4 and MX weights hold whole blocks along K");
+        let acts = dev.function("wgemm_acts")?;
+        let tiles = PgemmParams { out: ws_ptr, ..params };
+        let config = dev.grid_stride((plan.tiles_m * WG_TILE * f.slabs) as u64, &acts);
+        // SAFETY: `tiles` matches `PgemmParams`; the kernel reads the checked activations
+        // (M rows of K at their stride, nothing past K) and writes tiles_m x slabs tiles of
+        // WG_ACT_TILE bytes at the start of the workspace, which the plan sized for them.
+        unsafe { crate::device::launch_dependent(stream, &acts.func, config, &tiles) }
+            .map_err(CudaError::driver("launching the wgmma GEMM's activation tiling"))?;
+        params.x = ws_ptr;
+    }
+    let config = if wgmma {
+        // Persistent: each CTA takes tiles ctas apart (wgemm.cu `tile_at`).
+        LaunchConfig {
+            grid_dim: (plan.ctas as u32, 1, 1),
+            block_dim: (WG_THREADS, 1, 1),
+            shared_mem_bytes: wg_smem_bytes(f.scheme) as u32,
+        }
+    } else {
+        LaunchConfig {
+            grid_dim: (plan.tiles_n as u32, plan.tiles_m as u32, plan.splits as u32),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: smem_bytes(f.scheme) as u32,
+        }
     };
     // SAFETY: `params` matches `PgemmParams`. The prepared codes and scales hold whole
     // pairs of 4-group units (128 rows) and a multiple of 4 slabs, so every copy of the
     // grid's tiles is inside them; the activations were checked for M rows of K at a
-    // stride keeping rows 16-byte aligned (the kernel zero-fills past M and K), the output
-    // for M x N at its stride, the bias for N values, the workspace for the split-K
-    // partial sums; the dynamic shared memory is what pgemm.cu lays out (it traps if
-    // given less). Before its griddepcontrol.wait the kernel reads only the prepared
-    // weights. The guards keep every buffer alive and ordered until the launch is queued
-    // on this device's stream.
+    // stride keeping rows 16-byte aligned (pgemm zero-fills past M and K; the wgmma
+    // kernel reads instead the tiles written by the launch above, whole tiles of slabs
+    // the weights hold), the output for M x N at its stride, the bias for N values, the
+    // workspace for the split-K partial sums; the dynamic shared memory is what pgemm.cu
+    // or wgemm.cu lays out (each traps if given less). Before its griddepcontrol.wait the
+    // kernel reads only the prepared weights. The guards keep every buffer alive and
+    // ordered until the launch is queued on this device's stream.
     unsafe { crate::device::launch_dependent(stream, &kernel.func, config, &params) }
         .map_err(CudaError::driver("launching the weight-only GEMM on prepared weights"))?;
     if plan.splits > 1 {
@@ -305,7 +426,9 @@ pub fn gemm_weight_only_prepared_workspace_size<I: GemvInput, O: DeviceElement>(
     match &w.inner {
         Inner::Plain { w: q, .. } => super::gemm_weight_only_workspace_size::<I, O>(dev, x, q, out_row_stride),
         Inner::Fast(_) if x.rows <= GEMV_MAX_ROWS => crate::gemv::gemv_workspace_size(dev, x.rows, w, false),
-        Inner::Fast(f) if !fused(dev, x.rows) => {
+        Inner::Fast(f)
+            if !fused(dev, x.rows) && !uses_wgmma(dev, f.scheme, (x.rows, f.rows, f.k), I::SUFFIX == "f16") =>
+        {
             super::weight_only_workspace::<I, O>(dev, x, super::Rhs::Prepared(f), out_row_stride)
         }
         Inner::Fast(f) => Ok(plan(dev, f, x.rows, I::SUFFIX == "f16")?.1.workspace),
@@ -350,6 +473,36 @@ mod tests {
         assert_eq!((big.tiles_m, big.splits, big.workspace), (64, 1, 0));
         // K = 512 (8 slabs): never split.
         assert_eq!(Plan::new((32, 256, 8), 396).splits, 1);
+    }
+
+    #[test]
+    fn wgmma_plan_tiles_128_by_128_on_persistent_ctas() {
+        // M = 128, N = K = 4096 on 132 SMs: 32 tiles, 4 splits of 16 slabs, 128 CTAs; the
+        // workspace holds one 128-row block of activation tiles (64 slabs of 16 KiB),
+        // then the partial sums.
+        let p = Plan::wgmma((128, 4096, 64), 132);
+        assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.slabs_per_split, p.ctas), (32, 1, 4, 16, 128));
+        assert_eq!(p.image, 64 * 16384);
+        assert_eq!(p.workspace, 64 * 16384 + 4 * 128 * 4096 * 4);
+        // M = 300, N = 28672: 224 x 3 tiles on 132 CTAs, no split.
+        let q = Plan::wgmma((300, 28672, 128), 132);
+        assert_eq!((q.tiles_n, q.tiles_m, q.splits, q.ctas), (224, 3, 1, 132));
+        assert_eq!((q.image, q.workspace), (3 * 128 * 16384, 3 * 128 * 16384));
+        // N = 130: two tiles.
+        assert_eq!(Plan::wgmma((64, 130, 4), 132).tiles_n, 2);
+    }
+
+    #[test]
+    fn wgmma_shared_memory_matches_the_kernel_layout() {
+        // wgemm.cu: kDepth x (16 KiB + 8 x (code + scale step), rounded up to 1 KiB)
+        // + 64 KiB of sums + 1 KiB.
+        assert_eq!(wg_smem_bytes(Scheme::NvFp4), 6 * 21 * 1024 + 65 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::MxFp6E2M3), 6 * 23 * 1024 + 65 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::MxFp8E5M2), 6 * 25 * 1024 + 65 * 1024);
+        // Within Hopper's 227 KiB a CTA.
+        assert!(wg_smem_bytes(Scheme::MxFp8E4M3) <= 227 << 10);
+        assert_eq!(wgmma_name(Scheme::MxFp4).as_deref(), Some("wgemm_mxfp4"));
+        assert_eq!(wgmma_name(Scheme::Int4G128), None);
     }
 
     #[test]

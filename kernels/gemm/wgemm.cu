@@ -1,0 +1,461 @@
+// Weight-only GEMM on prepared weights for Hopper (sm_90a): y = act(alpha x W^T + bias)
+// with bf16 activations and the pre-scaled schemes (NVFP4, MXFP4, MXFP6, MXFP8), on
+// `wgmma`, warp-specialized. (f16 activations, INT4 and FP8 block, and SM120 run pgemm.)
+//
+// Work split. A tile is 128 weight rows (two 4-group units of the layout) by 128
+// activation rows over a range of 64-element K slabs (K splits when the tiles leave SMs
+// idle; pgemm_reduce then adds the partial sums in split order). One CTA an SM takes
+// tiles gridDim.x apart (persistent). Warpgroup 2 is the producer: its thread 0 copies
+// each slab's codes, scales and activation tile into a ring of six stages with bulk
+// copies, completion counted in bytes on the stage's `full` barrier, and refills a stage
+// once every consumer thread has arrived on its `empty` barrier, running on into the
+// next tile's slabs while the consumers finish one. (Its registers go to the
+// consumers: `setmaxnreg` 40 and 232.) Warpgroups 0 and 1 each own one unit (64 weight
+// rows): every warp decodes its 16 rows of a slab in registers into the A fragments of
+// four k16 steps (the decoders and scale steps of the GEMV, kernels/gemv/prepared.cuh)
+// and the warpgroup issues four `wgmma.m64n128k16` with those registers as A and the
+// stage's activation tile as B, one commit group a slab. Three register sets keep two
+// groups on the tensor cores while the next slab is decoded (`wgmma.wait_group 2`);
+// a stage is released once its group is done. The epilogue goes through its own 64 KiB
+// of shared memory (alpha, bias, activation, 16-byte stores).
+//
+// The activation tile. The layout's k16 step q of a slab covers K elements
+// 16 t + 4 q + e (t, e < 4): fragment slots 2t, 2t + 1 hold the slab's natural pair
+// 8 t + 2 q and slots 2t + 8, 2t + 9 the pair 8 t + 2 q + 1. So 16-byte chunk c of a
+// tile row holds the natural pairs c, 8 + c, 16 + c, 24 + c, and k16 step q reads
+// chunks 2q and 2q + 1. `wgemm_acts` writes every (128-row tile, slab) of the
+// activations in that order, 128-byte swizzled (chunk c of row r at 16 (c ^ (r % 8))),
+// into the workspace before the GEMM: 16 KiB per tile and slab that one bulk copy brings.
+// (That 4-byte permutation is why the activations cannot come straight from a TMA
+// tensor copy; 4-byte cp.async from the producer warpgroup measured 3x slower.)
+#include "../gemv/prepared.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define BS_WGEMM_ARCH 1
+#else
+#define BS_WGEMM_ARCH 0
+#endif
+
+namespace bs {
+namespace wgemm {
+
+using namespace bs::pgemv;
+
+constexpr int kConsumerWarps = 8;                      // two warpgroups
+constexpr int kThreads = (kConsumerWarps + 4) * 32;    // + the producer warpgroup
+constexpr int kDepth = 6;                              // stages
+constexpr int kUnits = 2;                              // layout units (64 rows) per CTA
+constexpr int kSets = 3;                               // A register sets: groups in flight + 1
+constexpr int kGroups = kUnits * 4;                    // 16-row groups per CTA
+constexpr int BN = kGroups * 16;                       // weight rows per CTA
+constexpr int BM = 128;                                // activation rows per CTA
+constexpr uint32_t kActTile = BM * 128;                // bytes: BM rows x 64 bf16
+
+template <class T>
+__host__ __device__ constexpr uint32_t weight_bytes() {
+    return kGroups * (code_slab_bytes<T>() + stage_scale_bytes<T>());
+}
+// A stage: the activation tile first (1024-byte aligned: the swizzle's period), then
+// the weights, rounded up to keep the next stage's tile aligned.
+template <class T>
+__host__ __device__ constexpr uint32_t stage_bytes() {
+    return (kActTile + weight_bytes<T>() + 1023u) / 1024u * 1024u;
+}
+// Dynamic shared memory: the stages, the epilogue's tile of f32 sums, and the slack
+// that aligns the first stage to 1024 bytes.
+template <class T>
+__host__ __device__ constexpr uint32_t smem_bytes() {
+    return kDepth * stage_bytes<T>() + BM * BN * 4u + 1024u;
+}
+
+// Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: 8-row groups
+// 1024 bytes apart (the stride byte offset); the leading byte offset is unused in this
+// mode.
+__device__ __forceinline__ uint64_t tile_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+// Keeps the compiler from moving accumulator reads or writes across a wgmma fence.
+__device__ __forceinline__ void fence_acc(float (&d)[16][4]) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(d[j][c])::"memory");
+}
+
+__device__ __forceinline__ void wg_fence() {
+#if BS_WGEMM_ARCH
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit() {
+#if BS_WGEMM_ARCH
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+#if BS_WGEMM_ARCH
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Arrivals: `full` one (the producer's expect_tx; the bytes complete it), `empty` one
+// per consumer thread (each releases its own reads of the stage).
+__device__ __forceinline__ void bar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+// The consumer warps' barrier (named barrier 1; the producer warp is not part of it).
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+}
+
+// D (64 x 128, f32) += A (this warp's 16 rows of 64, registers) x B (128 rows of the
+// activation tile at `desc`), bf16 inputs.
+__device__ __forceinline__ void wgmma_m64n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc) {
+#if BS_WGEMM_ARCH
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+#else
+    (void)d;
+    (void)a;
+    (void)desc;
+    __trap();
+#endif
+}
+// The tile's outputs from its sums in shared memory ([activation row][weight row]):
+// consumer thread c takes 8 consecutive weight rows (8 (c % 16) ..) of activation rows
+// c / 16, c / 16 + 16, ...: the bias read once, the sums read and the outputs written
+// 16 bytes at a time where the row allows (elementwise at the edges or an odd stride).
+// ACT: the activation (as bs::activation), or -1 for the split-K partial sums.
+template <int ACT>
+__device__ __forceinline__ void store_tile(const PgemmParams& p, const float* sums, uint32_t m0, uint32_t n0,
+                                           uint32_t split) {
+    constexpr int kColGroups = BN / 8;
+    constexpr int kRowStep = kConsumerWarps * 32 / kColGroups;
+    const int cg = threadIdx.x % kColGroups;
+    const uint32_t n = n0 + 8u * cg;
+    if (n >= p.n) return;
+    const uint32_t valid = min(8u, p.n - n);
+    float bias[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) bias[e] = ACT >= 0 && p.bias && (uint32_t)e < valid ? p.bias[n + e] : 0.0f;
+    const uint64_t plane = (uint64_t)p.m * p.n;
+    for (uint32_t r = threadIdx.x / kColGroups; r < (uint32_t)BM && m0 + r < p.m; r += kRowStep) {
+        const uint32_t m = m0 + r;
+        float v[8];
+        const float4 lo = *reinterpret_cast<const float4*>(sums + r * BN + 8 * cg);
+        const float4 hi = *reinterpret_cast<const float4*>(sums + r * BN + 8 * cg + 4);
+        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+        if constexpr (ACT < 0) {
+            float* dst = p.partial + (uint64_t)split * plane + (uint64_t)m * p.n + n;
+            if (valid == 8 && ((uintptr_t)dst & 15) == 0) {
+                reinterpret_cast<float4*>(dst)[0] = lo;
+                reinterpret_cast<float4*>(dst)[1] = hi;
+            } else {
+                for (uint32_t e = 0; e < valid; ++e) dst[e] = v[e];
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float y = p.bias ? __fmaf_rn(p.alpha, v[e], bias[e]) : __fmul_rn(p.alpha, v[e]);
+                v[e] = activation(y, ACT);
+            }
+            const uint64_t i = (uint64_t)m * p.out_stride + n;
+            if (p.out_kind == 2) {
+                float* dst = reinterpret_cast<float*>(p.out) + i;
+#pragma unroll
+                for (int e = 0; e < 8; ++e) v[e] = v[e] != v[e] ? __uint_as_float(0x7fc00000u) : v[e];
+                if (valid == 8 && ((uintptr_t)dst & 15) == 0) {
+                    reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+                    reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+                } else {
+                    for (uint32_t e = 0; e < valid; ++e) dst[e] = v[e];
+                }
+            } else {
+                uint16_t h[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) h[e] = p.out_kind == 0 ? to_bf16_bits(v[e]) : to_f16_bits(v[e]);
+                uint16_t* dst = reinterpret_cast<uint16_t*>(p.out) + i;
+                if (valid == 8 && ((uintptr_t)dst & 15) == 0) {
+                    const uint4 packed = make_uint4(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16,
+                                                    h[4] | (uint32_t)h[5] << 16, h[6] | (uint32_t)h[7] << 16);
+                    *reinterpret_cast<uint4*>(dst) = packed;
+                } else {
+                    for (uint32_t e = 0; e < valid; ++e) dst[e] = h[e];
+                }
+            }
+        }
+    }
+}
+
+// Which tile the CTA's k-th turn takes, and its K range: tiles in order of weight tile
+// first (the CTAs running at once share activation tiles in L2), then activation tile,
+// then K split.
+struct Tile {
+    uint32_t n, m, split, s0, count;
+};
+__device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
+    const uint32_t tiles_n = (p.n + BN - 1) / BN, tiles_m = (p.m + BM - 1) / BM;
+    Tile r;
+    r.n = t % tiles_n;
+    r.m = (t / tiles_n) % tiles_m;
+    r.split = t / tiles_n / tiles_m;
+    r.s0 = r.split * p.slabs_per_split;
+    const uint32_t s1 = min(p.slabs, r.s0 + p.slabs_per_split);
+    r.count = s1 > r.s0 ? s1 - r.s0 : 0u;
+    return r;
+}
+
+template <class T>
+__device__ __forceinline__ void gemm(const PgemmParams& p) {
+    static_assert(T::kPre && !T::kHalfMap, "wgemm takes the pre-scaled schemes");
+    constexpr uint32_t kCode = code_slab_bytes<T>();
+    constexpr uint32_t kStage = stage_bytes<T>();
+    extern __shared__ __align__(128) uint8_t smem_raw[];
+    __shared__ uint64_t full[kDepth], empty[kDepth];
+
+    uint32_t dynamic_smem;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
+    if (dynamic_smem < smem_bytes<T>()) __trap();
+    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    // The tile's sums for the epilogue, after the ring (the producer fills the ring with
+    // the next tile's slabs meanwhile).
+    float* tile_sums = reinterpret_cast<float*>(smem + kDepth * kStage);
+
+    const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
+    const int lane = threadIdx.x & 31;
+    const uint32_t S = p.slabs;
+    const uint32_t tiles = (p.n + BN - 1) / BN * ((p.m + BM - 1) / BM) * p.splits;
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < kDepth; ++s) {
+            bar_init(&full[s], 1);
+            bar_init(&empty[s], kConsumerWarps * 32);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp >= kConsumerWarps) {
+        // The producer warpgroup: its registers go to the consumers; one thread copies,
+        // running ahead into the next tile's slabs while the consumers finish a tile.
+#if BS_WGEMM_ARCH
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
+#endif
+        if (warp != kConsumerWarps || lane != 0) return;
+        const uint64_t policy = evict_first_policy();
+        // The layout holds whole pairs of units: every tile's units are inside it.
+        uint32_t it = 0;  // slabs issued: stage it % kDepth
+        bool waited = false;
+        for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const Tile tl = tile_at(p, t);
+            const uint64_t unit0 = (uint64_t)tl.n * kUnits;
+            const uint8_t* acts = reinterpret_cast<const uint8_t*>(p.x) + ((uint64_t)tl.m * S + tl.s0) * kActTile;
+            auto weights = [&](uint32_t i, uint32_t st) {
+                uint8_t* w = smem + st * kStage + kActTile;
+#pragma unroll
+                for (int u = 0; u < kUnits; ++u) {
+                    const uint8_t* code =
+                        reinterpret_cast<const uint8_t*>(p.w) + ((unit0 + u) * S + tl.s0 + i) * kUnit * kCode;
+                    bulk_copy(w + u * kUnit * kCode, code, kUnit * kCode, &full[st], policy);
+                    const uint8_t* sc = p.s + ((unit0 + u) * S + tl.s0 + i) * kUnit * stage_scale_bytes<T>();
+                    bulk_copy(w + kGroups * kCode + u * kUnit * stage_scale_bytes<T>(), sc,
+                              kUnit * stage_scale_bytes<T>(), &full[st], policy);
+                }
+            };
+            auto activations = [&](uint32_t i, uint32_t st) {
+                asm volatile(
+                    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                        smem_u32(smem + st * kStage)),
+                    "l"(acts + (uint64_t)i * kActTile), "r"(kActTile), "r"(smem_u32(&full[st]))
+                    : "memory");
+            };
+            uint32_t i = 0;
+            if (!waited) {
+                // The first stages' weights before the wait for the kernel that wrote the
+                // activation tiles (programmatic dependent launch), their tiles after it.
+                const uint32_t first = min(tl.count, (uint32_t)kDepth);
+                for (; i < first; ++i) {
+                    mbar_expect_tx(&full[i], weight_bytes<T>() + kActTile);
+                    weights(i, i);
+                }
+                asm volatile("griddepcontrol.wait;" ::: "memory");
+                for (uint32_t j = 0; j < first; ++j) activations(j, j);
+                it = first;
+                waited = true;
+            }
+            for (; i < tl.count; ++i, ++it) {
+                const uint32_t st = it % kDepth;
+                if (it >= (uint32_t)kDepth) mbar_wait(&empty[st], ((it / kDepth) - 1u) & 1u);
+                mbar_expect_tx(&full[st], weight_bytes<T>() + kActTile);
+                weights(i, st);
+                activations(i, st);
+            }
+        }
+        return;
+    }
+
+    // The consumers: warpgroup wg owns unit wg, warp wi of it the unit's group wi.
+#if BS_WGEMM_ARCH
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
+#endif
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const int wg = warp >> 2, wi = warp & 3;
+    const int gi = 4 * wg + wi;
+    const uint32_t add = p.scale_add;
+    float acc[16][4];
+    uint32_t a[kSets][4][4];
+    uint32_t it = 0;  // slabs consumed, as the producer counts them
+
+    // Slab `it` (the tile's i-th) into register set `ar`: wait for its stage, decode,
+    // queue its four products as one group, then wait until at most kSets - 1 groups are
+    // pending (the decode of the next slab overlaps them) and release the stage whose
+    // group is done.
+    auto step = [&](uint32_t i, uint32_t (&ar)[4][4]) {
+        const uint32_t st = it % kDepth;
+        const uint8_t* stage = smem + st * kStage;
+        mbar_wait(&full[st], (it / kDepth) & 1u);
+        Slab<T> d;
+        read_stage<T>(stage + kActTile, gi, lane, nullptr, d, kGroups);
+        uint32_t sp0, sp1;
+        slab_scales<T>(d, add, sp0, sp1);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, sp0, sp1, ar[q]);
+        fence_acc(acc);
+        wg_fence();
+        const uint32_t base = smem_u32(stage);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) wgmma_m64n128(acc, ar[q], tile_desc(base + 32u * q));
+        wg_commit();
+        wg_wait<kSets - 1>();
+        fence_acc(acc);
+        if (i + 1 >= (uint32_t)kSets) {
+            bar_arrive(&empty[(it + 1 - kSets) % kDepth]);
+        }
+        ++it;
+    };
+    for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const Tile tl = tile_at(p, t);
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+        uint32_t i = 0;
+        for (; i + kSets <= tl.count; i += kSets) {
+#pragma unroll
+            for (int c = 0; c < kSets; ++c) step(i + c, a[c]);
+        }
+#pragma unroll
+        for (int c = 0; c < kSets - 1; ++c) {
+            if (i + c < tl.count) step(i + c, a[c]);
+        }
+        wg_wait<0>();
+        fence_acc(acc);
+        // The tile's last stages, whose groups the loop did not wait for.
+        for (uint32_t r = min(tl.count, (uint32_t)kSets - 1u); r > 0; --r) bar_arrive(&empty[(it - r) % kDepth]);
+        if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+
+        // The sums through shared memory ([activation row][weight row]), once every
+        // consumer is done with the previous tile's.
+        consumers_sync();
+        const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int nl = 16 * gi + g + 8 * (c >> 1);
+                const int ml = 8 * j + 2 * tq + (c & 1);
+                tile_sums[ml * BN + nl] = acc[j][c];
+            }
+        consumers_sync();
+        const uint32_t n0 = (uint32_t)BN * tl.n, m0 = (uint32_t)BM * tl.m;
+        switch (p.splits > 1 ? -1 : (int)p.activation) {
+            case -1: store_tile<-1>(p, tile_sums, m0, n0, tl.split); break;
+            case 1: store_tile<1>(p, tile_sums, m0, n0, 0); break;
+            case 2: store_tile<2>(p, tile_sums, m0, n0, 0); break;
+            case 3: store_tile<3>(p, tile_sums, m0, n0, 0); break;
+            default: store_tile<0>(p, tile_sums, m0, n0, 0); break;
+        }
+    }
+}
+
+// The activation tiles: thread (row, slab) reads the row's 64 elements of the slab (zero
+// past M and K) and writes them in the tile's chunk order, swizzled. p.x: the M x K bf16
+// activations (row stride p.x_stride); p.out: the tiles, [M tile][slab][128 rows][128 B].
+__device__ __forceinline__ void acts(const PgemmParams& p) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const uint32_t S = p.slabs;
+    const uint64_t rows = (uint64_t)(p.m + BM - 1) / BM * BM;
+    const uint64_t items = rows * S;
+    for (uint64_t it = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; it < items;
+         it += (uint64_t)gridDim.x * blockDim.x) {
+        const uint32_t row = (uint32_t)(it / S), slab = (uint32_t)(it % S);
+        uint32_t nat[32];
+        const uint32_t k0 = slab * kSlabK;
+        const uint16_t* src = reinterpret_cast<const uint16_t*>(p.x) + (uint64_t)row * p.x_stride + k0;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const uint32_t k = k0 + 8u * c;
+            // K is a multiple of the schemes' blocks (16 or 32): a chunk of 8 lies wholly
+            // inside or past it.
+            const uint4 v =
+                row < p.m && k < p.k ? *reinterpret_cast<const uint4*>(src + 8 * c) : make_uint4(0u, 0u, 0u, 0u);
+            nat[4 * c] = v.x;
+            nat[4 * c + 1] = v.y;
+            nat[4 * c + 2] = v.z;
+            nat[4 * c + 3] = v.w;
+        }
+        uint8_t* dst = reinterpret_cast<uint8_t*>(p.out) + (((uint64_t)(row / BM) * S + slab) * BM + row % BM) * 128u;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            *reinterpret_cast<uint4*>(dst + 16u * ((uint32_t)c ^ (row % 8u))) =
+                make_uint4(nat[c], nat[8 + c], nat[16 + c], nat[24 + c]);
+        }
+    }
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+}  // namespace wgemm
+}  // namespace bs
+
+using bs::PgemmParams;
+
+extern "C" __global__ void __launch_bounds__(256) wgemm_acts(const PgemmParams p) { bs::wgemm::acts(p); }
+
+#define BS_WGEMM(name, traits)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1) wgemm_##name(const PgemmParams p) {    \
+        bs::wgemm::gemm<bs::pgemv::traits>(p);                                                                  \
+    }
+
+BS_WGEMM(nvfp4, TNvfp4)
+BS_WGEMM(mxfp4, TMxfp4)
+BS_WGEMM(mxfp6_e2m3, TMxfp6E2m3)
+BS_WGEMM(mxfp6_e3m2, TMxfp6E3m2)
+BS_WGEMM(mxfp8_e4m3, TMxfp8E4m3)
+BS_WGEMM(mxfp8_e5m2, TMxfp8E5m2)
