@@ -215,6 +215,8 @@ fn direct(
     x_row: Option<usize>,
     prepared: Option<&blockscale::Prepared>,
 ) -> Result<Vec<f32>, String> {
+    #[cfg(not(feature = "cuda"))]
+    let _ = prepared; // only the cuda arm reads it
     let epi = p.epilogue();
     let k = p.b.k();
     let cpu = blockscale::GemmOptions::default();
