@@ -405,37 +405,47 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     }
 }
 
-// The activation tiles: thread (row, slab) reads the row's 64 elements of the slab (zero
-// past M and K) and writes them in the tile's chunk order, swizzled. p.x: the M x K bf16
-// activations (row stride p.x_stride); p.out: the tiles, [M tile][slab][128 rows][128 B].
+// The activation tiles: eight lanes per (row, slab), lane c reading the slab's 16-byte
+// chunk c of the row (zero past M and K) and writing the tile's chunk c, swizzled, whose
+// word t is natural pair 8 t + c: word c % 4 of chunk 2 t + c / 4, fetched from the lane
+// that read it. p.x: the M x K bf16 activations (row stride p.x_stride); p.out: the
+// tiles, [M tile][slab][128 rows][128 B]. The grid covers whole warps of the work.
 __device__ __forceinline__ void acts(const PgemmParams& p) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     const uint32_t S = p.slabs;
     const uint64_t rows = (uint64_t)(p.m + BM - 1) / BM * BM;
-    const uint64_t items = rows * S;
-    for (uint64_t it = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; it < items;
+    const uint64_t items = rows * S * 8u;
+    const uint32_t c = threadIdx.x & 7u;
+    const int base = (int)(threadIdx.x & 24u);  // the group's first lane
+    const uint32_t lane = threadIdx.x & 31u;
+    // The loop runs while any lane of the warp has work (the shuffles need all 32); a
+    // group of eight is wholly inside or past the work (items is a multiple of 8).
+    for (uint64_t it = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; it - lane < items;
          it += (uint64_t)gridDim.x * blockDim.x) {
-        const uint32_t row = (uint32_t)(it / S), slab = (uint32_t)(it % S);
-        uint32_t nat[32];
-        const uint32_t k0 = slab * kSlabK;
-        const uint16_t* src = reinterpret_cast<const uint16_t*>(p.x) + (uint64_t)row * p.x_stride + k0;
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-            const uint32_t k = k0 + 8u * c;
-            // K is a multiple of the schemes' blocks (16 or 32): a chunk of 8 lies wholly
-            // inside or past it.
-            const uint4 v =
-                row < p.m && k < p.k ? *reinterpret_cast<const uint4*>(src + 8 * c) : make_uint4(0u, 0u, 0u, 0u);
-            nat[4 * c] = v.x;
-            nat[4 * c + 1] = v.y;
-            nat[4 * c + 2] = v.z;
-            nat[4 * c + 3] = v.w;
+        const bool live = it < items;
+        const uint64_t rs = it / 8u;
+        const uint32_t row = (uint32_t)(rs / S), slab = (uint32_t)(rs % S);
+        const uint32_t k = slab * kSlabK + 8u * c;
+        // K is a multiple of the schemes' blocks (16 or 32): a chunk of 8 lies wholly
+        // inside or past it.
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (live && row < p.m && k < p.k) {
+            const uint16_t* x = reinterpret_cast<const uint16_t*>(p.x);
+            v = *reinterpret_cast<const uint4*>(x + (uint64_t)row * p.x_stride + k);
         }
-        uint8_t* dst = reinterpret_cast<uint8_t*>(p.out) + (((uint64_t)(row / BM) * S + slab) * BM + row % BM) * 128u;
+        uint32_t out[4];
 #pragma unroll
-        for (int c = 0; c < 8; ++c) {
-            *reinterpret_cast<uint4*>(dst + 16u * ((uint32_t)c ^ (row % 8u))) =
-                make_uint4(nat[c], nat[8 + c], nat[16 + c], nat[24 + c]);
+        for (int t = 0; t < 4; ++t) {
+            const int src = base + 2 * t + (int)(c >> 2);
+            const uint32_t w0 = __shfl_sync(0xffffffffu, v.x, src), w1 = __shfl_sync(0xffffffffu, v.y, src);
+            const uint32_t w2 = __shfl_sync(0xffffffffu, v.z, src), w3 = __shfl_sync(0xffffffffu, v.w, src);
+            const uint32_t word = c & 3u;
+            out[t] = word == 0 ? w0 : word == 1 ? w1 : word == 2 ? w2 : w3;
+        }
+        if (live) {
+            const uint64_t tile_row = ((uint64_t)(row / BM) * S + slab) * BM + row % BM;
+            uint8_t* dst = reinterpret_cast<uint8_t*>(p.out) + tile_row * 128u + 16u * (c ^ (row % 8u));
+            *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
         }
     }
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

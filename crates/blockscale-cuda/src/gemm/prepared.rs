@@ -318,7 +318,8 @@ fn run<I: GemvInput, O: DeviceElement>(
         debug_assert!(k % 16 == 0, "NVFP4 and MX weights hold whole blocks along K");
         let acts = dev.function("wgemm_acts")?;
         let tiles = PgemmParams { out: ws_ptr, ..params };
-        let config = dev.grid_stride((plan.tiles_m * WG_TILE * f.slabs) as u64, &acts);
+        // Eight threads per (row, slab).
+        let config = dev.grid_stride((plan.tiles_m * WG_TILE * f.slabs * 8) as u64, &acts);
         // SAFETY: `tiles` matches `PgemmParams`; the kernel reads the checked activations
         // (M rows of K at their stride, nothing past K) and writes tiles_m x slabs tiles of
         // WG_ACT_TILE bytes at the start of the workspace, which the plan sized for them.
