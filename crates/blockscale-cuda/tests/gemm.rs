@@ -347,7 +347,7 @@ fn weight_only_every_scheme_and_activation_type() {
 
 /// Weight-only on prepared weights: activations of type I (bf16 or f16, rows at a multiple
 /// of 8 elements) times weights of `scheme`. The fused kernels (on Hopper `wgmma` for
-/// bf16 x NVFP4 / MX from M = 65 to 512, `mma.sync` up to M = 256 otherwise) decode the
+/// bf16 x NVFP4 / MX from M = 65 to 1024, `mma.sync` up to M = 256 otherwise) decode the
 /// weights in registers and round nothing (scales applied exactly in bf16, or in f32 per
 /// block); above, the weights are decoded to bf16 for CUTLASS's BF16 GEMM, which rounds
 /// INT4 and FP8-block weights (times their scales) once, as the checkpoint layout's path.

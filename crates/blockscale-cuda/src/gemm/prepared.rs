@@ -2,7 +2,7 @@
 //! decoded in registers inside the main loop, no dequantize pass. Which kernel runs:
 //!
 //! - M up to 16: the GEMV on the same weights.
-//! - Hopper, bf16 activations, NVFP4 / MX weights, M up to 512 (from M = 17 on large
+//! - Hopper, bf16 activations, NVFP4 / MX weights, M up to 1024 (from M = 17 on large
 //!   weights, from M = 65 on small ones): `kernels/gemm/wgemm.cu`, warp-specialized
 //!   `wgmma` with the decoded weights as its register operand.
 //! - Otherwise up to M = 256 on Hopper (any M on SM120): `kernels/gemm/pgemm.cu`, the
@@ -74,9 +74,16 @@ fn wgmma_name(scheme: Scheme) -> Option<String> {
 }
 
 /// The largest M the wgmma kernel takes; above it the prepared weights are decoded to
-/// bf16 and CUTLASS's BF16 GEMM runs, which measured faster from M = 1024 on (H100,
-/// docs/DECISIONS.md #42).
-const WGMMA_MAX_M: usize = 512;
+/// bf16 and CUTLASS's BF16 GEMM runs, which measured faster at M = 2048 (H100,
+/// docs/DECISIONS.md #42). `BLOCKSCALE_GEMM_WGMMA_MAX_M` overrides it.
+const WGMMA_MAX_M: usize = 1024;
+
+fn wgmma_max_m() -> usize {
+    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        std::env::var("BLOCKSCALE_GEMM_WGMMA_MAX_M").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(WGMMA_MAX_M)
+    })
+}
 /// Up to M = 64 the wgmma kernel (128 activation rows a tile) takes only weights of at
 /// least this many elements: on smaller ones pgemm's 64-row tiles measured faster.
 const WGMMA_SMALL_M_WEIGHTS: usize = 1 << 26;
@@ -85,7 +92,7 @@ const WGMMA_SMALL_M_WEIGHTS: usize = 1 << 26;
 /// weights of `scheme` here: Hopper, bf16 activations, a pre-scaled scheme, M beyond the
 /// GEMV's and within the range where it measured fastest.
 fn uses_wgmma(dev: &Device, scheme: Scheme, (m, rows, k): (usize, usize, usize), f16: bool) -> bool {
-    let in_range = m > GEMV_MAX_ROWS && m <= WGMMA_MAX_M && (m > 64 || rows * k >= WGMMA_SMALL_M_WEIGHTS);
+    let in_range = m > GEMV_MAX_ROWS && m <= wgmma_max_m() && (m > 64 || rows * k >= WGMMA_SMALL_M_WEIGHTS);
     dev.arch() == crate::Arch::Sm90 && !f16 && in_range && wgmma_enabled() && wgmma_name(scheme).is_some()
 }
 
