@@ -78,12 +78,14 @@ fn wgmma_name(scheme: Scheme) -> Option<String> {
 /// docs/DECISIONS.md #42). `BLOCKSCALE_GEMM_WGMMA_MAX_M` overrides it.
 const WGMMA_MAX_M: usize = 1024;
 
+/// [`WGMMA_MAX_M`], or `BLOCKSCALE_GEMM_WGMMA_MAX_M` where it is set (read once).
 fn wgmma_max_m() -> usize {
     static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *S.get_or_init(|| {
         std::env::var("BLOCKSCALE_GEMM_WGMMA_MAX_M").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(WGMMA_MAX_M)
     })
 }
+
 /// Up to M = 64 the wgmma kernel (128 activation rows a tile) takes only weights of at
 /// least this many elements: on smaller ones pgemm's 64-row tiles measured faster.
 const WGMMA_SMALL_M_WEIGHTS: usize = 1 << 26;
