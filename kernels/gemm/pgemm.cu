@@ -41,10 +41,6 @@ __host__ __device__ constexpr uint32_t stage_bytes() {
     return weight_bytes<T>() + BM * kActPitch;
 }
 
-// Arrivals per phase: thread 0's expect_tx and every thread's cp.async arrival.
-__device__ __forceinline__ void bar_init(uint64_t* bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(kThreads + 1) : "memory");
-}
 
 __device__ __forceinline__ void store_out(const PgemmParams& p, uint32_t m, uint32_t n, float acc) {
     const float v = p.bias ? __fmaf_rn(p.alpha, acc, p.bias[n]) : __fmul_rn(p.alpha, acc);
@@ -100,7 +96,8 @@ __device__ __forceinline__ void pgemm(const PgemmParams& p) {
 
     if (threadIdx.x == 0) {
 #pragma unroll
-        for (int s = 0; s < kDepth; ++s) bar_init(&bar[s]);
+        // Arrivals per phase: thread 0's expect_tx and every thread's cp.async arrival.
+        for (int s = 0; s < kDepth; ++s) mbar_init(&bar[s], kThreads + 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }

@@ -101,11 +101,6 @@ __device__ __forceinline__ void wg_wait() {
 #endif
 }
 
-// Arrivals: `full` one (the producer's expect_tx; the bytes complete it), `empty` one
-// per consumer thread (each releases its own reads of the stage).
-__device__ __forceinline__ void bar_init(uint64_t* bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
 __device__ __forceinline__ void bar_arrive(uint64_t* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
@@ -185,29 +180,23 @@ __device__ __forceinline__ void store_tile(const PgemmParams& p, const float* su
                 const float y = p.bias ? __fmaf_rn(p.alpha, v[e], bias[e]) : __fmul_rn(p.alpha, v[e]);
                 v[e] = activation(y, ACT);
             }
+            // 16-byte stores where the row allows; elementwise (gemv_store) at the edges.
             const uint64_t i = (uint64_t)m * p.out_stride + n;
-            if (p.out_kind == 2) {
-                float* dst = reinterpret_cast<float*>(p.out) + i;
+            const uint32_t bytes = p.out_kind == 2 ? 4u : 2u;
+            uint8_t* dst = reinterpret_cast<uint8_t*>(p.out) + i * bytes;
+            if (valid < 8 || ((uintptr_t)dst & 15) != 0) {
+                for (uint32_t e = 0; e < valid; ++e) gemv_store(p, m, n + e, v[e]);
+            } else if (p.out_kind == 2) {
 #pragma unroll
                 for (int e = 0; e < 8; ++e) v[e] = v[e] != v[e] ? __uint_as_float(0x7fc00000u) : v[e];
-                if (valid == 8 && ((uintptr_t)dst & 15) == 0) {
-                    reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
-                    reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
-                } else {
-                    for (uint32_t e = 0; e < valid; ++e) dst[e] = v[e];
-                }
+                reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+                reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
             } else {
-                uint16_t h[8];
+                uint32_t h[8];
 #pragma unroll
                 for (int e = 0; e < 8; ++e) h[e] = p.out_kind == 0 ? to_bf16_bits(v[e]) : to_f16_bits(v[e]);
-                uint16_t* dst = reinterpret_cast<uint16_t*>(p.out) + i;
-                if (valid == 8 && ((uintptr_t)dst & 15) == 0) {
-                    const uint4 packed = make_uint4(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16,
-                                                    h[4] | (uint32_t)h[5] << 16, h[6] | (uint32_t)h[7] << 16);
-                    *reinterpret_cast<uint4*>(dst) = packed;
-                } else {
-                    for (uint32_t e = 0; e < valid; ++e) dst[e] = h[e];
-                }
+                *reinterpret_cast<uint4*>(dst) =
+                    make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
             }
         }
     }
@@ -255,8 +244,10 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < kDepth; ++s) {
-            bar_init(&full[s], 1);
-            bar_init(&empty[s], kConsumerWarps * 32);
+            // `full`: the producer's expect_tx (the bytes complete it); `empty`: every
+            // consumer thread (each releases its own reads of the stage).
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], kConsumerWarps * 32);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }

@@ -103,7 +103,8 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     uint64_t* bar = bars[warp];
     if (lane == 0) {
 #pragma unroll
-        for (int s = 0; s < kDepth; ++s) mbar_init(&bar[s]);
+        // Arrivals per phase: lane 0's expect_tx, and every lane's cp.async arrival.
+        for (int s = 0; s < kDepth; ++s) mbar_init(&bar[s], 33);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }

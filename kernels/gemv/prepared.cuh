@@ -195,9 +195,9 @@ __device__ __forceinline__ uint32_t scale_lane_offset(int lane) {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-// Arrivals per phase: lane 0's expect_tx, and every lane's cp.async arrival.
-__device__ __forceinline__ void mbar_init(uint64_t* bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 33;" ::"r"(smem_u32(bar)) : "memory");
+// A stage's barrier expecting `count` arrivals per phase.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
 }
 // 16 bytes from global to shared memory, zero-filled past `valid` bytes (0 or 16),
 // through L1: the CTAs on one SM read the same activations (their warps take the same

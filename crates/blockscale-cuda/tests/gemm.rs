@@ -440,38 +440,32 @@ fn weight_only_prepared_replays_in_a_cuda_graph_and_checks_its_inputs() {
     let epi = DeviceEpilogue::default().with_activation(Activation::Silu);
     let xm = DeviceMatrix::new(&dx, m, k);
     assert!(gemm_weight_only_prepared_workspace_size::<bf16, bf16>(&dev, xm, &pw, n).unwrap() > 0, "this splits K");
-    let expect =
-        dev.stream().clone_dtoh(&gemm_weight_only_prepared::<bf16, bf16>(&dev, xm, &pw, &epi).unwrap()).unwrap();
-    dev.reserve_workspace(gemm_weight_only_prepared_workspace_size::<bf16, bf16>(&dev, xm, &pw, n).unwrap()).unwrap();
-    let mut d = poisoned::<bf16>(&dev, m, n);
-    replay_in_graph(
-        &dev,
-        &mut d,
-        |d| gemm_weight_only_prepared_into(&dev, xm, &pw, &epi, DeviceMatrixMut::new(d, m, n)),
-        &expect,
-    );
-    // The same bits run after run (partial sums added in split order).
-    for _ in 0..5 {
-        let again =
-            dev.stream().clone_dtoh(&gemm_weight_only_prepared::<bf16, bf16>(&dev, xm, &pw, &epi).unwrap()).unwrap();
-        assert!(again.iter().zip(&expect).all(|(a, b)| a.to_bits() == b.to_bits()));
-    }
+    // The allocating call's bits, then the same from `_into` captured in a graph and
+    // replayed, and five more allocating runs (partial sums added in split order).
+    let replays_the_same = |xm: DeviceMatrix<'_, bf16>| {
+        let m = xm.rows;
+        let call = || gemm_weight_only_prepared::<bf16, bf16>(&dev, xm, &pw, &epi).unwrap();
+        let expect = dev.stream().clone_dtoh(&call()).unwrap();
+        dev.reserve_workspace(gemm_weight_only_prepared_workspace_size::<bf16, bf16>(&dev, xm, &pw, n).unwrap())
+            .unwrap();
+        let mut d = poisoned::<bf16>(&dev, m, n);
+        replay_in_graph(
+            &dev,
+            &mut d,
+            |d| gemm_weight_only_prepared_into(&dev, xm, &pw, &epi, DeviceMatrixMut::new(d, m, n)),
+            &expect,
+        );
+        for _ in 0..5 {
+            let again = dev.stream().clone_dtoh(&call()).unwrap();
+            assert!(again.iter().zip(&expect).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+    };
+    replays_the_same(xm);
     // M = 130 on Hopper takes the wgmma kernel (its activation tiles and partial sums in
-    // the workspace): captured and replayed the same way, deterministic too.
-    let m2 = 130;
-    let x2: Vec<bf16> = activations(&mut rng, m2, k, false);
+    // the workspace).
+    let x2: Vec<bf16> = activations(&mut rng, 130, k, false);
     let dx2 = dev.stream().clone_htod(&x2).unwrap();
-    let xm2 = DeviceMatrix::new(&dx2, m2, k);
-    let expect2 =
-        dev.stream().clone_dtoh(&gemm_weight_only_prepared::<bf16, bf16>(&dev, xm2, &pw, &epi).unwrap()).unwrap();
-    dev.reserve_workspace(gemm_weight_only_prepared_workspace_size::<bf16, bf16>(&dev, xm2, &pw, n).unwrap()).unwrap();
-    let mut d2 = poisoned::<bf16>(&dev, m2, n);
-    replay_in_graph(
-        &dev,
-        &mut d2,
-        |d| gemm_weight_only_prepared_into(&dev, xm2, &pw, &epi, DeviceMatrixMut::new(d, m2, n)),
-        &expect2,
-    );
+    replays_the_same(DeviceMatrix::new(&dx2, 130, k));
     // Typed errors.
     let wrong_k = DeviceMatrix { data: &dx, rows: 2, k: 64, row_stride: 64 };
     assert!(matches!(

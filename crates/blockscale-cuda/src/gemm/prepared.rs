@@ -215,8 +215,10 @@ impl Plan {
     }
 }
 
-fn plan(dev: &Device, w: &Fast, m: usize, f16: bool) -> Result<(crate::device::Kernel, Plan), CudaError> {
-    let (kernel, plan) = match wgmma_name(w.scheme).filter(|_| uses_wgmma(dev, w.scheme, (m, w.rows, w.k), f16)) {
+/// The fused kernel and its launch plan: the wgmma kernel where `uses_wgmma` said so
+/// (`wgmma`), pgemm otherwise.
+fn plan(dev: &Device, w: &Fast, m: usize, f16: bool, wgmma: bool) -> Result<(crate::device::Kernel, Plan), CudaError> {
+    let (kernel, plan) = match wgmma_name(w.scheme).filter(|_| wgmma) {
         Some(name) => {
             let kernel = dev.function_with_threads(&name, WG_THREADS, wg_smem_bytes(w.scheme))?;
             let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
@@ -283,7 +285,7 @@ fn run<I: GemvInput, O: DeviceElement>(
     let (x_ptr, g_x) = x.data.device_ptr(stream);
     crate::checks::check_matrix::<I>(m, k, x.row_stride, x.data.len(), x_ptr, "activations")?;
 
-    let (kernel, plan) = plan(dev, f, m, I::SUFFIX == "f16")?;
+    let (kernel, plan) = plan(dev, f, m, I::SUFFIX == "f16", wgmma)?;
     let mut scratch = dev.scratch_for(plan.workspace, grow && plan.workspace > 0)?;
     let (ws_ptr, g_ws) = crate::device::scratch_ptr(&mut scratch.workspace, plan.workspace > 0, stream);
     let out_stride = out.row_stride;
@@ -436,12 +438,15 @@ pub fn gemm_weight_only_prepared_workspace_size<I: GemvInput, O: DeviceElement>(
     match &w.inner {
         Inner::Plain { w: q, .. } => super::gemm_weight_only_workspace_size::<I, O>(dev, x, q, out_row_stride),
         Inner::Fast(_) if x.rows <= GEMV_MAX_ROWS => crate::gemv::gemv_workspace_size(dev, x.rows, w, false),
-        Inner::Fast(f)
-            if !fused(dev, x.rows) && !uses_wgmma(dev, f.scheme, (x.rows, f.rows, f.k), I::SUFFIX == "f16") =>
-        {
-            super::weight_only_workspace::<I, O>(dev, x, super::Rhs::Prepared(f), out_row_stride)
+        Inner::Fast(f) => {
+            let f16 = I::SUFFIX == "f16";
+            let wgmma = uses_wgmma(dev, f.scheme, (x.rows, f.rows, f.k), f16);
+            if !wgmma && !fused(dev, x.rows) {
+                super::weight_only_workspace::<I, O>(dev, x, super::Rhs::Prepared(f), out_row_stride)
+            } else {
+                Ok(plan(dev, f, x.rows, f16, wgmma)?.1.workspace)
+            }
         }
-        Inner::Fast(f) => Ok(plan(dev, f, x.rows, I::SUFFIX == "f16")?.1.workspace),
     }
 }
 
