@@ -109,9 +109,10 @@ __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
 }
 
-// D (64 x 128, f32) += A (this warp's 16 rows of 64, registers) x B (128 rows of the
-// activation tile at `desc`), bf16 inputs.
-__device__ __forceinline__ void wgmma_m64n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc) {
+// D (64 x 128, f32) = A (this warp's 16 rows of 64, registers) x B (128 rows of the
+// activation tile at `desc`) + D (`accumulate` != 0) or + 0, bf16 inputs.
+__device__ __forceinline__ void wgmma_m64n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc,
+                                              uint32_t accumulate = 1u) {
 #if BS_WGEMM_ARCH
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -134,11 +135,12 @@ __device__ __forceinline__ void wgmma_m64n128(float (&d)[16][4], const uint32_t 
           "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
           "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
           "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
 #else
     (void)d;
     (void)a;
     (void)desc;
+    (void)accumulate;
     __trap();
 #endif
 }
@@ -222,7 +224,9 @@ __device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
 
 template <class T>
 __device__ __forceinline__ void gemm(const PgemmParams& p) {
-    static_assert(T::kPre && !T::kHalfMap, "wgemm takes the pre-scaled schemes");
+    static_assert(!T::kHalfMap, "INT4-G32 (blocks of half a slab) runs pgemm");
+    // Post-scaled schemes: blocks of two slabs (128 K), scales per slab pair.
+    constexpr uint32_t kScaleSlabs = pair_scales<T>() ? 2u : 1u;
     constexpr uint32_t kCode = code_slab_bytes<T>();
     constexpr uint32_t kStage = stage_bytes<T>();
     extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -275,9 +279,13 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
                     const uint8_t* code =
                         reinterpret_cast<const uint8_t*>(p.w) + ((unit0 + u) * S + tl.s0 + i) * kUnit * kCode;
                     bulk_copy(w + u * kUnit * kCode, code, kUnit * kCode, &full[st], policy);
-                    const uint8_t* sc = p.s + ((unit0 + u) * S + tl.s0 + i) * kUnit * stage_scale_bytes<T>();
-                    bulk_copy(w + kGroups * kCode + u * kUnit * stage_scale_bytes<T>(), sc,
-                              kUnit * stage_scale_bytes<T>(), &full[st], policy);
+                    if constexpr (stage_scale_bytes<T>() > 0) {
+                        // Both slabs of a pair bring the pair's scales.
+                        const uint8_t* sc = p.s + ((unit0 + u) * (S / kScaleSlabs) + (tl.s0 + i) / kScaleSlabs) *
+                                                      kUnit * scale_step_bytes<T>();
+                        bulk_copy(w + kGroups * kCode + u * kUnit * stage_scale_bytes<T>(), sc,
+                                  kUnit * stage_scale_bytes<T>(), &full[st], policy);
+                    }
                 }
             };
             auto activations = [&](uint32_t i, uint32_t st) {
@@ -321,59 +329,12 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     const int gi = 4 * wg + wi;
     const uint32_t add = p.scale_add;
     float acc[16][4];
-    uint32_t a[kSets][4][4];
     uint32_t it = 0;  // slabs consumed, as the producer counts them
 
-    // Slab `it` (the tile's i-th) into register set `ar`: wait for its stage, decode,
-    // queue its four products as one group, then wait until at most kSets - 1 groups are
-    // pending (the decode of the next slab overlaps them) and release the stage whose
-    // group is done.
-    auto step = [&](uint32_t i, uint32_t (&ar)[4][4]) {
-        const uint32_t st = it % kDepth;
-        const uint8_t* stage = smem + st * kStage;
-        mbar_wait(&full[st], (it / kDepth) & 1u);
-        Slab<T> d;
-        read_stage<T>(stage + kActTile, gi, lane, nullptr, d, kGroups);
-        uint32_t sp0, sp1;
-        slab_scales<T>(d, add, sp0, sp1);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, sp0, sp1, ar[q]);
-        fence_acc(acc);
-        wg_fence();
-        const uint32_t base = smem_u32(stage);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) wgmma_m64n128(acc, ar[q], tile_desc(base + 32u * q));
-        wg_commit();
-        wg_wait<kSets - 1>();
-        fence_acc(acc);
-        if (i + 1 >= (uint32_t)kSets) {
-            bar_arrive(&empty[(it + 1 - kSets) % kDepth]);
-        }
-        ++it;
-    };
-    for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const Tile tl = tile_at(p, t);
-#pragma unroll
-        for (int j = 0; j < 16; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
-        uint32_t i = 0;
-        for (; i + kSets <= tl.count; i += kSets) {
-#pragma unroll
-            for (int c = 0; c < kSets; ++c) step(i + c, a[c]);
-        }
-#pragma unroll
-        for (int c = 0; c < kSets - 1; ++c) {
-            if (i + c < tl.count) step(i + c, a[c]);
-        }
-        wg_wait<0>();
-        fence_acc(acc);
-        // The tile's last stages, whose groups the loop did not wait for.
-        for (uint32_t r = min(tl.count, (uint32_t)kSets - 1u); r > 0; --r) bar_arrive(&empty[(it - r) % kDepth]);
+    // The tile's sums through shared memory ([activation row][weight row]), once every
+    // consumer is done with the previous tile's, and the outputs from them.
+    auto finish = [&](const Tile& tl, uint32_t t) {
         if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-
-        // The sums through shared memory ([activation row][weight row]), once every
-        // consumer is done with the previous tile's.
         consumers_sync();
         const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -392,6 +353,128 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
             case 2: store_tile<2>(p, tile_sums, m0, n0, 0); break;
             case 3: store_tile<3>(p, tile_sums, m0, n0, 0); break;
             default: store_tile<0>(p, tile_sums, m0, n0, 0); break;
+        }
+    };
+    auto clear = [&](float (&d)[16][4]) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) d[j][c] = 0.0f;
+    };
+
+    if constexpr (T::kPre) {
+        uint32_t a[kSets][4][4];
+        // Slab `it` (the tile's i-th) into register set `ar`: wait for its stage, decode,
+        // queue its four products as one group, then wait until at most kSets - 1 groups
+        // are pending (the decode of the next slab overlaps them) and release the stage
+        // whose group is done.
+        auto step = [&](uint32_t i, uint32_t (&ar)[4][4]) {
+            const uint32_t st = it % kDepth;
+            const uint8_t* stage = smem + st * kStage;
+            mbar_wait(&full[st], (it / kDepth) & 1u);
+            Slab<T> d;
+            read_stage<T>(stage + kActTile, gi, lane, nullptr, d, kGroups);
+            uint32_t sp0, sp1;
+            slab_scales<T>(d, add, sp0, sp1);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, sp0, sp1, ar[q]);
+            fence_acc(acc);
+            wg_fence();
+            const uint32_t base = smem_u32(stage);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) wgmma_m64n128(acc, ar[q], tile_desc(base + 32u * q));
+            wg_commit();
+            wg_wait<kSets - 1>();
+            fence_acc(acc);
+            if (i + 1 >= (uint32_t)kSets) {
+                bar_arrive(&empty[(it + 1 - kSets) % kDepth]);
+            }
+            ++it;
+        };
+        for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const Tile tl = tile_at(p, t);
+            clear(acc);
+            uint32_t i = 0;
+            for (; i + kSets <= tl.count; i += kSets) {
+#pragma unroll
+                for (int c = 0; c < kSets; ++c) step(i + c, a[c]);
+            }
+#pragma unroll
+            for (int c = 0; c < kSets - 1; ++c) {
+                if (i + c < tl.count) step(i + c, a[c]);
+            }
+            wg_wait<0>();
+            fence_acc(acc);
+            // The tile's last stages, whose groups the loop did not wait for.
+            for (uint32_t r = min(tl.count, (uint32_t)kSets - 1u); r > 0; --r) bar_arrive(&empty[(it - r) % kDepth]);
+            finish(tl, t);
+        }
+    } else {
+        // INT4-G128 and FP8 block: each 128-element block (two slabs; a tile's K range
+        // holds whole blocks, the layout's slabs and the splits being even) is multiplied
+        // into `dt` (its first product replacing dt's contents), then added to acc times
+        // its scales in f32, as the GEMV does. The next block's first slab is decoded
+        // while the block's second group runs.
+        float dt[16][4];
+        uint32_t a[2][4][4];
+        float f0 = 0.0f, f1 = 0.0f;
+        // Slab x of the tile (counted from `first`, the tile's first slab in `it` terms):
+        // wait for its stage and decode it into `ar`; the second slab of a block also
+        // takes the block's scales of rows g and g + 8.
+        auto load = [&](uint32_t first, const Tile& tl, uint32_t x, uint32_t (&ar)[4][4], bool second) {
+            const uint32_t n = first + x;
+            const uint32_t st = n % kDepth;
+            mbar_wait(&full[st], (n / kDepth) & 1u);
+            const uint8_t* ts = nullptr;
+            if constexpr (T::kSc == Sc::F32T128) {
+                // The 128 x 128 tile scale from global memory (the stage holds none).
+                ts = p.s + (((uint64_t)tl.n * kUnits + wg) * (S / kScaleSlabs) + (tl.s0 + x) / kScaleSlabs) * kUnit *
+                               scale_step_bytes<T>() +
+                     wi * scale_step_bytes<T>();
+            }
+            Slab<T> d;
+            read_stage<T>(smem + st * kStage + kActTile, gi, lane, ts, d, kGroups);
+            uint32_t sp0, sp1;
+            slab_scales<T>(d, add, sp0, sp1);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, sp0, sp1, ar[q]);
+            if (second) post_scales<T>(d, 0, f0, f1);
+        };
+        auto issue = [&](uint32_t n, const uint32_t (&ar)[4][4], bool fresh) {
+            const uint32_t base = smem_u32(smem + (n % kDepth) * kStage);
+            fence_acc(dt);
+            wg_fence();
+#pragma unroll
+            for (int q = 0; q < 4; ++q) wgmma_m64n128(dt, ar[q], tile_desc(base + 32u * q), fresh && q == 0 ? 0u : 1u);
+            wg_commit();
+        };
+        for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const Tile tl = tile_at(p, t);
+            clear(acc);
+            const uint32_t first = it;
+            if (tl.count > 0) load(first, tl, 0, a[0], false);
+            for (uint32_t i = 0; i < tl.count; i += 2) {
+                issue(first + i, a[0], true);
+                load(first, tl, i + 1, a[1], true);
+                issue(first + i + 1, a[1], false);
+                // The first group done: its stage is free, and a[0] takes the next block.
+                wg_wait<1>();
+                fence_acc(dt);
+                bar_arrive(&empty[(first + i) % kDepth]);
+                if (i + 2 < tl.count) load(first, tl, i + 2, a[0], false);
+                wg_wait<0>();
+                fence_acc(dt);
+                bar_arrive(&empty[(first + i + 1) % kDepth]);
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    acc[j][0] = __fmaf_rn(dt[j][0], f0, acc[j][0]);
+                    acc[j][1] = __fmaf_rn(dt[j][1], f0, acc[j][1]);
+                    acc[j][2] = __fmaf_rn(dt[j][2], f1, acc[j][2]);
+                    acc[j][3] = __fmaf_rn(dt[j][3], f1, acc[j][3]);
+                }
+            }
+            it = first + tl.count;
+            finish(tl, t);
         }
     }
 }
@@ -460,3 +543,6 @@ BS_WGEMM(mxfp6_e2m3, TMxfp6E2m3)
 BS_WGEMM(mxfp6_e3m2, TMxfp6E3m2)
 BS_WGEMM(mxfp8_e4m3, TMxfp8E4m3)
 BS_WGEMM(mxfp8_e5m2, TMxfp8E5m2)
+BS_WGEMM(fp8_block_128x128, TFp8T128)
+BS_WGEMM(fp8_block_1x128, TFp8R128)
+BS_WGEMM(int4_g128, TInt4G128)

@@ -2,9 +2,9 @@
 //! decoded in registers inside the main loop, no dequantize pass. Which kernel runs:
 //!
 //! - M up to 16: the GEMV on the same weights.
-//! - Hopper, bf16 activations, NVFP4 / MX weights, M up to 1024 (from M = 17 on large
-//!   weights, from M = 65 on small ones): `kernels/gemm/wgemm.cu`, warp-specialized
-//!   `wgmma` with the decoded weights as its register operand.
+//! - Hopper, bf16 activations, every scheme but INT4-G32, M up to 1024 (from M = 17 on
+//!   large weights, from M = 65 on small ones): `kernels/gemm/wgemm.cu`,
+//!   warp-specialized `wgmma` with the decoded weights as its register operand.
 //! - Otherwise up to M = 256 on Hopper (any M on SM120): `kernels/gemm/pgemm.cu`, the
 //!   same decode into `mma.sync`.
 //! - Larger M on Hopper: the weights decoded to bf16 in the workspace and CUTLASS's BF16
@@ -60,16 +60,12 @@ fn wgmma_enabled() -> bool {
     *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMM_WGMMA").map_or(true, |v| v.trim() != "0"))
 }
 
-/// The wgmma kernel for a scheme: the pre-scaled ones (NVFP4, MX).
+/// The wgmma kernel for a scheme: every scheme but INT4-G32, whose 32-element blocks
+/// (half a slab) would need a scale step every two `wgmma`s (it runs pgemm).
 fn wgmma_name(scheme: Scheme) -> Option<String> {
     match scheme {
-        Scheme::NvFp4
-        | Scheme::MxFp4
-        | Scheme::MxFp6E2M3
-        | Scheme::MxFp6E3M2
-        | Scheme::MxFp8E4M3
-        | Scheme::MxFp8E5M2 => Some(format!("wgemm_{}", crate::quantize::scheme_name(scheme))),
-        _ => None,
+        Scheme::Int4G32 => None,
+        _ => Some(format!("wgemm_{}", crate::quantize::scheme_name(scheme))),
     }
 }
 
@@ -91,8 +87,8 @@ fn wgmma_max_m() -> usize {
 const WGMMA_SMALL_M_WEIGHTS: usize = 1 << 26;
 
 /// Whether the wgmma kernel runs `m` activation rows (f16 or not) times `rows` x `k`
-/// weights of `scheme` here: Hopper, bf16 activations, a pre-scaled scheme, M beyond the
-/// GEMV's and within the range where it measured fastest.
+/// weights of `scheme` here: Hopper, bf16 activations, a scheme it has (not INT4-G32), M
+/// beyond the GEMV's and within the range where it measured fastest.
 fn uses_wgmma(dev: &Device, scheme: Scheme, (m, rows, k): (usize, usize, usize), f16: bool) -> bool {
     let in_range = m > GEMV_MAX_ROWS && m <= wgmma_max_m() && (m > 64 || rows * k >= WGMMA_SMALL_M_WEIGHTS);
     dev.arch() == crate::Arch::Sm90 && !f16 && in_range && wgmma_enabled() && wgmma_name(scheme).is_some()
