@@ -1,6 +1,6 @@
 // Weight-only GEMM on prepared weights for Hopper (sm_90a): y = act(alpha x W^T + bias)
-// with bf16 activations and the pre-scaled schemes (NVFP4, MXFP4, MXFP6, MXFP8), on
-// `wgmma`, warp-specialized. (f16 activations, INT4 and FP8 block, and SM120 run pgemm.)
+// with bf16 activations and every scheme, on `wgmma`, warp-specialized. (f16
+// activations and SM120 run pgemm.)
 //
 // Work split. A tile is 128 weight rows (two 4-group units of the layout) by 128
 // activation rows over a range of 64-element K slabs (K splits when the tiles leave SMs
@@ -16,14 +16,19 @@
 // and the warpgroup issues four `wgmma.m64n128k16` with those registers as A and the
 // stage's activation tile as B, one commit group a slab. Three register sets keep two
 // groups on the tensor cores while the next slab is decoded (`wgmma.wait_group 2`);
-// a stage is released once its group is done. The epilogue goes through its own 64 KiB
+// a stage is released once its group is done. INT4 and FP8 block (post-scaled) multiply
+// each block (INT4-G32: the two 32-element halves of a slab; the others: 128 elements,
+// two slabs) into separate sums and add them to the accumulators times their f32 scales
+// once their groups are done. The epilogue goes through its own 64 KiB
 // of shared memory (alpha, bias, activation, 16-byte stores).
 //
 // The activation tile. The layout's k16 step q of a slab covers K elements
 // 16 t + 4 q + e (t, e < 4): fragment slots 2t, 2t + 1 hold the slab's natural pair
 // 8 t + 2 q and slots 2t + 8, 2t + 9 the pair 8 t + 2 q + 1. So 16-byte chunk c of a
 // tile row holds the natural pairs c, 8 + c, 16 + c, 24 + c, and k16 step q reads
-// chunks 2q and 2q + 1. `wgemm_acts` writes every (128-row tile, slab) of the
+// chunks 2q and 2q + 1. (INT4-G32's half map: step q covers 32 (q / 2) + 8 t + 4 (q % 2)
+// + e, so chunk c holds the natural pairs 16 (c / 4) + c % 4 + 4 t, t < 4; its tiles come
+// from `wgemm_acts_half`.) `wgemm_acts` writes every (128-row tile, slab) of the
 // activations in that order, 128-byte swizzled (chunk c of row r at 16 (c ^ (r % 8))),
 // into the workspace before the GEMM: 16 KiB per tile and slab that one bulk copy brings.
 // (That 4-byte permutation is why the activations cannot come straight from a TMA
@@ -204,6 +209,18 @@ __device__ __forceinline__ void store_tile(const PgemmParams& p, const float* su
     }
 }
 
+// Registers a thread after `setmaxnreg` (the register file holds 24 x 128 + 240 x 256):
+// INT4-G32 keeps two sets of block sums besides the accumulators (64 + 2 x 64 + 2 x 16
+// fragments), the others one at most.
+template <class T>
+__host__ __device__ constexpr int consumer_regs() {
+    return T::kHalfMap ? 240 : 232;
+}
+template <class T>
+__host__ __device__ constexpr int producer_regs() {
+    return T::kHalfMap ? 24 : 40;
+}
+
 // Which tile the CTA's k-th turn takes, and its K range: tiles in order of weight tile
 // first (the CTAs running at once share activation tiles in L2), then activation tile,
 // then K split.
@@ -224,7 +241,6 @@ __device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
 
 template <class T>
 __device__ __forceinline__ void gemm(const PgemmParams& p) {
-    static_assert(!T::kHalfMap, "INT4-G32 (blocks of half a slab) runs pgemm");
     // Post-scaled schemes: blocks of two slabs (128 K), scales per slab pair.
     constexpr uint32_t kScaleSlabs = pair_scales<T>() ? 2u : 1u;
     constexpr uint32_t kCode = code_slab_bytes<T>();
@@ -261,7 +277,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
         // The producer warpgroup: its registers go to the consumers; one thread copies,
         // running ahead into the next tile's slabs while the consumers finish a tile.
 #if BS_WGEMM_ARCH
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(producer_regs<T>()) : "memory");
 #endif
         if (warp != kConsumerWarps || lane != 0) return;
         const uint64_t policy = evict_first_policy();
@@ -322,7 +338,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
 
     // The consumers: warpgroup wg owns unit wg, warp wi of it the unit's group wi.
 #if BS_WGEMM_ARCH
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(consumer_regs<T>()) : "memory");
 #endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
     const int wg = warp >> 2, wi = warp & 3;
@@ -409,6 +425,66 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
             for (uint32_t r = min(tl.count, (uint32_t)kSets - 1u); r > 0; --r) bar_arrive(&empty[(it - r) % kDepth]);
             finish(tl, t);
         }
+    } else if constexpr (T::kHalfMap) {
+        // INT4-G32: a slab holds two 32-element blocks, k16 steps 0-1 and 2-3 (the
+        // layout's half map). Each slab's steps go into two block sums da and db (their
+        // first products replacing the contents), and once the slab's group is done
+        // both are added to acc times their f32 scales, block 0 first. The next slab
+        // decodes while the group runs.
+        float da[16][4], db[16][4];
+        uint32_t a[2][4][4];
+        float f[2][4];  // per register set: block 0 rows g, g + 8, block 1 rows g, g + 8
+        auto load = [&](uint32_t n, uint32_t (&ar)[4][4], float (&fs)[4]) {
+            const uint32_t st = n % kDepth;
+            mbar_wait(&full[st], (n / kDepth) & 1u);
+            Slab<T> d;
+            read_stage<T>(smem + st * kStage + kActTile, gi, lane, nullptr, d, kGroups);
+            uint32_t sp0, sp1;
+            slab_scales<T>(d, add, sp0, sp1);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, sp0, sp1, ar[q]);
+            post_scales<T>(d, 0, fs[0], fs[1]);
+            post_scales<T>(d, 1, fs[2], fs[3]);
+        };
+        // Slab n (decoded in `ar`, scales `fs`): its group, the next slab's decode
+        // (`next`), the wait, the stage's release and the scale step.
+        auto slab = [&](uint32_t n, const uint32_t (&ar)[4][4], const float (&fs)[4], auto&& next) {
+            const uint32_t base = smem_u32(smem + (n % kDepth) * kStage);
+            wg_fence();
+            wgmma_m64n128(da, ar[0], tile_desc(base), 0u);
+            wgmma_m64n128(da, ar[1], tile_desc(base + 32u));
+            wgmma_m64n128(db, ar[2], tile_desc(base + 64u), 0u);
+            wgmma_m64n128(db, ar[3], tile_desc(base + 96u));
+            wg_commit();
+            next();
+            wg_wait<0>();
+            fence_acc(da);
+            fence_acc(db);
+            bar_arrive(&empty[n % kDepth]);
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                acc[j][0] = __fmaf_rn(db[j][0], fs[2], __fmaf_rn(da[j][0], fs[0], acc[j][0]));
+                acc[j][1] = __fmaf_rn(db[j][1], fs[2], __fmaf_rn(da[j][1], fs[0], acc[j][1]));
+                acc[j][2] = __fmaf_rn(db[j][2], fs[3], __fmaf_rn(da[j][2], fs[1], acc[j][2]));
+                acc[j][3] = __fmaf_rn(db[j][3], fs[3], __fmaf_rn(da[j][3], fs[1], acc[j][3]));
+            }
+        };
+        for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const Tile tl = tile_at(p, t);
+            clear(acc);
+            const uint32_t first = it;
+            // A tile's K range is an even number of slabs (the layout pads K to 4, the
+            // host splits at even slabs): two a turn, by register set.
+            if (tl.count > 0) load(first, a[0], f[0]);
+            for (uint32_t i = 0; i < tl.count; i += 2) {
+                slab(first + i, a[0], f[0], [&] { load(first + i + 1, a[1], f[1]); });
+                slab(first + i + 1, a[1], f[1], [&] {
+                    if (i + 2 < tl.count) load(first + i + 2, a[0], f[0]);
+                });
+            }
+            it = first + tl.count;
+            finish(tl, t);
+        }
     } else {
         // INT4-G128 and FP8 block: each 128-element block (two slabs; a tile's K range
         // holds whole blocks, the layout's slabs and the splits being even) is multiplied
@@ -482,8 +558,10 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
 // The activation tiles: eight lanes per (row, slab), lane c reading the slab's 16-byte
 // chunk c of the row (zero past M and K) and writing the tile's chunk c, swizzled, whose
 // word t is natural pair 8 t + c: word c % 4 of chunk 2 t + c / 4, fetched from the lane
-// that read it. p.x: the M x K bf16 activations (row stride p.x_stride); p.out: the
+// that read it (HALF, INT4-G32's order: pair 16 (c / 4) + c % 4 + 4 t, word c % 4 of
+// chunk 4 (c / 4) + t). p.x: the M x K bf16 activations (row stride p.x_stride); p.out: the
 // tiles, [M tile][slab][128 rows][128 B]. The grid covers whole warps of the work.
+template <bool HALF>
 __device__ __forceinline__ void acts(const PgemmParams& p) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     const uint32_t S = p.slabs;
@@ -510,7 +588,7 @@ __device__ __forceinline__ void acts(const PgemmParams& p) {
         uint32_t out[4];
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
-            const int src = base + 2 * t + (int)(c >> 2);
+            const int src = base + (HALF ? 4 * (int)(c >> 2) + t : 2 * t + (int)(c >> 2));
             const uint32_t w0 = __shfl_sync(0xffffffffu, v.x, src), w1 = __shfl_sync(0xffffffffu, v.y, src);
             const uint32_t w2 = __shfl_sync(0xffffffffu, v.z, src), w3 = __shfl_sync(0xffffffffu, v.w, src);
             const uint32_t word = c & 3u;
@@ -530,7 +608,10 @@ __device__ __forceinline__ void acts(const PgemmParams& p) {
 
 using bs::PgemmParams;
 
-extern "C" __global__ void __launch_bounds__(256) wgemm_acts(const PgemmParams p) { bs::wgemm::acts(p); }
+extern "C" __global__ void __launch_bounds__(256) wgemm_acts(const PgemmParams p) { bs::wgemm::acts<false>(p); }
+extern "C" __global__ void __launch_bounds__(256) wgemm_acts_half(const PgemmParams p) {
+    bs::wgemm::acts<true>(p);
+}
 
 #define BS_WGEMM(name, traits)                                                                                  \
     extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1) wgemm_##name(const PgemmParams p) {    \
@@ -545,4 +626,5 @@ BS_WGEMM(mxfp8_e4m3, TMxfp8E4m3)
 BS_WGEMM(mxfp8_e5m2, TMxfp8E5m2)
 BS_WGEMM(fp8_block_128x128, TFp8T128)
 BS_WGEMM(fp8_block_1x128, TFp8R128)
+BS_WGEMM(int4_g32, TInt4G32)
 BS_WGEMM(int4_g128, TInt4G128)

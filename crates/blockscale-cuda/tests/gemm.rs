@@ -347,9 +347,9 @@ fn weight_only_every_scheme_and_activation_type() {
 
 /// Weight-only on prepared weights: activations of type I (bf16 or f16, rows at a multiple
 /// of 8 elements) times weights of `scheme`. The fused kernels (on Hopper `wgmma` for
-/// bf16 x NVFP4 / MX from M = 65 to 1024, `mma.sync` up to M = 256 otherwise) decode the
-/// weights in registers and round nothing (scales applied exactly in bf16, or in f32 per
-/// block); above, the weights are decoded to bf16 for CUTLASS's BF16 GEMM, which rounds
+/// bf16 x every scheme from M = 65 to 1024, `mma.sync` up to M = 256
+/// otherwise) decode the weights in registers and round nothing (scales applied exactly
+/// in bf16, or in f32 per block); above, the weights are decoded to bf16 for CUTLASS's BF16 GEMM, which rounds
 /// INT4 and FP8-block weights (times their scales) once, as the checkpoint layout's path.
 fn run_weight_only_prepared<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output>(
     dev: &Device,
@@ -387,8 +387,8 @@ fn run_weight_only_prepared<I: GemvInput + cpu::Input + cpu::Output, O: DeviceEl
     );
     assert_same_bits(dev, &fresh, &got, &format!("{what}: allocating and _into differ"));
     // Rounded: the bf16 decode for CUTLASS, above the fused kernels' M (on Hopper bf16
-    // x every scheme but INT4-G32 runs wgmma up to M = 1024).
-    let wgmma = I::SUFFIX == "bf16" && scheme != Scheme::Int4G32 && m <= 1024;
+    // activations run wgmma up to M = 1024, INT4-G32 up to 256).
+    let wgmma = I::SUFFIX == "bf16" && m <= if scheme == Scheme::Int4G32 { 256 } else { 1024 };
     let rounded = m > 256 && !wgmma && matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_));
     c.check(&got, exact, rounded, activation, &what);
 }
@@ -400,8 +400,8 @@ fn weight_only_prepared_every_scheme() {
     let schemes: Vec<Scheme> = WEIGHT_SCHEMES.iter().filter(|(_, il)| !il).map(|&(s, _)| s).collect();
     for (i, &scheme) in schemes.iter().enumerate() {
         // K ragged against the 64-element slab; M across the 64- and 128-row activation
-        // tiles (9: the GEMV; 65 and 300, bf16 x NVFP4 / MX on Hopper: wgmma; 300 for
-        // the others: the bf16 decode and CUTLASS); N ragged against the 128-row tile; a
+        // tiles (9: the GEMV; 65 and 300 with bf16 on Hopper: wgmma; 300 with f16: the
+        // bf16 decode and CUTLASS); N ragged against the 128-row tile; a
         // long K with few tiles takes the split-K path.
         let k = if matches!(scheme, Scheme::Fp8Block(_) | Scheme::Int4G128) { 384 } else { 224 };
         for (j, &(m, n, k)) in
@@ -428,15 +428,18 @@ fn weight_only_prepared_takes_more_tiles_than_the_gpu_holds() {
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::MxFp4, (300, 5980, 320), true, Activation::Identity, 71);
     run_weight_only_prepared::<bf16, f32>(&dev, Scheme::NvFp4, (300, 5980, 320), false, Activation::Silu, 72);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::MxFp8E4M3, (260, 6016, 224), false, Activation::GeluErf, 73);
-    // The post-scaled schemes (a scale step per 128-element block), exact and random,
-    // in one wave and in several, with and without split K.
-    for (i, scheme) in [Scheme::Int4G128, Scheme::Fp8Block(Fp8Tile::Tile128x128), Scheme::Fp8Block(Fp8Tile::Row1x128)]
-        .into_iter()
-        .enumerate()
+    // The post-scaled schemes (a scale step per block: 32 or 128 elements), exact and
+    // random, in one wave and in several, with and without split K.
+    for (i, scheme) in
+        [Scheme::Int4G32, Scheme::Int4G128, Scheme::Fp8Block(Fp8Tile::Tile128x128), Scheme::Fp8Block(Fp8Tile::Row1x128)]
+            .into_iter()
+            .enumerate()
     {
         let seed = 80 + 4 * i as u64;
-        run_weight_only_prepared::<bf16, bf16>(&dev, scheme, (300, 5980, 384), true, Activation::Identity, seed);
-        run_weight_only_prepared::<bf16, f32>(&dev, scheme, (300, 5980, 640), false, Activation::Silu, seed + 1);
+        // 71 x 3 tiles (INT4-G32, which takes wgmma up to M = 256: 71 x 2).
+        let m = if scheme == Scheme::Int4G32 { 250 } else { 300 };
+        run_weight_only_prepared::<bf16, bf16>(&dev, scheme, (m, 9000, 384), true, Activation::Identity, seed);
+        run_weight_only_prepared::<bf16, f32>(&dev, scheme, (m, 9000, 640), false, Activation::Silu, seed + 1);
         run_weight_only_prepared::<bf16, bf16>(&dev, scheme, (130, 256, 4096), true, Activation::Identity, seed + 2);
         run_weight_only_prepared::<bf16, f16>(&dev, scheme, (200, 384, 2944), false, Activation::GeluTanh, seed + 3);
     }
@@ -642,6 +645,7 @@ fn gemm_sanitizer_smoke() {
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::NvFp4, (70, 72, 1024), false, Activation::Silu, 952);
     run_weight_only_prepared::<f16, f32>(&dev, Scheme::Int4G32, (130, 40, 256), false, Activation::Identity, 953);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::Int4G128, (70, 40, 640), false, Activation::Silu, 955);
+    run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::Int4G32, (70, 40, 320), false, Activation::GeluErf, 956);
     run_weight_only_prepared::<bf16, f32>(
         &dev,
         Scheme::Fp8Block(Fp8Tile::Row1x128),

@@ -2,8 +2,8 @@
 //! decoded in registers inside the main loop, no dequantize pass. Which kernel runs:
 //!
 //! - M up to 16: the GEMV on the same weights.
-//! - Hopper, bf16 activations, every scheme but INT4-G32, M up to 1024 (from M = 17 on
-//!   large weights, from M = 65 on small ones): `kernels/gemm/wgemm.cu`,
+//! - Hopper, bf16 activations, M up to 1024 (from M = 17 on large weights, from M = 65
+//!   on small ones): `kernels/gemm/wgemm.cu`,
 //!   warp-specialized `wgmma` with the decoded weights as its register operand.
 //! - Otherwise up to M = 256 on Hopper (any M on SM120): `kernels/gemm/pgemm.cu`, the
 //!   same decode into `mma.sync`.
@@ -60,26 +60,32 @@ fn wgmma_enabled() -> bool {
     *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMM_WGMMA").map_or(true, |v| v.trim() != "0"))
 }
 
-/// The wgmma kernel for a scheme: every scheme but INT4-G32, whose 32-element blocks
-/// (half a slab) would need a scale step every two `wgmma`s (it runs pgemm).
-fn wgmma_name(scheme: Scheme) -> Option<String> {
-    match scheme {
-        Scheme::Int4G32 => None,
-        _ => Some(format!("wgemm_{}", crate::quantize::scheme_name(scheme))),
-    }
+/// The wgmma kernel for a scheme (every scheme has one).
+fn wgmma_name(scheme: Scheme) -> String {
+    format!("wgemm_{}", crate::quantize::scheme_name(scheme))
+}
+
+/// The kernel that writes the activation tiles in the order of the scheme's fragments:
+/// INT4-G32's half map (32-element blocks inside a slab) has its own.
+fn wgmma_acts_name(scheme: Scheme) -> &'static str {
+    if scheme == Scheme::Int4G32 { "wgemm_acts_half" } else { "wgemm_acts" }
 }
 
 /// The largest M the wgmma kernel takes; above it the prepared weights are decoded to
 /// bf16 and CUTLASS's BF16 GEMM runs, which measured faster at M = 2048 (H100,
-/// docs/DECISIONS.md #42). `BLOCKSCALE_GEMM_WGMMA_MAX_M` overrides it.
+/// docs/DECISIONS.md #42).
 const WGMMA_MAX_M: usize = 1024;
+/// The same for INT4-G32, whose scale step every 32 elements drains the tensor cores
+/// once a slab: the bf16 decode and CUTLASS measured as fast at M = 512 and faster at
+/// 1024 (H200, docs/DECISIONS.md #43).
+const WGMMA_G32_MAX_M: usize = 256;
 
-/// [`WGMMA_MAX_M`], or `BLOCKSCALE_GEMM_WGMMA_MAX_M` where it is set (read once).
-fn wgmma_max_m() -> usize {
-    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *S.get_or_init(|| {
-        std::env::var("BLOCKSCALE_GEMM_WGMMA_MAX_M").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(WGMMA_MAX_M)
-    })
+/// The largest M the wgmma kernel takes for `scheme`: `BLOCKSCALE_GEMM_WGMMA_MAX_M` where
+/// it is set (read once; for every scheme), else [`WGMMA_MAX_M`] or [`WGMMA_G32_MAX_M`].
+fn wgmma_max_m(scheme: Scheme) -> usize {
+    static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let set = *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMM_WGMMA_MAX_M").ok().and_then(|v| v.trim().parse().ok()));
+    set.unwrap_or(if scheme == Scheme::Int4G32 { WGMMA_G32_MAX_M } else { WGMMA_MAX_M })
 }
 
 /// Up to M = 64 the wgmma kernel (128 activation rows a tile) takes only weights of at
@@ -87,11 +93,11 @@ fn wgmma_max_m() -> usize {
 const WGMMA_SMALL_M_WEIGHTS: usize = 1 << 26;
 
 /// Whether the wgmma kernel runs `m` activation rows (f16 or not) times `rows` x `k`
-/// weights of `scheme` here: Hopper, bf16 activations, a scheme it has (not INT4-G32), M
-/// beyond the GEMV's and within the range where it measured fastest.
+/// weights of `scheme` here: Hopper, bf16 activations, a scheme it has, M beyond the
+/// GEMV's and within the range where it measured fastest.
 fn uses_wgmma(dev: &Device, scheme: Scheme, (m, rows, k): (usize, usize, usize), f16: bool) -> bool {
-    let in_range = m > GEMV_MAX_ROWS && m <= wgmma_max_m() && (m > 64 || rows * k >= WGMMA_SMALL_M_WEIGHTS);
-    dev.arch() == crate::Arch::Sm90 && !f16 && in_range && wgmma_enabled() && wgmma_name(scheme).is_some()
+    let in_range = m > GEMV_MAX_ROWS && m <= wgmma_max_m(scheme) && (m > 64 || rows * k >= WGMMA_SMALL_M_WEIGHTS);
+    dev.arch() == crate::Arch::Sm90 && !f16 && in_range && wgmma_enabled()
 }
 
 /// The wgmma kernel's dynamic shared memory: stages of (activation tile + the tile's
@@ -214,17 +220,14 @@ impl Plan {
 /// The fused kernel and its launch plan: the wgmma kernel where `uses_wgmma` said so
 /// (`wgmma`), pgemm otherwise.
 fn plan(dev: &Device, w: &Fast, m: usize, f16: bool, wgmma: bool) -> Result<(crate::device::Kernel, Plan), CudaError> {
-    let (kernel, plan) = match wgmma_name(w.scheme).filter(|_| wgmma) {
-        Some(name) => {
-            let kernel = dev.function_with_threads(&name, WG_THREADS, wg_smem_bytes(w.scheme))?;
-            let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
-            (kernel, Plan::wgmma((m, w.rows, w.slabs), slots))
-        }
-        None => {
-            let kernel = dev.function_with_threads(&kernel_name(w.scheme, f16), THREADS, smem_bytes(w.scheme))?;
-            let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
-            (kernel, Plan::new((m, w.rows, w.slabs), slots))
-        }
+    let (kernel, plan) = if wgmma {
+        let kernel = dev.function_with_threads(&wgmma_name(w.scheme), WG_THREADS, wg_smem_bytes(w.scheme))?;
+        let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
+        (kernel, Plan::wgmma((m, w.rows, w.slabs), slots))
+    } else {
+        let kernel = dev.function_with_threads(&kernel_name(w.scheme, f16), THREADS, smem_bytes(w.scheme))?;
+        let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
+        (kernel, Plan::new((m, w.rows, w.slabs), slots))
     };
     if plan.tiles_n * plan.tiles_m > crate::device::GEMV_COUNTERS || plan.tiles_m > 65535 {
         return Err(CudaError::TooLarge { rows: w.rows, k: w.k, limit: "the GEMM's tiles exceed 65536" });
@@ -321,9 +324,9 @@ fn run<I: GemvInput, O: DeviceElement>(
     };
     if wgmma {
         // The activations in the wgmma kernel's tile order, into the workspace (whole
-        // 8-element chunks: K is a multiple of the NVFP4 and MX blocks).
-        debug_assert!(k % 16 == 0, "NVFP4 and MX weights hold whole blocks along K");
-        let acts = dev.function("wgemm_acts")?;
+        // 8-element chunks: K is a multiple of every scheme's block, 16 at the least).
+        debug_assert!(k % 16 == 0, "the weights hold whole blocks along K");
+        let acts = dev.function(wgmma_acts_name(f.scheme))?;
         let tiles = PgemmParams { out: ws_ptr, ..params };
         // Eight threads per (row, slab).
         let config = dev.grid_stride((plan.tiles_m * WG_TILE * f.slabs * 8) as u64, &acts);
@@ -510,10 +513,22 @@ mod tests {
         assert_eq!(wg_smem_bytes(Scheme::NvFp4), 6 * 21 * 1024 + 65 * 1024);
         assert_eq!(wg_smem_bytes(Scheme::MxFp6E2M3), 6 * 23 * 1024 + 65 * 1024);
         assert_eq!(wg_smem_bytes(Scheme::MxFp8E5M2), 6 * 25 * 1024 + 65 * 1024);
+        // INT4-G128: 512 + 32 bytes a group; FP8 block: 1024 + the 1x128 rows' 64 (the
+        // 128x128 tile scale is read from global memory, not staged).
+        assert_eq!(wg_smem_bytes(Scheme::Int4G128), 6 * 21 * 1024 + 65 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::Fp8Block(Fp8Tile::Tile128x128)), 6 * 24 * 1024 + 65 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::Fp8Block(Fp8Tile::Row1x128)), 6 * 25 * 1024 + 65 * 1024);
         // Within Hopper's 227 KiB a CTA.
-        assert!(wg_smem_bytes(Scheme::MxFp8E4M3) <= 227 << 10);
-        assert_eq!(wgmma_name(Scheme::MxFp4).as_deref(), Some("wgemm_mxfp4"));
-        assert_eq!(wgmma_name(Scheme::Int4G128), None);
+        for s in Scheme::ALL {
+            assert!(wg_smem_bytes(s) <= 227 << 10, "{s:?}");
+        }
+        assert_eq!(wgmma_name(Scheme::MxFp4), "wgemm_mxfp4");
+        assert_eq!(wgmma_name(Scheme::Int4G128), "wgemm_int4_g128");
+        assert_eq!(wgmma_name(Scheme::Fp8Block(Fp8Tile::Row1x128)), "wgemm_fp8_block_1x128");
+        assert_eq!(wgmma_name(Scheme::Int4G32), "wgemm_int4_g32");
+        assert_eq!(wg_smem_bytes(Scheme::Int4G32), 6 * 21 * 1024 + 65 * 1024);
+        assert_eq!(wgmma_acts_name(Scheme::Int4G32), "wgemm_acts_half");
+        assert_eq!(wgmma_acts_name(Scheme::Int4G128), "wgemm_acts");
     }
 
     #[test]
