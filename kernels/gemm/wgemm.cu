@@ -114,33 +114,41 @@ __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
 }
 
+// The 64 accumulator operands of an m64n128 wgmma, d[16][4].
+#define BS_WGMMA_D128(d)                                                                                    \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),   \
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), \
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), \
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), \
+        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]),               \
+        "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]),          \
+        "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]),          \
+        "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]),          \
+        "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+#define BS_WGMMA_REGS128                                                                                     \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+    "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
+    "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "      \
+    "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+
 // D (64 x 128, f32) = A (this warp's 16 rows of 64, registers) x B (128 rows of the
-// activation tile at `desc`) + D (`accumulate` != 0) or + 0, bf16 inputs.
+// activation tile at `desc`) + D (`accumulate` != 0) or + 0; bf16 inputs, or f16 (F16).
+template <bool F16 = false>
 __device__ __forceinline__ void wgmma_m64n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc,
                                               uint32_t accumulate = 1u) {
 #if BS_WGEMM_ARCH
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
-          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+    if constexpr (F16) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " BS_WGMMA_REGS128
+                     : BS_WGMMA_D128(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+    } else {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " BS_WGMMA_REGS128
+                     : BS_WGMMA_D128(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+    }
 #else
     (void)d;
     (void)a;
@@ -209,6 +217,34 @@ __device__ __forceinline__ void store_tile(const PgemmParams& p, const float* su
     }
 }
 
+// The A fragment of k16 step q as f16 (f16 activations; INT4 and FP8 E4M3, which scale
+// in f32): INT4 as 8 (c - 8) from 1024 + 8 c, E4M3 moved from its bf16 place (sign 15,
+// magnitude 10:4) to f16's (magnitude 13:7: the element times 2^-8, subnormals too) and
+// multiplied by 2^8. Exact, and the same values as the bf16 fragments.
+template <class T>
+__device__ __forceinline__ void f16_fragment(const Slab<T>& d, int q, uint32_t (&a)[4]) {
+    static_assert(T::kDec == Dec::Int4 || T::kDec == Dec::E4M3, "f16 fragments: INT4 and FP8 block");
+    if constexpr (T::kDec == Dec::Int4) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = sub_f16x2((rotr(d.w[q], 4 * i) & 0x00780078u) | 0x64006400u, 0x64406440u);
+    } else {
+        uint32_t r[4];
+        fragment<T>(d, q, r);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = mul_f16x2((r[i] & 0x80008000u) | ((r[i] << 3) & 0x3F803F80u), 0x5C005C00u);
+    }
+}
+
+// The A fragment of step q for bf16 (mma_fragment) or f16 (F16) activations.
+template <class T, bool F16>
+__device__ __forceinline__ void a_fragment(const Slab<T>& d, int q, uint32_t s0, uint32_t s1, uint32_t (&a)[4]) {
+    if constexpr (F16) {
+        f16_fragment<T>(d, q, a);
+    } else {
+        mma_fragment<T>(d, q, s0, s1, a);
+    }
+}
+
 // Registers a thread after `setmaxnreg` (the register file holds 24 x 128 + 240 x 256):
 // INT4-G32 keeps two sets of block sums besides the accumulators (64 + 2 x 64 + 2 x 16
 // fragments), the others one at most.
@@ -239,8 +275,9 @@ __device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
     return r;
 }
 
-template <class T>
+template <class T, bool F16>
 __device__ __forceinline__ void gemm(const PgemmParams& p) {
+    static_assert(!F16 || !T::kPre, "f16 activations: the post-scaled schemes (their weights are exact in f16)");
     // Post-scaled schemes: blocks of two slabs (128 K), scales per slab pair.
     constexpr uint32_t kScaleSlabs = pair_scales<T>() ? 2u : 1u;
     constexpr uint32_t kCode = code_slab_bytes<T>();
@@ -442,7 +479,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
             uint32_t sp0, sp1;
             slab_scales<T>(d, add, sp0, sp1);
 #pragma unroll
-            for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, sp0, sp1, ar[q]);
+            for (int q = 0; q < 4; ++q) a_fragment<T, F16>(d, q, sp0, sp1, ar[q]);
             post_scales<T>(d, 0, fs[0], fs[1]);
             post_scales<T>(d, 1, fs[2], fs[3]);
         };
@@ -451,10 +488,10 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
         auto slab = [&](uint32_t n, const uint32_t (&ar)[4][4], const float (&fs)[4], auto&& next) {
             const uint32_t base = smem_u32(smem + (n % kDepth) * kStage);
             wg_fence();
-            wgmma_m64n128(da, ar[0], tile_desc(base), 0u);
-            wgmma_m64n128(da, ar[1], tile_desc(base + 32u));
-            wgmma_m64n128(db, ar[2], tile_desc(base + 64u), 0u);
-            wgmma_m64n128(db, ar[3], tile_desc(base + 96u));
+            wgmma_m64n128<F16>(da, ar[0], tile_desc(base), 0u);
+            wgmma_m64n128<F16>(da, ar[1], tile_desc(base + 32u));
+            wgmma_m64n128<F16>(db, ar[2], tile_desc(base + 64u), 0u);
+            wgmma_m64n128<F16>(db, ar[3], tile_desc(base + 96u));
             wg_commit();
             next();
             wg_wait<0>();
@@ -513,7 +550,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
             uint32_t sp0, sp1;
             slab_scales<T>(d, add, sp0, sp1);
 #pragma unroll
-            for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, sp0, sp1, ar[q]);
+            for (int q = 0; q < 4; ++q) a_fragment<T, F16>(d, q, sp0, sp1, ar[q]);
             if (second) post_scales<T>(d, 0, f0, f1);
         };
         auto issue = [&](uint32_t n, const uint32_t (&ar)[4][4], bool fresh) {
@@ -521,7 +558,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
             fence_acc(dt);
             wg_fence();
 #pragma unroll
-            for (int q = 0; q < 4; ++q) wgmma_m64n128(dt, ar[q], tile_desc(base + 32u * q), fresh && q == 0 ? 0u : 1u);
+            for (int q = 0; q < 4; ++q) wgmma_m64n128<F16>(dt, ar[q], tile_desc(base + 32u * q), fresh && q == 0 ? 0u : 1u);
             wg_commit();
         };
         for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -615,7 +652,12 @@ extern "C" __global__ void __launch_bounds__(256) wgemm_acts_half(const PgemmPar
 
 #define BS_WGEMM(name, traits)                                                                                  \
     extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1) wgemm_##name(const PgemmParams p) {    \
-        bs::wgemm::gemm<bs::pgemv::traits>(p);                                                                  \
+        bs::wgemm::gemm<bs::pgemv::traits, false>(p);                                                           \
+    }
+// f16 activations (the post-scaled schemes).
+#define BS_WGEMM_F16(name, traits)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1) wgemm_##name##_f16(const PgemmParams p) { \
+        bs::wgemm::gemm<bs::pgemv::traits, true>(p);                                                               \
     }
 
 BS_WGEMM(nvfp4, TNvfp4)
@@ -628,3 +670,7 @@ BS_WGEMM(fp8_block_128x128, TFp8T128)
 BS_WGEMM(fp8_block_1x128, TFp8R128)
 BS_WGEMM(int4_g32, TInt4G32)
 BS_WGEMM(int4_g128, TInt4G128)
+BS_WGEMM_F16(fp8_block_128x128, TFp8T128)
+BS_WGEMM_F16(fp8_block_1x128, TFp8R128)
+BS_WGEMM_F16(int4_g32, TInt4G32)
+BS_WGEMM_F16(int4_g128, TInt4G128)

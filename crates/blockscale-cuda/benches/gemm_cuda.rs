@@ -28,9 +28,9 @@ use blockscale_cuda::{
     gemm_weight_only_workspace_size, gemm_workspace_size, quantize,
 };
 use blockscale_formats::{Fp8Tile, ScaleLayout, Scheme};
-use common::anchors::{LtFp8, bf16_gemm_config, device_and_blas, random_bf16, random_u8};
+use common::anchors::{LtFp8, bf16_gemm_config, device_and_blas, random_bf16, random_f16, random_u8};
 use common::{graph_time, time};
-use half::bf16;
+use half::{bf16, f16};
 
 /// The anchors of one shape, in seconds (`None`: cuBLASLt offers no algorithm).
 struct Anchors {
@@ -218,6 +218,17 @@ fn weight_only(dev: &Device, blas: &CudaBlas, filter: &str) {
                     // Small products are near the host's launch rate: the same calls
                     // replayed from a CUDA graph.
                     row(&format!("bf16 x {name} prepared (graph)"), flop, graph_time(dev, 10, |_| call()), &an_graph);
+                }
+                if m <= 512 && matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_)) {
+                    // f16 activations (W4A16 checkpoints often run them): the same weights.
+                    let xh = random_f16(dev, m * k, 1);
+                    let xhm = DeviceMatrix::new(&xh, m, k);
+                    let bytes = gemm_weight_only_prepared_workspace_size::<f16, bf16>(dev, xhm, &pw, n).unwrap();
+                    dev.reserve_workspace(bytes).unwrap();
+                    let call = || {
+                        gemm_weight_only_prepared_into(dev, xhm, &pw, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap()
+                    };
+                    row(&format!("f16 x {name} prepared"), flop, time(stream, 10, call), &an);
                 }
             }
         }

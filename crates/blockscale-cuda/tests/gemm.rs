@@ -387,9 +387,12 @@ fn run_weight_only_prepared<I: GemvInput + cpu::Input + cpu::Output, O: DeviceEl
     );
     assert_same_bits(dev, &fresh, &got, &format!("{what}: allocating and _into differ"));
     // Rounded: the bf16 decode for CUTLASS, above the fused kernels' M (on Hopper bf16
-    // activations run wgmma up to M = 1024, INT4-G32 up to 256).
-    let wgmma = I::SUFFIX == "bf16" && m <= if scheme == Scheme::Int4G32 { 256 } else { 1024 };
-    let rounded = m > 256 && !wgmma && matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_));
+    // activations, and f16 with the post-scaled schemes, run wgmma up to M = 1024,
+    // INT4-G32 with bf16 up to 256).
+    let post = matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_));
+    let g32_bf16 = scheme == Scheme::Int4G32 && I::SUFFIX == "bf16";
+    let wgmma = (I::SUFFIX == "bf16" || post) && m <= if g32_bf16 { 256 } else { 1024 };
+    let rounded = m > 256 && !wgmma && post;
     c.check(&got, exact, rounded, activation, &what);
 }
 
@@ -442,6 +445,9 @@ fn weight_only_prepared_takes_more_tiles_than_the_gpu_holds() {
         run_weight_only_prepared::<bf16, f32>(&dev, scheme, (m, 9000, 640), false, Activation::Silu, seed + 1);
         run_weight_only_prepared::<bf16, bf16>(&dev, scheme, (130, 256, 4096), true, Activation::Identity, seed + 2);
         run_weight_only_prepared::<bf16, f16>(&dev, scheme, (200, 384, 2944), false, Activation::GeluTanh, seed + 3);
+        // f16 activations (the wgmma kernel's f16 variant).
+        run_weight_only_prepared::<f16, f32>(&dev, scheme, (m, 9000, 640), true, Activation::Identity, seed + 40);
+        run_weight_only_prepared::<f16, bf16>(&dev, scheme, (130, 256, 4096), false, Activation::Silu, seed + 41);
     }
 }
 
@@ -646,6 +652,14 @@ fn gemm_sanitizer_smoke() {
     run_weight_only_prepared::<f16, f32>(&dev, Scheme::Int4G32, (130, 40, 256), false, Activation::Identity, 953);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::Int4G128, (70, 40, 640), false, Activation::Silu, 955);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::Int4G32, (70, 40, 320), false, Activation::GeluErf, 956);
+    run_weight_only_prepared::<f16, f32>(
+        &dev,
+        Scheme::Fp8Block(Fp8Tile::Tile128x128),
+        (70, 40, 512),
+        false,
+        Activation::Identity,
+        958,
+    );
     run_weight_only_prepared::<bf16, f32>(
         &dev,
         Scheme::Fp8Block(Fp8Tile::Row1x128),

@@ -10,7 +10,7 @@ use blockscale_cuda::Device;
 use blockscale_cuda::cudarc::cublas::{CudaBlas, GemmConfig, sys as blas};
 use blockscale_cuda::cudarc::cublaslt::{result as lt, sys as ltsys};
 use blockscale_cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
-use half::bf16;
+use half::{bf16, f16};
 
 use super::time;
 
@@ -20,6 +20,17 @@ pub fn random_bf16(dev: &Device, len: usize, seed: u64) -> CudaSlice<bf16> {
         .map(|_| {
             s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             bf16::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+        })
+        .collect();
+    dev.stream().clone_htod(&host).unwrap()
+}
+
+pub fn random_f16(dev: &Device, len: usize, seed: u64) -> CudaSlice<f16> {
+    let mut s = seed;
+    let host: Vec<f16> = (0..len)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            f16::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
         })
         .collect();
     dev.stream().clone_htod(&host).unwrap()

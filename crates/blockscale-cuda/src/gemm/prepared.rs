@@ -2,8 +2,8 @@
 //! decoded in registers inside the main loop, no dequantize pass. Which kernel runs:
 //!
 //! - M up to 16: the GEMV on the same weights.
-//! - Hopper, bf16 activations, M up to 1024 (from M = 17 on large weights, from M = 65
-//!   on small ones): `kernels/gemm/wgemm.cu`,
+//! - Hopper, bf16 activations (f16 for INT4 and FP8 block), M up to 1024 (INT4-G32: 256;
+//!   from M = 17 on large weights, from M = 65 on small ones): `kernels/gemm/wgemm.cu`,
 //!   warp-specialized `wgmma` with the decoded weights as its register operand.
 //! - Otherwise up to M = 256 on Hopper (any M on SM120): `kernels/gemm/pgemm.cu`, the
 //!   same decode into `mma.sync`.
@@ -60,9 +60,18 @@ fn wgmma_enabled() -> bool {
     *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMM_WGMMA").map_or(true, |v| v.trim() != "0"))
 }
 
-/// The wgmma kernel for a scheme (every scheme has one).
-fn wgmma_name(scheme: Scheme) -> String {
-    format!("wgemm_{}", crate::quantize::scheme_name(scheme))
+/// The wgmma kernel for a scheme (every scheme has one for bf16 activations, the
+/// post-scaled ones for f16: see [`f16_wgmma`]).
+fn wgmma_name(scheme: Scheme, f16: bool) -> String {
+    format!("wgemm_{}{}", crate::quantize::scheme_name(scheme), if f16 { "_f16" } else { "" })
+}
+
+/// Whether the wgmma kernel takes f16 activations with `scheme`: INT4 and FP8 block,
+/// whose elements are exact in f16 and whose scales enter in f32. (NVFP4 and MX weights
+/// carry their block scale inside the bf16 weight, which f16's range cannot always
+/// hold; with f16 activations they keep pgemm's two bf16 pieces.)
+fn f16_wgmma(scheme: Scheme) -> bool {
+    matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_))
 }
 
 /// The kernel that writes the activation tiles in the order of the scheme's fragments:
@@ -75,17 +84,19 @@ fn wgmma_acts_name(scheme: Scheme) -> &'static str {
 /// bf16 and CUTLASS's BF16 GEMM runs, which measured faster at M = 2048 (H100,
 /// docs/DECISIONS.md #42).
 const WGMMA_MAX_M: usize = 1024;
-/// The same for INT4-G32, whose scale step every 32 elements drains the tensor cores
-/// once a slab: the bf16 decode and CUTLASS measured as fast at M = 512 and faster at
-/// 1024 (H200, docs/DECISIONS.md #43).
+/// The same for INT4-G32 with bf16 activations, whose scale step every 32 elements
+/// drains the tensor cores once a slab: the bf16 decode and CUTLASS measured as fast at
+/// M = 512 and faster at 1024 (H200, docs/DECISIONS.md #43). With f16 activations that
+/// route takes twice as long, and INT4-G32 keeps [`WGMMA_MAX_M`].
 const WGMMA_G32_MAX_M: usize = 256;
 
-/// The largest M the wgmma kernel takes for `scheme`: `BLOCKSCALE_GEMM_WGMMA_MAX_M` where
-/// it is set (read once; for every scheme), else [`WGMMA_MAX_M`] or [`WGMMA_G32_MAX_M`].
-fn wgmma_max_m(scheme: Scheme) -> usize {
+/// The largest M the wgmma kernel takes for `scheme` and f16 (or bf16) activations:
+/// `BLOCKSCALE_GEMM_WGMMA_MAX_M` where it is set (read once; for every scheme), else
+/// [`WGMMA_MAX_M`] or [`WGMMA_G32_MAX_M`].
+fn wgmma_max_m(scheme: Scheme, f16: bool) -> usize {
     static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let set = *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMM_WGMMA_MAX_M").ok().and_then(|v| v.trim().parse().ok()));
-    set.unwrap_or(if scheme == Scheme::Int4G32 { WGMMA_G32_MAX_M } else { WGMMA_MAX_M })
+    set.unwrap_or(if scheme == Scheme::Int4G32 && !f16 { WGMMA_G32_MAX_M } else { WGMMA_MAX_M })
 }
 
 /// Up to M = 64 the wgmma kernel (128 activation rows a tile) takes only weights of at
@@ -93,11 +104,11 @@ fn wgmma_max_m(scheme: Scheme) -> usize {
 const WGMMA_SMALL_M_WEIGHTS: usize = 1 << 26;
 
 /// Whether the wgmma kernel runs `m` activation rows (f16 or not) times `rows` x `k`
-/// weights of `scheme` here: Hopper, bf16 activations, a scheme it has, M beyond the
-/// GEMV's and within the range where it measured fastest.
+/// weights of `scheme` here: Hopper, bf16 activations (f16 for INT4 and FP8 block), M
+/// beyond the GEMV's and within the range where it measured fastest.
 fn uses_wgmma(dev: &Device, scheme: Scheme, (m, rows, k): (usize, usize, usize), f16: bool) -> bool {
-    let in_range = m > GEMV_MAX_ROWS && m <= wgmma_max_m(scheme) && (m > 64 || rows * k >= WGMMA_SMALL_M_WEIGHTS);
-    dev.arch() == crate::Arch::Sm90 && !f16 && in_range && wgmma_enabled()
+    let in_range = m > GEMV_MAX_ROWS && m <= wgmma_max_m(scheme, f16) && (m > 64 || rows * k >= WGMMA_SMALL_M_WEIGHTS);
+    dev.arch() == crate::Arch::Sm90 && (!f16 || f16_wgmma(scheme)) && in_range && wgmma_enabled()
 }
 
 /// The wgmma kernel's dynamic shared memory: stages of (activation tile + the tile's
@@ -221,7 +232,7 @@ impl Plan {
 /// (`wgmma`), pgemm otherwise.
 fn plan(dev: &Device, w: &Fast, m: usize, f16: bool, wgmma: bool) -> Result<(crate::device::Kernel, Plan), CudaError> {
     let (kernel, plan) = if wgmma {
-        let kernel = dev.function_with_threads(&wgmma_name(w.scheme), WG_THREADS, wg_smem_bytes(w.scheme))?;
+        let kernel = dev.function_with_threads(&wgmma_name(w.scheme, f16), WG_THREADS, wg_smem_bytes(w.scheme))?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
         (kernel, Plan::wgmma((m, w.rows, w.slabs), slots))
     } else {
@@ -522,10 +533,11 @@ mod tests {
         for s in Scheme::ALL {
             assert!(wg_smem_bytes(s) <= 227 << 10, "{s:?}");
         }
-        assert_eq!(wgmma_name(Scheme::MxFp4), "wgemm_mxfp4");
-        assert_eq!(wgmma_name(Scheme::Int4G128), "wgemm_int4_g128");
-        assert_eq!(wgmma_name(Scheme::Fp8Block(Fp8Tile::Row1x128)), "wgemm_fp8_block_1x128");
-        assert_eq!(wgmma_name(Scheme::Int4G32), "wgemm_int4_g32");
+        assert_eq!(wgmma_name(Scheme::MxFp4, false), "wgemm_mxfp4");
+        assert_eq!(wgmma_name(Scheme::Int4G128, true), "wgemm_int4_g128_f16");
+        assert_eq!(wgmma_name(Scheme::Fp8Block(Fp8Tile::Row1x128), false), "wgemm_fp8_block_1x128");
+        assert_eq!(wgmma_name(Scheme::Int4G32, false), "wgemm_int4_g32");
+        assert!(f16_wgmma(Scheme::Int4G32) && !f16_wgmma(Scheme::NvFp4));
         assert_eq!(wg_smem_bytes(Scheme::Int4G32), 6 * 21 * 1024 + 65 * 1024);
         assert_eq!(wgmma_acts_name(Scheme::Int4G32), "wgemm_acts_half");
         assert_eq!(wgmma_acts_name(Scheme::Int4G128), "wgemm_acts");
