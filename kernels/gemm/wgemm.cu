@@ -1,6 +1,7 @@
 // Weight-only GEMM on prepared weights for Hopper (sm_90a): y = act(alpha x W^T + bias)
-// with bf16 activations and every scheme, on `wgmma`, warp-specialized. (f16
-// activations and SM120 run pgemm.)
+// with bf16 activations and every scheme, or f16 activations and INT4 / FP8 block (the
+// `_f16` kernels: weights decoded to f16), on `wgmma`, warp-specialized. (f16 with NVFP4
+// and MX, and SM120, run pgemm.)
 //
 // Work split. A tile is 128 weight rows (two 4-group units of the layout) by 128
 // activation rows over a range of 64-element K slabs (K splits when the tiles leave SMs
@@ -278,7 +279,7 @@ __device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
 template <class T, bool F16>
 __device__ __forceinline__ void gemm(const PgemmParams& p) {
     static_assert(!F16 || !T::kPre, "f16 activations: the post-scaled schemes (their weights are exact in f16)");
-    // Post-scaled schemes: blocks of two slabs (128 K), scales per slab pair.
+    // INT4-G128 and FP8 block: scales per slab pair (128 K); the others per slab.
     constexpr uint32_t kScaleSlabs = pair_scales<T>() ? 2u : 1u;
     constexpr uint32_t kCode = code_slab_bytes<T>();
     constexpr uint32_t kStage = stage_bytes<T>();
