@@ -385,6 +385,23 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     float acc[16][4];
     uint32_t it = 0;  // slabs consumed, as the producer counts them
 
+    // Slab n's stage in shared memory (the activation tile first).
+    auto stage_addr = [&](uint32_t n) { return smem_u32(smem + (n % kDepth) * kStage); };
+    // Waits for slab n's stage and decodes this warp's rows of it into the A fragments
+    // `ar`; returns the slab's words, whose scale words the post-scaled schemes read.
+    // `ts`: FP8 128x128's tile scale in global memory (else unused).
+    auto decode = [&](uint32_t n, const uint8_t* ts, uint32_t (&ar)[4][4]) {
+        const uint32_t st = n % kDepth;
+        mbar_wait(&full[st], (n / kDepth) & 1u);
+        Slab<T> d;
+        read_stage<T>(smem + st * kStage + kActTile, gi, lane, ts, d, kGroups);
+        uint32_t sp0, sp1;
+        slab_scales<T>(d, add, sp0, sp1);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) a_fragment<T, F16>(d, q, sp0, sp1, ar[q]);
+        return d;
+    };
+
     // The tile's sums through shared memory ([activation row][weight row]), once every
     // consumer is done with the previous tile's, and the outputs from them.
     auto finish = [&](const Tile& tl, uint32_t t) {
@@ -423,18 +440,10 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
         // are pending (the decode of the next slab overlaps them) and release the stage
         // whose group is done.
         auto step = [&](uint32_t i, uint32_t (&ar)[4][4]) {
-            const uint32_t st = it % kDepth;
-            const uint8_t* stage = smem + st * kStage;
-            mbar_wait(&full[st], (it / kDepth) & 1u);
-            Slab<T> d;
-            read_stage<T>(stage + kActTile, gi, lane, nullptr, d, kGroups);
-            uint32_t sp0, sp1;
-            slab_scales<T>(d, add, sp0, sp1);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, sp0, sp1, ar[q]);
+            decode(it, nullptr, ar);
             fence_acc(acc);
             wg_fence();
-            const uint32_t base = smem_u32(stage);
+            const uint32_t base = stage_addr(it);
 #pragma unroll
             for (int q = 0; q < 4; ++q) wgmma_m64n128(acc, ar[q], tile_desc(base + 32u * q));
             wg_commit();
@@ -473,21 +482,14 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
         uint32_t a[2][4][4];
         float f[2][4];  // per register set: block 0 rows g, g + 8, block 1 rows g, g + 8
         auto load = [&](uint32_t n, uint32_t (&ar)[4][4], float (&fs)[4]) {
-            const uint32_t st = n % kDepth;
-            mbar_wait(&full[st], (n / kDepth) & 1u);
-            Slab<T> d;
-            read_stage<T>(smem + st * kStage + kActTile, gi, lane, nullptr, d, kGroups);
-            uint32_t sp0, sp1;
-            slab_scales<T>(d, add, sp0, sp1);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) a_fragment<T, F16>(d, q, sp0, sp1, ar[q]);
+            const Slab<T> d = decode(n, nullptr, ar);
             post_scales<T>(d, 0, fs[0], fs[1]);
             post_scales<T>(d, 1, fs[2], fs[3]);
         };
         // Slab n (decoded in `ar`, scales `fs`): its group, the next slab's decode
         // (`next`), the wait, the stage's release and the scale step.
         auto slab = [&](uint32_t n, const uint32_t (&ar)[4][4], const float (&fs)[4], auto&& next) {
-            const uint32_t base = smem_u32(smem + (n % kDepth) * kStage);
+            const uint32_t base = stage_addr(n);
             wg_fence();
             wgmma_m64n128<F16>(da, ar[0], tile_desc(base), 0u);
             wgmma_m64n128<F16>(da, ar[1], tile_desc(base + 32u));
@@ -536,9 +538,6 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
         // wait for its stage and decode it into `ar`; the second slab of a block also
         // takes the block's scales of rows g and g + 8.
         auto load = [&](uint32_t first, const Tile& tl, uint32_t x, uint32_t (&ar)[4][4], bool second) {
-            const uint32_t n = first + x;
-            const uint32_t st = n % kDepth;
-            mbar_wait(&full[st], (n / kDepth) & 1u);
             const uint8_t* ts = nullptr;
             if constexpr (T::kSc == Sc::F32T128) {
                 // The 128 x 128 tile scale from global memory (the stage holds none).
@@ -546,16 +545,11 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
                                scale_step_bytes<T>() +
                      wi * scale_step_bytes<T>();
             }
-            Slab<T> d;
-            read_stage<T>(smem + st * kStage + kActTile, gi, lane, ts, d, kGroups);
-            uint32_t sp0, sp1;
-            slab_scales<T>(d, add, sp0, sp1);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) a_fragment<T, F16>(d, q, sp0, sp1, ar[q]);
+            const Slab<T> d = decode(first + x, ts, ar);
             if (second) post_scales<T>(d, 0, f0, f1);
         };
         auto issue = [&](uint32_t n, const uint32_t (&ar)[4][4], bool fresh) {
-            const uint32_t base = smem_u32(smem + (n % kDepth) * kStage);
+            const uint32_t base = stage_addr(n);
             fence_acc(dt);
             wg_fence();
 #pragma unroll

@@ -9,31 +9,29 @@ use std::sync::Arc;
 use blockscale_cuda::Device;
 use blockscale_cuda::cudarc::cublas::{CudaBlas, GemmConfig, sys as blas};
 use blockscale_cuda::cudarc::cublaslt::{result as lt, sys as ltsys};
-use blockscale_cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use blockscale_cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DeviceRepr};
 use half::{bf16, f16};
 
 use super::time;
 
-pub fn random_bf16(dev: &Device, len: usize, seed: u64) -> CudaSlice<bf16> {
+/// `len` seeded values uniform in [-1, 1), converted by `from_f32`, on the device.
+fn random_values<T: DeviceRepr>(dev: &Device, len: usize, seed: u64, from_f32: fn(f32) -> T) -> CudaSlice<T> {
     let mut s = seed;
-    let host: Vec<bf16> = (0..len)
+    let host: Vec<T> = (0..len)
         .map(|_| {
             s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            bf16::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+            from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
         })
         .collect();
     dev.stream().clone_htod(&host).unwrap()
 }
 
+pub fn random_bf16(dev: &Device, len: usize, seed: u64) -> CudaSlice<bf16> {
+    random_values(dev, len, seed, bf16::from_f32)
+}
+
 pub fn random_f16(dev: &Device, len: usize, seed: u64) -> CudaSlice<f16> {
-    let mut s = seed;
-    let host: Vec<f16> = (0..len)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            f16::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
-        })
-        .collect();
-    dev.stream().clone_htod(&host).unwrap()
+    random_values(dev, len, seed, f16::from_f32)
 }
 
 pub fn random_u8(dev: &Device, len: usize, seed: u64) -> CudaSlice<u8> {
