@@ -34,27 +34,16 @@
 // into the workspace before the GEMM: 16 KiB per tile and slab that one bulk copy brings.
 // (That 4-byte permutation is why the activations cannot come straight from a TMA
 // tensor copy; 4-byte cp.async from the producer warpgroup measured 3x slower.)
-#include "../gemv/prepared.cuh"
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define BS_WGEMM_ARCH 1
-#else
-#define BS_WGEMM_ARCH 0
-#endif
+#include "wgmma.cuh"
 
 namespace bs {
 namespace wgemm {
 
-using namespace bs::pgemv;
-
-constexpr int kConsumerWarps = 8;                      // two warpgroups
-constexpr int kThreads = (kConsumerWarps + 4) * 32;    // + the producer warpgroup
 constexpr int kDepth = 6;                              // stages
 constexpr int kUnits = 2;                              // layout units (64 rows) per CTA
 constexpr int kSets = 3;                               // A register sets: groups in flight + 1
 constexpr int kGroups = kUnits * 4;                    // 16-row groups per CTA
-constexpr int BN = kGroups * 16;                       // weight rows per CTA
-constexpr int BM = 128;                                // activation rows per CTA
+static_assert(BN == kGroups * 16, "a CTA's weight rows are its units' groups");
 constexpr uint32_t kActTile = BM * 128;                // bytes: BM rows x 64 bf16
 
 template <class T>
@@ -73,65 +62,6 @@ template <class T>
 __host__ __device__ constexpr uint32_t smem_bytes() {
     return kDepth * stage_bytes<T>() + BM * BN * 4u + 1024u;
 }
-
-// Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: 8-row groups
-// 1024 bytes apart (the stride byte offset); the leading byte offset is unused in this
-// mode.
-__device__ __forceinline__ uint64_t tile_desc(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-
-// Keeps the compiler from moving accumulator reads or writes across a wgmma fence.
-__device__ __forceinline__ void fence_acc(float (&d)[16][4]) {
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(d[j][c])::"memory");
-}
-
-__device__ __forceinline__ void wg_fence() {
-#if BS_WGEMM_ARCH
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wg_commit() {
-#if BS_WGEMM_ARCH
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void wg_wait() {
-#if BS_WGEMM_ARCH
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-#endif
-}
-
-__device__ __forceinline__ void bar_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-// The consumer warps' barrier (named barrier 1; the producer warpgroup is not part of it).
-__device__ __forceinline__ void consumers_sync() {
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
-}
-
-// The 64 accumulator operands of an m64n128 wgmma, d[16][4].
-#define BS_WGMMA_D128(d)                                                                                    \
-    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),   \
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), \
-        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), \
-        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), \
-        "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]),               \
-        "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]),          \
-        "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]),          \
-        "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]),          \
-        "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-#define BS_WGMMA_REGS128                                                                                     \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
-    "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
-    "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "      \
-    "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
 
 // D (64 x 128, f32) = A (this warp's 16 rows of 64, registers) x B (128 rows of the
 // activation tile at `desc`) + D (`accumulate` != 0) or + 0; bf16 inputs, or f16 (F16).
@@ -157,65 +87,6 @@ __device__ __forceinline__ void wgmma_m64n128(float (&d)[16][4], const uint32_t 
     (void)accumulate;
     __trap();
 #endif
-}
-// The tile's outputs from its sums in shared memory ([activation row][weight row]):
-// consumer thread c takes 8 consecutive weight rows (8 (c % 16) ..) of activation rows
-// c / 16, c / 16 + 16, ...: the bias read once, the sums read and the outputs written
-// 16 bytes at a time where the row allows (elementwise at the edges or an odd stride).
-// ACT: the activation (as bs::activation), or -1 for the split-K partial sums.
-template <int ACT>
-__device__ __forceinline__ void store_tile(const PgemmParams& p, const float* sums, uint32_t m0, uint32_t n0,
-                                           uint32_t split) {
-    constexpr int kColGroups = BN / 8;
-    constexpr int kRowStep = kConsumerWarps * 32 / kColGroups;
-    const int cg = threadIdx.x % kColGroups;
-    const uint32_t n = n0 + 8u * cg;
-    if (n >= p.n) return;
-    const uint32_t valid = min(8u, p.n - n);
-    float bias[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) bias[e] = ACT >= 0 && p.bias && (uint32_t)e < valid ? p.bias[n + e] : 0.0f;
-    const uint64_t plane = (uint64_t)p.m * p.n;
-    for (uint32_t r = threadIdx.x / kColGroups; r < (uint32_t)BM && m0 + r < p.m; r += kRowStep) {
-        const uint32_t m = m0 + r;
-        float v[8];
-        const float4 lo = *reinterpret_cast<const float4*>(sums + r * BN + 8 * cg);
-        const float4 hi = *reinterpret_cast<const float4*>(sums + r * BN + 8 * cg + 4);
-        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-        if constexpr (ACT < 0) {
-            float* dst = p.partial + (uint64_t)split * plane + (uint64_t)m * p.n + n;
-            if (valid == 8 && ((uintptr_t)dst & 15) == 0) {
-                reinterpret_cast<float4*>(dst)[0] = lo;
-                reinterpret_cast<float4*>(dst)[1] = hi;
-            } else {
-                for (uint32_t e = 0; e < valid; ++e) dst[e] = v[e];
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                const float y = p.bias ? __fmaf_rn(p.alpha, v[e], bias[e]) : __fmul_rn(p.alpha, v[e]);
-                v[e] = activation(y, ACT);
-            }
-            // 16-byte stores where the row allows; elementwise (gemv_store) at the edges.
-            const uint64_t i = (uint64_t)m * p.out_stride + n;
-            const uint32_t bytes = p.out_kind == 2 ? 4u : 2u;
-            uint8_t* dst = reinterpret_cast<uint8_t*>(p.out) + i * bytes;
-            if (valid < 8 || ((uintptr_t)dst & 15) != 0) {
-                for (uint32_t e = 0; e < valid; ++e) gemv_store(p, m, n + e, v[e]);
-            } else if (p.out_kind == 2) {
-#pragma unroll
-                for (int e = 0; e < 8; ++e) v[e] = v[e] != v[e] ? __uint_as_float(0x7fc00000u) : v[e];
-                reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
-                reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
-            } else {
-                uint32_t h[8];
-#pragma unroll
-                for (int e = 0; e < 8; ++e) h[e] = p.out_kind == 0 ? to_bf16_bits(v[e]) : to_f16_bits(v[e]);
-                *reinterpret_cast<uint4*>(dst) =
-                    make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
-            }
-        }
-    }
 }
 
 // The A fragment of k16 step q as f16 (f16 activations; INT4 and FP8 E4M3, which scale
@@ -258,23 +129,6 @@ __host__ __device__ constexpr int producer_regs() {
     return T::kHalfMap ? 24 : 40;
 }
 
-// Which tile the CTA's k-th turn takes, and its K range: tiles in order of weight tile
-// first (the CTAs running at once share activation tiles in L2), then activation tile,
-// then K split.
-struct Tile {
-    uint32_t n, m, split, s0, count;
-};
-__device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
-    const uint32_t tiles_n = (p.n + BN - 1) / BN, tiles_m = (p.m + BM - 1) / BM;
-    Tile r;
-    r.n = t % tiles_n;
-    r.m = (t / tiles_n) % tiles_m;
-    r.split = t / tiles_n / tiles_m;
-    r.s0 = r.split * p.slabs_per_split;
-    const uint32_t s1 = min(p.slabs, r.s0 + p.slabs_per_split);
-    r.count = s1 > r.s0 ? s1 - r.s0 : 0u;
-    return r;
-}
 
 template <class T, bool F16>
 __device__ __forceinline__ void gemm(const PgemmParams& p) {

@@ -11,7 +11,9 @@
 //! 3 warm-up launches); products up to M = 512 on prepared weights are also replayed
 //! from a CUDA graph (its own cuBLAS anchor beside). `BLOCKSCALE_BENCH_FILTER=text` keeps
 //! the cases whose label contains `text`, `BLOCKSCALE_BENCH_WEIGHT_ONLY=1` runs only the
-//! weight-only products, `BLOCKSCALE_BENCH_M=32,64` replaces their batch sizes.
+//! weight-only products, `BLOCKSCALE_BENCH_M=32,64` replaces their batch sizes (and
+//! those of the DeepSeek-V3 table of FP8 block pairs, which
+//! `BLOCKSCALE_BENCH_DEEPSEEK=0` skips).
 //!
 //! Why this bench stays beside the facade's (benches/backend.rs): the facade's
 //! `Backend::Cuda` calls take host arrays and copy them over PCIe on every call; this bench
@@ -152,7 +154,49 @@ fn main() {
             row(name, flop, t, &an);
         }
     }
+    if std::env::var("BLOCKSCALE_BENCH_DEEPSEEK").map_or(true, |v| v != "0") && !shapes.is_empty() {
+        deepseek(&dev, &blas, &filter);
+    }
     weight_only(&dev, &blas, &filter);
+}
+
+/// M from `BLOCKSCALE_BENCH_M` (a comma-separated list), else `default`.
+fn batch_sizes(default: &[usize]) -> Vec<usize> {
+    std::env::var("BLOCKSCALE_BENCH_M")
+        .ok()
+        .map(|v| v.split(',').filter_map(|m| m.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
+/// FP8 block pairs (1x128 activations x 128x128 weights) on DeepSeek-V3's linear shapes
+/// (N x K) beside cuBLASLt's blockwise and per-tensor FP8, as DeepGEMM reports them.
+fn deepseek(dev: &Device, blas: &CudaBlas, filter: &str) {
+    let epi = DeviceEpilogue::default();
+    let shapes = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)];
+    println!("\n== DeepSeek-V3 shapes, FP8 block 1x128 x 128x128 (under each row: cuBLASLt blockwise / per-tensor us)");
+    println!(
+        "| {:<34} | {:>9} | {:>6} | {:>7} | {:>7} | {:>7} |",
+        "M x N x K", "us", "TF/s", "/bf16", "/fp8-t", "/fp8-b"
+    );
+    for m in batch_sizes(&[64, 128, 512, 4096]) {
+        for &(n, k) in &shapes {
+            let label = format!("fp8-block deepseek {m}x{n}x{k}");
+            if !label.contains(filter) {
+                continue;
+            }
+            let flop = 2.0 * (m * n * k) as f64;
+            let an = anchors(dev, blas, (m, n, k));
+            let a = quantized(dev, m, k, Scheme::Fp8Block(Fp8Tile::Row1x128), 3);
+            let b = quantized(dev, n, k, Scheme::Fp8Block(Fp8Tile::Tile128x128), 4);
+            let mut d = dev.stream().alloc_zeros::<bf16>(m * n).unwrap();
+            dev.reserve_workspace(gemm_workspace_size::<bf16>(dev, &a, &b, n).unwrap()).unwrap();
+            let call = || gemm_into(dev, &a, &b, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
+            let t = time(dev.stream(), 10, call);
+            let us = |a: Option<f64>| a.map_or("n/a".to_string(), |a| format!("{:.1}", a * 1e6));
+            row(&format!("{m}x{n}x{k}"), flop, t, &an);
+            println!("|   anchors {} / {}", us(an.fp8_block), us(an.fp8_tensor));
+        }
+    }
 }
 
 /// The weight-only products (bf16 activations x quantized weights) beside cuBLAS BF16 on
@@ -162,10 +206,7 @@ fn main() {
 fn weight_only(dev: &Device, blas: &CudaBlas, filter: &str) {
     let epi = DeviceEpilogue::default();
     // BLOCKSCALE_BENCH_M (a comma-separated list) replaces the batch sizes.
-    let ms: Vec<usize> = std::env::var("BLOCKSCALE_BENCH_M")
-        .ok()
-        .map(|v| v.split(',').filter_map(|m| m.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![128, 512, 4096]);
+    let ms = batch_sizes(&[128, 512, 4096]);
     for (n, k) in [(4096, 4096), (28672, 8192), (7168, 2048)] {
         for &m in &ms {
             let shape = format!("{m}x{n}x{k}");

@@ -285,7 +285,7 @@ impl Device {
         // Kernels live in the module named after their operation: quantize_* and amax_*
         // in quantize.fatbin, dequantize_* in dequantize.fatbin, gemm_* (operand
         // preparation) in prepare.fatbin, gemv_* in gemv.fatbin, pgemv_* in prepared.fatbin,
-        // pgemm_* in pgemm.fatbin, wgemm_* in wgemm.fatbin.
+        // pgemm_* in pgemm.fatbin, wgemm_* in wgemm.fatbin, fgemm_* in fgemm.fatbin.
         let module_name = if name.starts_with("dequantize_") {
             "dequantize"
         } else if name.starts_with("gemm_") {
@@ -298,6 +298,8 @@ impl Device {
             "pgemm"
         } else if name.starts_with("wgemm_") {
             "wgemm"
+        } else if name.starts_with("fgemm_") {
+            "fgemm"
         } else {
             "quantize"
         };
@@ -356,6 +358,43 @@ pub(crate) unsafe fn launch_dependent<P: cudarc::driver::DeviceRepr>(
     config: LaunchConfig,
     params: &P,
 ) -> Result<(), cudarc::driver::DriverError> {
+    let mut args = [params as *const P as *mut std::ffi::c_void];
+    // SAFETY: the caller's guarantee.
+    unsafe { launch_dependent_args(stream, func, config, &mut args) }
+}
+
+/// [`launch_dependent`] for a kernel of three parameters.
+///
+/// # Safety
+/// As [`launch_dependent`], for each of the three parameters.
+pub(crate) unsafe fn launch_dependent3<P, Q, R>(
+    stream: &CudaStream,
+    func: &CudaFunction,
+    config: LaunchConfig,
+    params: (&P, &Q, &R),
+) -> Result<(), cudarc::driver::DriverError>
+where
+    P: cudarc::driver::DeviceRepr,
+    Q: cudarc::driver::DeviceRepr,
+    R: cudarc::driver::DeviceRepr,
+{
+    let mut args = [
+        params.0 as *const P as *mut std::ffi::c_void,
+        params.1 as *const Q as *mut std::ffi::c_void,
+        params.2 as *const R as *mut std::ffi::c_void,
+    ];
+    // SAFETY: the caller's guarantee.
+    unsafe { launch_dependent_args(stream, func, config, &mut args) }
+}
+
+/// # Safety
+/// `args` points at the kernel's parameters, as [`launch_dependent`] requires.
+unsafe fn launch_dependent_args(
+    stream: &CudaStream,
+    func: &CudaFunction,
+    config: LaunchConfig,
+    args: &mut [*mut std::ffi::c_void],
+) -> Result<(), cudarc::driver::DriverError> {
     use cudarc::driver::sys;
     // SAFETY: CUlaunchAttribute is plain data (an id and a union of integers); all zero
     // is a valid value, overwritten below.
@@ -374,8 +413,7 @@ pub(crate) unsafe fn launch_dependent<P: cudarc::driver::DeviceRepr>(
         attrs: &mut attr,
         numAttrs: 1,
     };
-    let mut args = [params as *const P as *mut std::ffi::c_void];
-    // SAFETY: the caller guarantees the parameter and launch shape (above); `cfg`,
-    // `attr` and `args` outlive the call, which copies them.
+    // SAFETY: the caller guarantees the parameters and launch shape; `cfg`, `attr` and
+    // `args` outlive the call, which copies them.
     unsafe { sys::cuLaunchKernelEx(&cfg, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()
 }

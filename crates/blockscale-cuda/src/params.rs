@@ -174,6 +174,24 @@ pub(crate) struct PgemmParams {
     pub slabs_per_split: u32,
 }
 
+/// `bs::FgemmParams`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FgemmParams {
+    pub g: PgemmParams,
+    pub sa: u64,
+    pub sb: u64,
+    pub counters: u64,
+    pub a_tiles: u32,
+    pub pad: u32,
+}
+
+/// `bs::fgemm::TensorMap`: a `CUtensorMap` as `cuTensorMapEncodeTiled` writes it (128
+/// opaque bytes, 64-byte aligned), passed to the kernel by value.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TensorMap(pub [u64; 16]);
+
 // The C++ structs have the same fields in the same order with natural alignment; these
 // sizes are what nvcc gives them (8-byte pointers, 4-byte scalars, tail padding to 8).
 const _: () = assert!(size_of::<QuantParams>() == 88 && align_of::<QuantParams>() == 8);
@@ -185,6 +203,8 @@ const _: () = assert!(size_of::<Fp8ScaleParams>() == 32 && align_of::<Fp8ScalePa
 const _: () = assert!(size_of::<GemvParams>() == 160 && align_of::<GemvParams>() == 8);
 const _: () = assert!(size_of::<PgemvParams>() == 160 && align_of::<PgemvParams>() == 8);
 const _: () = assert!(size_of::<PgemmParams>() == 104 && align_of::<PgemmParams>() == 8);
+const _: () = assert!(size_of::<FgemmParams>() == 136 && align_of::<FgemmParams>() == 8);
+const _: () = assert!(size_of::<TensorMap>() == 128 && align_of::<TensorMap>() == 64);
 
 // SAFETY: plain #[repr(C)] structs of integers and floats, passed by value to kernels
 // whose parameter types have the identical layout (kernels/common/params.cuh).
@@ -205,3 +225,8 @@ unsafe impl DeviceRepr for GemvParams {}
 unsafe impl DeviceRepr for PgemvParams {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for PgemmParams {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for FgemmParams {}
+// SAFETY: 128 bytes of plain data with the alignment CUtensorMap and the kernel's
+// `bs::fgemm::TensorMap` have.
+unsafe impl DeviceRepr for TensorMap {}

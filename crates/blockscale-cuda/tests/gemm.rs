@@ -220,6 +220,39 @@ fn large_tiles_and_every_output_type() {
     }
 }
 
+/// FP8 block pairs at small and middle M: CUTLASS's kernel by default, and the opt-in
+/// FP8 wgmma kernel when `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512` is set (`gpu-bundle/run.sh
+/// test` runs this file both ways): K split across SMs and added back inside the kernel
+/// (ragged M and N, 1x128 and 128x128 activations, exact and random data, bias and
+/// activations, every output type, padded and odd output strides), and M = 512 / 513 on
+/// both sides of its boundary.
+#[test]
+fn fp8_block_small_m_splits_k() {
+    let Some(dev) = hopper() else { return };
+    // (pair, M x N x K): K splits 8 ways at 64 x 300 x 4096 (3 tiles, 32 blocks), 4 at
+    // 77 x 136 x 2048, 2 at 200 x 1000 x 1024; 512 x 256 x 512 does not split; 513 runs
+    // CUTLASS.
+    let shapes = [
+        (7, (64, 300, 4096)),
+        (8, (77, 136, 2048)),
+        (7, (200, 1000, 1024)),
+        (8, (512, 256, 512)),
+        (7, (513, 136, 256)),
+    ];
+    let mut seed = 4000u64;
+    for (i, &(pair, (m, n, k))) in shapes.iter().enumerate() {
+        for exact in [true, false] {
+            seed += 1;
+            let c = sweep_case(PAIRS[pair], (m, n, k), exact, i, ScaleLayout::Linear, i % 4);
+            match i % 3 {
+                0 => run_case::<bf16>(&dev, &c, seed),
+                1 => run_case::<f16>(&dev, &c, seed),
+                _ => run_case::<f32>(&dev, &c, seed),
+            }
+        }
+    }
+}
+
 /// One weight-only case: weights of `scheme` (scales swizzled where the scheme has that
 /// layout), activations, bias and alpha drawn from `seed`, the CPU reference's output,
 /// and the activations laid out at a row stride of `x_stride`.
@@ -550,6 +583,22 @@ fn gemm_into_replays_in_a_cuda_graph() {
     let expect = dev.stream().clone_dtoh(&gemm::<bf16>(&dev, &da, &db, &epi).unwrap()).unwrap();
     let mut d = poisoned::<bf16>(&dev, m, n);
     replay_in_graph(&dev, &mut d, |d| gemm_into(&dev, &da, &db, &epi, DeviceMatrixMut::new(d, m, n)), &expect);
+
+    // FP8 block at small M (with the opt-in FP8 wgmma kernel on: K split two ways, tensor
+    // maps encoded on the host at capture, split-K counters the kernel leaves at zero).
+    let k = 1024;
+    let xa: Vec<f32> = (0..m * k).map(|_| rng.value()).collect();
+    let xb: Vec<f32> = (0..n * k).map(|_| rng.value()).collect();
+    let o = QuantizeOptions::default();
+    let (qa, qb) = (
+        cpu::quantize_slice(&xa, m, k, Scheme::Fp8Block(Fp8Tile::Row1x128), &o).unwrap(),
+        cpu::quantize_slice(&xb, n, k, Scheme::Fp8Block(Fp8Tile::Tile128x128), &o).unwrap(),
+    );
+    let (da, db) = (DeviceQuantized::from_host(&dev, &qa).unwrap(), DeviceQuantized::from_host(&dev, &qb).unwrap());
+    let expect = dev.stream().clone_dtoh(&gemm::<bf16>(&dev, &da, &db, &epi).unwrap()).unwrap();
+    dev.reserve_workspace(gemm_workspace_size::<bf16>(&dev, &da, &db, n).unwrap()).unwrap();
+    let mut d = poisoned::<bf16>(&dev, m, n);
+    replay_in_graph(&dev, &mut d, |d| gemm_into(&dev, &da, &db, &epi, DeviceMatrixMut::new(d, m, n)), &expect);
 }
 
 #[test]
@@ -646,6 +695,10 @@ fn gemm_sanitizer_smoke() {
         };
         run_case::<bf16>(&dev, &c, 900 + i as u64);
     }
+    // FP8 block at small M (with the opt-in FP8 wgmma kernel on: K split two ways and
+    // added back in the kernel).
+    let c = sweep_case(PAIRS[7], (70, 300, 1024), false, 1, ScaleLayout::Linear, 2);
+    run_case::<bf16>(&dev, &c, 940);
     run_weight_only::<f32, f32>(&dev, Scheme::Int4G32, true, (5, 40, 64), 65, false, Activation::GeluErf, 950);
     run_weight_only::<bf16, bf16>(&dev, Scheme::NvFp4, false, (20, 40, 64), 64, false, Activation::Identity, 951);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::NvFp4, (70, 72, 1024), false, Activation::Silu, 952);

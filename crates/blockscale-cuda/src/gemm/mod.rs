@@ -28,6 +28,7 @@
 //! output; what that tier has no kernel for is [`CudaError::NoGemmKernel`] (`sm120.rs`).
 
 mod cutlass;
+mod fgemm;
 mod prepare;
 mod prepared;
 mod sm120;
@@ -472,6 +473,11 @@ fn run<I: DeviceElement, O: DeviceElement>(
     out: DeviceMatrixMut<'_, O>,
     grow: bool,
 ) -> Result<(), CudaError> {
+    if let Lhs::Quantized(a) = &lhs
+        && fgemm::applies(dev, a, b)
+    {
+        return fgemm::run(dev, a, b, alpha, epilogue, out, grow);
+    }
     run_rhs(dev, lhs, Rhs::Quantized(b), alpha, epilogue, out, grow)
 }
 
@@ -683,6 +689,9 @@ pub fn gemm_workspace_size<O: DeviceElement>(
     out_row_stride: usize,
 ) -> Result<usize, CudaError> {
     check_pair(a, b)?;
+    if fgemm::applies(dev, a, b) {
+        return Ok(fgemm::workspace_size(dev, a, b));
+    }
     let aligned = (out_row_stride * size_of::<O>()).is_multiple_of(16);
     Ok(Plan::new::<half::bf16, O>(dev, &Lhs::Quantized(a), Rhs::Quantized(b), aligned)?.total)
 }

@@ -1,0 +1,256 @@
+//! FP8 block pairs on Hopper's FP8 tensor cores at small and middle M, **opt-in**:
+//! `kernels/gemm/fgemm.cu`, a warp-specialized `wgmma` kernel that reads both operands in
+//! place with TMA (FP8 block activations with 1x128 or 128x128 scales times FP8 128x128
+//! weights), applies the scales once per 128 of K in f32 and splits K across SMs with an
+//! in-kernel, deterministic reduction.
+//!
+//! It is off by default: on an H100 it measured slower than CUTLASS's blockwise kernel on
+//! every shape of the DeepSeek-V3 table at M = 64 and 128 but one (docs/DECISIONS.md #44
+//! has the numbers and the profile). `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512` (read once)
+//! routes FP8 block pairs of up to that many rows to it; `gpu-bundle/run.sh test` runs the
+//! GEMM tests a second time that way.
+
+use blockscale_formats::{Fp8Tile, Scheme};
+use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
+
+use super::{DeviceEpilogue, DeviceMatrixMut, check_epilogue, check_output};
+use crate::buffer::{DeviceElement, DeviceQuantized};
+use crate::params::{FgemmParams, PgemmParams, TensorMap};
+use crate::{Arch, CudaError, Device};
+
+/// Threads per CTA (`kThreads`: two consumer warpgroups and a producer warpgroup).
+const THREADS: u32 = 384;
+/// Output tile: weight rows (`BN`) and activation rows (`BM`).
+const TILE: usize = 128;
+/// Elements of K per block (the scales' block and the kernel's stage).
+const BLOCK_K: usize = 128;
+/// fgemm.cu `kSmem`: four stages of two 16 KiB tiles and 1 KiB of scales, the
+/// epilogue's 64 KiB of sums, 1 KiB of alignment slack.
+const SMEM: usize = 4 * (2 * TILE * BLOCK_K + 1024) + TILE * TILE * 4 + 1024;
+const _: () = assert!(SMEM <= 227 << 10, "within Hopper's shared memory per CTA");
+/// The fewest K blocks a split keeps.
+const MIN_SPLIT_BLOCKS: usize = 4;
+/// The largest M this kernel takes by default: none (see the module's documentation).
+const MAX_M: usize = 0;
+
+/// `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` (read once), else [`MAX_M`].
+fn max_m() -> usize {
+    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        std::env::var("BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(MAX_M)
+    })
+}
+
+/// `BLOCKSCALE_GEMM_FP8_SPLITS`: the most K splits (read once; for measurements).
+fn max_splits() -> usize {
+    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        std::env::var("BLOCKSCALE_GEMM_FP8_SPLITS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(usize::MAX)
+    })
+}
+
+/// Whether this kernel runs `a` x `b` here: Hopper, FP8 block activations times FP8
+/// 128x128 weights, M up to [`max_m`].
+pub(super) fn applies(dev: &Device, a: &DeviceQuantized, b: &DeviceQuantized) -> bool {
+    dev.arch() == Arch::Sm90
+        && matches!(a.scheme(), Scheme::Fp8Block(_))
+        && b.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)
+        && a.shape().rows <= max_m()
+}
+
+/// How the kernel is launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    tiles_n: usize,
+    tiles_m: usize,
+    splits: usize,
+    blocks_per_split: usize,
+    /// Persistent CTAs: no more than the GPU holds at once.
+    ctas: usize,
+    /// Workspace bytes: the split-K partial sums.
+    workspace: usize,
+}
+
+impl Plan {
+    /// 128 x 128 tiles over `blocks` K blocks on `slots` CTAs: K splits while the tiles
+    /// leave CTAs idle, into as many splits as fit beside each other in one wave, each
+    /// of at least [`MIN_SPLIT_BLOCKS`] blocks (every split costs a pipeline fill, its
+    /// partial sums and their reduction: many short splits measured far slower).
+    fn new((m, n, blocks): (usize, usize, usize), slots: usize) -> Self {
+        let tiles_n = n.div_ceil(TILE);
+        let tiles_m = m.div_ceil(TILE);
+        let tiles = tiles_n * tiles_m;
+        let wanted = (slots / tiles).min(blocks / MIN_SPLIT_BLOCKS).min(max_splits()).max(1);
+        let blocks_per_split = blocks.div_ceil(wanted);
+        let splits = blocks.div_ceil(blocks_per_split);
+        let workspace = if splits > 1 { splits * m * n * 4 } else { 0 };
+        Self { tiles_n, tiles_m, splits, blocks_per_split, ctas: (tiles * splits).min(slots), workspace }
+    }
+}
+
+/// The workspace bytes [`run`] needs.
+pub(super) fn workspace_size(dev: &Device, a: &DeviceQuantized, b: &DeviceQuantized) -> usize {
+    let (m, n, k) = (a.shape().rows, b.shape().rows, b.shape().k);
+    Plan::new((m, n, k / BLOCK_K), dev.sm_count() as usize).workspace
+}
+
+/// The tensor map of a rows x k matrix of bytes at `ptr` (row stride k) read in 128 x
+/// 128-byte boxes, 128-byte swizzled, zeros past the last row.
+fn tensor_map(ptr: u64, rows: usize, k: usize) -> Result<TensorMap, CudaError> {
+    use cudarc::driver::sys;
+    let mut map = TensorMap::default();
+    let dims = [k as u64, rows as u64];
+    let strides = [k as u64];
+    let boxes = [BLOCK_K as u32, TILE as u32];
+    let element_strides = [1u32, 1];
+    // SAFETY: `map` is 128 writable bytes with CUtensorMap's alignment (TensorMap's
+    // layout); the arrays hold the rank's entries (rank - 1 strides); the function only
+    // encodes the description (it touches no device memory).
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            (&mut map as *mut TensorMap).cast::<sys::CUtensorMap>(),
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            2,
+            ptr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()
+    .map_err(CudaError::driver("encoding an FP8 operand's tensor map"))?;
+    Ok(map)
+}
+
+/// Checks and queues `a` (M x K FP8 block) x `b` (N x K FP8 128x128) on the FP8 wgmma
+/// kernel; the caller checked the pair and that [`applies`] holds.
+pub(super) fn run<O: DeviceElement>(
+    dev: &Device,
+    a: &DeviceQuantized,
+    b: &DeviceQuantized,
+    alpha: f32,
+    epilogue: &DeviceEpilogue<'_>,
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
+    let stream = dev.stream();
+    let (m, n, k) = (a.shape().rows, b.shape().rows, b.shape().k);
+    debug_assert!(k.is_multiple_of(BLOCK_K), "FP8 block operands hold whole 128-element blocks");
+    let alpha = check_epilogue(epilogue, alpha, n)?;
+    check_output(&out, m, n)?;
+    super::check_int(m, n, k)?;
+    let kernel = dev.function_with_threads("fgemm_fp8_block", THREADS, SMEM)?;
+    let plan = Plan::new((m, n, k / BLOCK_K), dev.sm_count() as usize * kernel.blocks_per_sm as usize);
+    if plan.tiles_n * plan.tiles_m > crate::device::GEMV_COUNTERS {
+        return Err(CudaError::TooLarge { rows: m.max(n), k, limit: "the GEMM's tiles exceed 65536" });
+    }
+    let mut scratch = dev.scratch_for(plan.workspace, grow && plan.workspace > 0)?;
+    let crate::device::Scratch { workspace, counters } = &mut *scratch;
+    if plan.splits > 1 && counters.is_none() {
+        return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available: 0 });
+    }
+    let (ws_ptr, g_ws) = crate::device::scratch_ptr(workspace, plan.workspace > 0, stream);
+    let (cnt_ptr, g_cnt) = crate::device::scratch_ptr(counters, plan.splits > 1, stream);
+    let out_stride = out.row_stride;
+    let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
+    let (a_ptr, g_a) = a.data().device_ptr(stream);
+    let (b_ptr, g_b) = b.data().device_ptr(stream);
+    let (sa_ptr, g_sa) = a.scales().ptr(stream);
+    let (sb_ptr, g_sb) = b.scales().ptr(stream);
+    let (bias_ptr, g_bias) = match epilogue.bias {
+        Some(v) => {
+            let (p, g) = v.device_ptr(stream);
+            (p, Some(g))
+        }
+        None => (0, None),
+    };
+    // TMA reads 16-byte aligned rows: K is a multiple of 128, the buffers are cudarc
+    // allocations (256-byte aligned).
+    for (what, ptr) in [("FP8 activations", a_ptr), ("FP8 weights", b_ptr)] {
+        if !ptr.is_multiple_of(16) {
+            return Err(CudaError::Misaligned { what, address: ptr });
+        }
+    }
+    let ta = tensor_map(a_ptr, m, k)?;
+    let tb = tensor_map(b_ptr, n, k)?;
+    let params = FgemmParams {
+        g: PgemmParams {
+            bias: bias_ptr,
+            out: out_ptr,
+            partial: ws_ptr,
+            out_stride: out_stride as u64,
+            alpha,
+            m: m as u32,
+            n: n as u32,
+            k: k as u32,
+            slabs: (k / BLOCK_K) as u32,
+            out_kind: match O::SUFFIX {
+                "bf16" => 0,
+                "f16" => 1,
+                _ => 2,
+            },
+            activation: super::activation_code(epilogue.activation) as u32,
+            splits: plan.splits as u32,
+            slabs_per_split: plan.blocks_per_split as u32,
+            ..PgemmParams::default()
+        },
+        sa: sa_ptr,
+        sb: sb_ptr,
+        counters: cnt_ptr,
+        a_tiles: (a.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)) as u32,
+        pad: 0,
+    };
+    let config =
+        LaunchConfig { grid_dim: (plan.ctas as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: SMEM as u32 };
+    // SAFETY: the parameters match `FgemmParams` and the kernel's two `TensorMap`s. The
+    // tensor maps describe the validated FP8 codes (M x K and N x K bytes, rows of K);
+    // the scales are validated FP8 block scales of those shapes ([M][K/128] or
+    // [ceil(M/128)][K/128], [ceil(N/128)][K/128] f32); the output was checked for M x N at
+    // its stride, the bias for N values; with splits the workspace holds splits x M x N
+    // f32 (the plan's size, checked by scratch_for) and the counters cover the plan's
+    // tiles (fewer than GEMV_COUNTERS), zero between launches (the last CTA of a tile
+    // resets its counter). The kernel traps if given less shared memory than it lays out,
+    // and reads the activations and their scales only after its griddepcontrol.wait. The
+    // guards keep every buffer alive and ordered until the launch is queued.
+    unsafe { crate::device::launch_dependent3(stream, &kernel.func, config, (&params, &ta, &tb)) }
+        .map_err(CudaError::driver("launching the FP8 block GEMM"))?;
+    drop((g_ws, g_cnt, g_out, g_a, g_b, g_sa, g_sb, g_bias));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_matches_the_kernel_layout() {
+        // fgemm.cu kSmem: 4 x (2 x 16 KiB + 1 KiB) + 64 KiB + 1 KiB.
+        assert_eq!(SMEM, 4 * 33 * 1024 + 65 * 1024);
+    }
+
+    #[test]
+    fn k_splits_to_fill_the_sms_without_a_second_wave() {
+        // M = 128, N = 7168, K = 2048 on 132 SMs: 56 tiles of 16 blocks: two splits of 8.
+        let p = Plan::new((128, 7168, 16), 132);
+        assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.blocks_per_split, p.ctas), (56, 1, 2, 8, 112));
+        assert_eq!(p.workspace, 2 * 128 * 7168 * 4);
+        // M = 128, N = K = 4096: 32 tiles, four splits of 8 blocks.
+        let q = Plan::new((128, 4096, 32), 132);
+        assert_eq!((q.splits, q.blocks_per_split, q.ctas), (4, 8, 128));
+        // M = 64, N = 2112, K = 7168: 17 tiles, 56 blocks: seven splits of 8 (119 CTAs).
+        let r = Plan::new((64, 2112, 56), 132);
+        assert_eq!((r.tiles_n, r.splits, r.blocks_per_split, r.ctas), (17, 7, 8, 119));
+        // M = 512, N = 2112: 68 tiles: no split (two would need a second wave).
+        let s = Plan::new((512, 2112, 56), 132);
+        assert_eq!((s.splits, s.ctas, s.workspace), (1, 68, 0));
+        // Three tiles of 32 blocks: eight splits of 4, not more.
+        assert_eq!(Plan::new((64, 300, 32), 132).splits, 8);
+        // K = 128: one block, never split.
+        assert_eq!(Plan::new((64, 256, 1), 132).splits, 1);
+    }
+}
