@@ -32,9 +32,10 @@ __device__ __forceinline__ uint64_t tile_desc(uint32_t saddr) {
 }
 
 // Keeps the compiler from moving accumulator reads or writes across a wgmma fence.
-__device__ __forceinline__ void fence_acc(float (&d)[16][4]) {
+template <int J>
+__device__ __forceinline__ void fence_acc(float (&d)[J][4]) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+    for (int j = 0; j < J; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(d[j][c])::"memory");
 }
@@ -89,7 +90,7 @@ __device__ __forceinline__ void consumers_sync() {
 // 16, ...: the bias read once, the outputs written 16 bytes at a time where the row
 // allows (elementwise at the edges or an odd stride). ACT: the activation (as
 // bs::activation), or -1 for the split-K partial sums of split `split`.
-template <int ACT, class Sums>
+template <int ACT, int ROWS, class Sums>
 __device__ __forceinline__ void store_rows(const PgemmParams& p, uint32_t m0, uint32_t n0, uint32_t split,
                                            Sums&& sums) {
     constexpr int kColGroups = BN / 8;
@@ -102,7 +103,7 @@ __device__ __forceinline__ void store_rows(const PgemmParams& p, uint32_t m0, ui
 #pragma unroll
     for (int e = 0; e < 8; ++e) bias[e] = ACT >= 0 && p.bias && (uint32_t)e < valid ? p.bias[n + e] : 0.0f;
     const uint64_t plane = (uint64_t)p.m * p.n;
-    for (uint32_t r = threadIdx.x / kColGroups; r < (uint32_t)BM && m0 + r < p.m; r += kRowStep) {
+    for (uint32_t r = threadIdx.x / kColGroups; r < (uint32_t)ROWS && m0 + r < p.m; r += kRowStep) {
         const uint32_t m = m0 + r;
         float v[8];
         sums(r, 8u * cg, v);
@@ -142,11 +143,12 @@ __device__ __forceinline__ void store_rows(const PgemmParams& p, uint32_t m0, ui
     }
 }
 
-// store_rows from the tile's sums in shared memory ([activation row][weight row]).
-template <int ACT>
+// store_rows from the tile's sums in shared memory ([activation row][weight row]), for
+// tiles of ROWS activation rows.
+template <int ACT, int ROWS = BM>
 __device__ __forceinline__ void store_tile(const PgemmParams& p, const float* sums, uint32_t m0, uint32_t n0,
                                            uint32_t split) {
-    store_rows<ACT>(p, m0, n0, split, [&](uint32_t r, uint32_t col, float (&v)[8]) {
+    store_rows<ACT, ROWS>(p, m0, n0, split, [&](uint32_t r, uint32_t col, float (&v)[8]) {
         const float4 lo = *reinterpret_cast<const float4*>(sums + r * BN + col);
         const float4 hi = *reinterpret_cast<const float4*>(sums + r * BN + col + 4);
         v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
@@ -157,11 +159,11 @@ __device__ __forceinline__ void store_tile(const PgemmParams& p, const float* su
 // split order (0 + split 0 + split 1 ...: the order pgemm_reduce uses), read past L1 (other
 // CTAs wrote them). The loads of up to kBatch splits are issued before any is added, so a
 // row costs one round trip to L2 per kBatch splits rather than one per split.
-template <int ACT>
+template <int ACT, int ROWS = BM>
 __device__ __forceinline__ void reduce_tile(const PgemmParams& p, uint32_t m0, uint32_t n0) {
     constexpr uint32_t kBatch = 8;
     const uint64_t plane = (uint64_t)p.m * p.n;
-    store_rows<ACT>(p, m0, n0, 0, [&](uint32_t r, uint32_t col, float (&v)[8]) {
+    store_rows<ACT, ROWS>(p, m0, n0, 0, [&](uint32_t r, uint32_t col, float (&v)[8]) {
         const uint32_t n = n0 + col;
         const uint32_t valid = min(8u, p.n - n);
         const float* src = p.partial + (uint64_t)(m0 + r) * p.n + n;
@@ -202,8 +204,9 @@ __device__ __forceinline__ void reduce_tile(const PgemmParams& p, uint32_t m0, u
 struct Tile {
     uint32_t n, m, split, s0, count;
 };
+template <int ROWS = BM>
 __device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
-    const uint32_t tiles_n = (p.n + BN - 1) / BN, tiles_m = (p.m + BM - 1) / BM;
+    const uint32_t tiles_n = (p.n + BN - 1) / BN, tiles_m = (p.m + ROWS - 1) / ROWS;
     Tile r;
     r.n = t % tiles_n;
     r.m = (t / tiles_n) % tiles_m;

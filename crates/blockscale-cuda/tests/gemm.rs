@@ -220,19 +220,21 @@ fn large_tiles_and_every_output_type() {
     }
 }
 
-/// FP8 block pairs at small and middle M: CUTLASS's kernel by default, and the opt-in
-/// FP8 wgmma kernel when `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512` is set (`gpu-bundle/run.sh
-/// test` runs this file both ways): K split across SMs and added back inside the kernel
-/// (ragged M and N, 1x128 and 128x128 activations, exact and random data, bias and
-/// activations, every output type, padded and odd output strides), and M = 512 / 513 on
-/// both sides of its boundary.
+/// FP8 block pairs at small and middle M: the FP8 wgmma kernel up to M = 64 and CUTLASS's
+/// kernel above by default, the FP8 wgmma kernel up to 512 when
+/// `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512` is set (`gpu-bundle/run.sh test` runs this file
+/// both ways): K split across SMs and added back inside the kernel (ragged M and N, 1x128
+/// and 128x128 activations, exact and random data, bias and activations, every output
+/// type, padded and odd output strides), and M = 512 / 513 on both sides of its boundary.
 #[test]
 fn fp8_block_small_m_splits_k() {
     let Some(dev) = hopper() else { return };
-    // (pair, M x N x K): K splits 8 ways at 64 x 300 x 4096 (3 tiles, 32 blocks), 4 at
-    // 77 x 136 x 2048, 2 at 200 x 1000 x 1024; 512 x 256 x 512 does not split; 513 runs
-    // CUTLASS.
+    // (pair, M x N x K), with the FP8 wgmma kernel up to 512: 64-row tiles up to 512 x 256 x 512
+    // (K split 8 ways at 64 x 300 x 4096, 3 tiles of 32 blocks; 4 at 77 x 136 x 2048; 2 at
+    // 200 x 1000 x 1024; none at 512 x 256 x 512), 128-row tiles at 300 x 3000 x 512 (72
+    // tiles); 513 runs CUTLASS.
     let shapes = [
+        (8, (300, 3000, 512)),
         (7, (64, 300, 4096)),
         (8, (77, 136, 2048)),
         (7, (200, 1000, 1024)),
@@ -584,8 +586,9 @@ fn gemm_into_replays_in_a_cuda_graph() {
     let mut d = poisoned::<bf16>(&dev, m, n);
     replay_in_graph(&dev, &mut d, |d| gemm_into(&dev, &da, &db, &epi, DeviceMatrixMut::new(d, m, n)), &expect);
 
-    // FP8 block at small M (with the opt-in FP8 wgmma kernel on: K split two ways, tensor
-    // maps encoded on the host at capture, split-K counters the kernel leaves at zero).
+    // FP8 block at small M (with BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512, the FP8 wgmma kernel: K
+    // split two ways, tensor maps encoded on the host at capture, split-K counters the
+    // kernel leaves at zero).
     let k = 1024;
     let xa: Vec<f32> = (0..m * k).map(|_| rng.value()).collect();
     let xb: Vec<f32> = (0..n * k).map(|_| rng.value()).collect();
@@ -695,9 +698,9 @@ fn gemm_sanitizer_smoke() {
         };
         run_case::<bf16>(&dev, &c, 900 + i as u64);
     }
-    // FP8 block at small M (with the opt-in FP8 wgmma kernel on: K split two ways and
-    // added back in the kernel).
-    let c = sweep_case(PAIRS[7], (70, 300, 1024), false, 1, ScaleLayout::Linear, 2);
+    // FP8 block at M <= 64: the FP8 wgmma kernel, K split two ways and added back in the
+    // kernel.
+    let c = sweep_case(PAIRS[7], (40, 300, 1024), false, 1, ScaleLayout::Linear, 2);
     run_case::<bf16>(&dev, &c, 940);
     run_weight_only::<f32, f32>(&dev, Scheme::Int4G32, true, (5, 40, 64), 65, false, Activation::GeluErf, 950);
     run_weight_only::<bf16, bf16>(&dev, Scheme::NvFp4, false, (20, 40, 64), 64, false, Activation::Identity, 951);

@@ -1,14 +1,15 @@
-//! FP8 block pairs on Hopper's FP8 tensor cores at small and middle M, **opt-in**:
-//! `kernels/gemm/fgemm.cu`, a warp-specialized `wgmma` kernel that reads both operands in
-//! place with TMA (FP8 block activations with 1x128 or 128x128 scales times FP8 128x128
-//! weights), applies the scales once per 128 of K in f32 and splits K across SMs with an
-//! in-kernel, deterministic reduction.
+//! FP8 block pairs on Hopper's FP8 tensor cores at small M: `kernels/gemm/fgemm.cu`, a
+//! warp-specialized `wgmma` kernel that reads both operands in place with TMA (FP8 block
+//! activations with 1x128 or 128x128 scales times FP8 128x128 weights), applies the
+//! scales once per 128 of K in f32 and splits K across SMs with an in-kernel,
+//! deterministic reduction. Tiles of 64 activation rows up to M = 64 and where 128-row
+//! tiles would fill at most half the SMs, 128 rows otherwise.
 //!
-//! It is off by default: on an H100 it measured slower than CUTLASS's blockwise kernel on
-//! every shape of the DeepSeek-V3 table at M = 64 and 128 but one (docs/DECISIONS.md #44
-//! has the numbers and the profile). `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512` (read once)
-//! routes FP8 block pairs of up to that many rows to it; `gpu-bundle/run.sh test` runs the
-//! GEMM tests a second time that way.
+//! It runs FP8 block pairs of up to [`MAX_M`] = 64 rows whose tiles fill their waves;
+//! CUTLASS's blockwise kernel (`mod.rs`) takes the rest, where it measured faster
+//! (docs/DECISIONS.md #44 has the numbers). `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` (read once)
+//! moves the bound (0 turns the kernel off); `gpu-bundle/run.sh test` runs the GEMM tests
+//! a second time with it at 512, so that both tile heights and the K splits are covered.
 
 use blockscale_formats::{Fp8Tile, Scheme};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
@@ -20,18 +21,52 @@ use crate::{Arch, CudaError, Device};
 
 /// Threads per CTA (`kThreads`: two consumer warpgroups and a producer warpgroup).
 const THREADS: u32 = 384;
-/// Output tile: weight rows (`BN`) and activation rows (`BM`).
+/// Weight rows of a tile (`BN`).
 const TILE: usize = 128;
 /// Elements of K per block (the scales' block and the kernel's stage).
 const BLOCK_K: usize = 128;
-/// fgemm.cu `kSmem`: four stages of two 16 KiB tiles and 1 KiB of scales, the
-/// epilogue's 64 KiB of sums, 1 KiB of alignment slack.
-const SMEM: usize = 4 * (2 * TILE * BLOCK_K + 1024) + TILE * TILE * 4 + 1024;
-const _: () = assert!(SMEM <= 227 << 10, "within Hopper's shared memory per CTA");
+
+/// fgemm.cu `Shape<tm>::kSmem` for tiles of `tm` activation rows: as many stages of (the
+/// activation tile, the 16 KiB weight tile, 1 KiB of scales) as fit in 227 KiB beside
+/// the epilogue's sums and 1 KiB of alignment slack.
+const fn smem(tm: usize) -> usize {
+    let stage = tm * BLOCK_K + TILE * BLOCK_K + 1024;
+    let sums = tm * TILE * 4;
+    let depth = (227 * 1024 - 1024 - sums) / stage;
+    depth * stage + sums + 1024
+}
+const _: () = assert!(smem(64) <= 227 << 10 && smem(128) <= 227 << 10, "within Hopper's shared memory per CTA");
+
+/// The kernel for tiles of `tm` activation rows.
+fn kernel_name(tm: usize) -> &'static str {
+    if tm == 64 { "fgemm_fp8_block_m64" } else { "fgemm_fp8_block" }
+}
+
+/// `BLOCKSCALE_GEMM_FP8_TILE_M` (64 or 128; read once; for measurements), else `None`.
+fn tile_m_override() -> Option<usize> {
+    static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        std::env::var("BLOCKSCALE_GEMM_FP8_TILE_M")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&t| t == 64 || t == 128)
+    })
+}
+
+/// Activation rows a tile: 64 up to M = 64 (the 128-row tile would be half padding),
+/// and where 128-row tiles would fill at most half the SMs (twice the tiles rather than
+/// a K split); else 128.
+fn tile_m(m: usize, n: usize, slots: usize) -> usize {
+    let small = m <= 64 || 2 * m.div_ceil(128) * n.div_ceil(TILE) <= slots;
+    tile_m_override().unwrap_or(if small { 64 } else { 128 })
+}
+
 /// The fewest K blocks a split keeps.
 const MIN_SPLIT_BLOCKS: usize = 4;
-/// The largest M this kernel takes by default: none (see the module's documentation).
-const MAX_M: usize = 0;
+/// The largest M this kernel takes by default. Up to 64 it measured faster than
+/// CUTLASS on five of DeepSeek-V3's six shapes (H100); at 128 on two of six, at 512 on
+/// none (docs/DECISIONS.md #44).
+const MAX_M: usize = 64;
 
 /// `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` (read once), else [`MAX_M`].
 fn max_m() -> usize {
@@ -50,12 +85,24 @@ fn max_splits() -> usize {
 }
 
 /// Whether this kernel runs `a` x `b` here: Hopper, FP8 block activations times FP8
-/// 128x128 weights, M up to [`max_m`].
+/// 128x128 weights, M up to [`max_m`], and tiles that fill their waves (see
+/// [`fills_waves`]).
 pub(super) fn applies(dev: &Device, a: &DeviceQuantized, b: &DeviceQuantized) -> bool {
+    let (m, n) = (a.shape().rows, b.shape().rows);
     dev.arch() == Arch::Sm90
         && matches!(a.scheme(), Scheme::Fp8Block(_))
         && b.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)
-        && a.shape().rows <= max_m()
+        && m <= max_m()
+        && fills_waves(m, n, dev.sm_count() as usize)
+}
+
+/// Whether the kernel's tiles keep the SMs busy: up to one wave (K splits fill it), or
+/// waves at least 80% full. CUTLASS's ping-pong kernel, whose two consumer warpgroups
+/// take separate tiles, does better on the rest: at M = 64, N = 24576 (192 tiles on 132
+/// SMs, 73%) it took 16.5 µs against 19.5 (H100).
+fn fills_waves(m: usize, n: usize, slots: usize) -> bool {
+    let tiles = m.div_ceil(tile_m(m, n, slots)) * n.div_ceil(TILE);
+    tiles <= slots || 5 * tiles >= 4 * tiles.div_ceil(slots) * slots
 }
 
 /// How the kernel is launched.
@@ -72,13 +119,13 @@ struct Plan {
 }
 
 impl Plan {
-    /// 128 x 128 tiles over `blocks` K blocks on `slots` CTAs: K splits while the tiles
+    /// 128 x `tm` tiles over `blocks` K blocks on `slots` CTAs: K splits while the tiles
     /// leave CTAs idle, into as many splits as fit beside each other in one wave, each
     /// of at least [`MIN_SPLIT_BLOCKS`] blocks (every split costs a pipeline fill, its
     /// partial sums and their reduction: many short splits measured far slower).
-    fn new((m, n, blocks): (usize, usize, usize), slots: usize) -> Self {
+    fn new((m, n, blocks): (usize, usize, usize), slots: usize, tm: usize) -> Self {
         let tiles_n = n.div_ceil(TILE);
-        let tiles_m = m.div_ceil(TILE);
+        let tiles_m = m.div_ceil(tm);
         let tiles = tiles_n * tiles_m;
         let wanted = (slots / tiles).min(blocks / MIN_SPLIT_BLOCKS).min(max_splits()).max(1);
         let blocks_per_split = blocks.div_ceil(wanted);
@@ -91,17 +138,18 @@ impl Plan {
 /// The workspace bytes [`run`] needs.
 pub(super) fn workspace_size(dev: &Device, a: &DeviceQuantized, b: &DeviceQuantized) -> usize {
     let (m, n, k) = (a.shape().rows, b.shape().rows, b.shape().k);
-    Plan::new((m, n, k / BLOCK_K), dev.sm_count() as usize).workspace
+    let slots = dev.sm_count() as usize;
+    Plan::new((m, n, k / BLOCK_K), slots, tile_m(m, n, slots)).workspace
 }
 
-/// The tensor map of a rows x k matrix of bytes at `ptr` (row stride k) read in 128 x
-/// 128-byte boxes, 128-byte swizzled, zeros past the last row.
-fn tensor_map(ptr: u64, rows: usize, k: usize) -> Result<TensorMap, CudaError> {
+/// The tensor map of a rows x k matrix of bytes at `ptr` (row stride k) read in boxes of
+/// `box_rows` x 128 bytes, 128-byte swizzled, zeros past the last row.
+fn tensor_map(ptr: u64, rows: usize, k: usize, box_rows: usize) -> Result<TensorMap, CudaError> {
     use cudarc::driver::sys;
     let mut map = TensorMap::default();
     let dims = [k as u64, rows as u64];
     let strides = [k as u64];
-    let boxes = [BLOCK_K as u32, TILE as u32];
+    let boxes = [BLOCK_K as u32, box_rows as u32];
     let element_strides = [1u32, 1];
     // SAFETY: `map` is 128 writable bytes with CUtensorMap's alignment (TensorMap's
     // layout); the arrays hold the rank's entries (rank - 1 strides); the function only
@@ -144,8 +192,11 @@ pub(super) fn run<O: DeviceElement>(
     let alpha = check_epilogue(epilogue, alpha, n)?;
     check_output(&out, m, n)?;
     super::check_int(m, n, k)?;
-    let kernel = dev.function_with_threads("fgemm_fp8_block", THREADS, SMEM)?;
-    let plan = Plan::new((m, n, k / BLOCK_K), dev.sm_count() as usize * kernel.blocks_per_sm as usize);
+    // One CTA an SM (the shared memory allows no more).
+    let slots = dev.sm_count() as usize;
+    let tm = tile_m(m, n, slots);
+    let kernel = dev.function_with_threads(kernel_name(tm), THREADS, smem(tm))?;
+    let plan = Plan::new((m, n, k / BLOCK_K), slots, tm);
     if plan.tiles_n * plan.tiles_m > crate::device::GEMV_COUNTERS {
         return Err(CudaError::TooLarge { rows: m.max(n), k, limit: "the GEMM's tiles exceed 65536" });
     }
@@ -176,8 +227,8 @@ pub(super) fn run<O: DeviceElement>(
             return Err(CudaError::Misaligned { what, address: ptr });
         }
     }
-    let ta = tensor_map(a_ptr, m, k)?;
-    let tb = tensor_map(b_ptr, n, k)?;
+    let ta = tensor_map(a_ptr, m, k, tm)?;
+    let tb = tensor_map(b_ptr, n, k, TILE)?;
     let params = FgemmParams {
         g: PgemmParams {
             bias: bias_ptr,
@@ -205,8 +256,11 @@ pub(super) fn run<O: DeviceElement>(
         a_tiles: (a.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)) as u32,
         pad: 0,
     };
-    let config =
-        LaunchConfig { grid_dim: (plan.ctas as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: SMEM as u32 };
+    let config = LaunchConfig {
+        grid_dim: (plan.ctas as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: smem(tm) as u32,
+    };
     // SAFETY: the parameters match `FgemmParams` and the kernel's two `TensorMap`s. The
     // tensor maps describe the validated FP8 codes (M x K and N x K bytes, rows of K);
     // the scales are validated FP8 block scales of those shapes ([M][K/128] or
@@ -229,28 +283,37 @@ mod tests {
 
     #[test]
     fn shared_memory_matches_the_kernel_layout() {
-        // fgemm.cu kSmem: 4 x (2 x 16 KiB + 1 KiB) + 64 KiB + 1 KiB.
-        assert_eq!(SMEM, 4 * 33 * 1024 + 65 * 1024);
+        // fgemm.cu Shape: 128-row tiles 4 x (16 + 16 + 1 KiB) + 64 KiB + 1 KiB; 64-row
+        // tiles 7 x (8 + 16 + 1 KiB) + 32 KiB + 1 KiB.
+        assert_eq!(smem(128), 4 * 33 * 1024 + 65 * 1024);
+        assert_eq!(smem(64), 7 * 25 * 1024 + 33 * 1024);
+        assert_eq!((kernel_name(64), kernel_name(128)), ("fgemm_fp8_block_m64", "fgemm_fp8_block"));
     }
 
     #[test]
     fn k_splits_to_fill_the_sms_without_a_second_wave() {
         // M = 128, N = 7168, K = 2048 on 132 SMs: 56 tiles of 16 blocks: two splits of 8.
-        let p = Plan::new((128, 7168, 16), 132);
+        let p = Plan::new((128, 7168, 16), 132, 128);
         assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.blocks_per_split, p.ctas), (56, 1, 2, 8, 112));
         assert_eq!(p.workspace, 2 * 128 * 7168 * 4);
         // M = 128, N = K = 4096: 32 tiles, four splits of 8 blocks.
-        let q = Plan::new((128, 4096, 32), 132);
+        let q = Plan::new((128, 4096, 32), 132, 128);
         assert_eq!((q.splits, q.blocks_per_split, q.ctas), (4, 8, 128));
         // M = 64, N = 2112, K = 7168: 17 tiles, 56 blocks: seven splits of 8 (119 CTAs).
-        let r = Plan::new((64, 2112, 56), 132);
+        let r = Plan::new((64, 2112, 56), 132, 128);
         assert_eq!((r.tiles_n, r.splits, r.blocks_per_split, r.ctas), (17, 7, 8, 119));
         // M = 512, N = 2112: 68 tiles: no split (two would need a second wave).
-        let s = Plan::new((512, 2112, 56), 132);
+        let s = Plan::new((512, 2112, 56), 132, 128);
         assert_eq!((s.splits, s.ctas, s.workspace), (1, 68, 0));
         // Three tiles of 32 blocks: eight splits of 4, not more.
-        assert_eq!(Plan::new((64, 300, 32), 132).splits, 8);
+        assert_eq!(Plan::new((64, 300, 32), 132, 128).splits, 8);
+        // 64-row tiles: M = 128, N = 7168 is 112 tiles, no split.
+        let t = Plan::new((128, 7168, 16), 132, 64);
+        assert_eq!((t.tiles_m, t.splits, t.ctas), (2, 1, 112));
+        assert_eq!((tile_m(128, 7168, 132), tile_m(512, 4096, 132), tile_m(64, 32768, 132)), (64, 128, 64));
+        // Waves: 192 tiles on 132 SMs (73%) go to CUTLASS, 256 (97%) and 56 stay.
+        assert!(!fills_waves(64, 24576, 132) && fills_waves(64, 32768, 132) && fills_waves(64, 7168, 132));
         // K = 128: one block, never split.
-        assert_eq!(Plan::new((64, 256, 1), 132).splits, 1);
+        assert_eq!(Plan::new((64, 256, 1), 132, 128).splits, 1);
     }
 }

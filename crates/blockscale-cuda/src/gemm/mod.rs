@@ -13,8 +13,10 @@
 //!   activation exactly (K grows by that factor). INT4-G32 and FP8-block weights are
 //!   rounded once to bf16 (their element times scale has more than 8 bits).
 //! - **FP8 blockwise tensor cores** for FP8 block operands (1x128 or 128x128 activations
-//!   x 128x128 weights): CUTLASS's blockwise-scaled FP8 GEMM, which promotes each 128-K
-//!   partial sum into f32 with both scales.
+//!   x 128x128 weights): up to M = 64 blockscale's own warp-specialized `wgmma` kernel
+//!   (`fgemm.rs`, `kernels/gemm/fgemm.cu`: TMA, K split inside the kernel), above it
+//!   CUTLASS's blockwise-scaled FP8 GEMM; both promote each 128-K partial sum into f32
+//!   with both scales.
 //!
 //! Both fuse the epilogue (alpha, per-column bias, activation) and write bf16, f16 or
 //! f32. The kernels' TMA epilogue needs 16-byte output rows: an N that is not a multiple
