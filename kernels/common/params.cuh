@@ -183,12 +183,12 @@ struct PgemmParams {
 // FP8 block pair GEMM on Hopper's FP8 tensor cores (kernels/gemm/fgemm.cu): A (M x K
 // E4M3 activations, 1x128 or 128x128 scales) times B (N x K E4M3 weights, 128x128 scales),
 // both read by TMA through the tensor maps passed beside these parameters. `g` as for
-// wgemm: slabs and slabs_per_split count 128-element K blocks; x, w, s, scale_add unused.
+// wgemm: slabs and slabs_per_split count 128-element K blocks (g.splits > 1: the splits of
+// a tile are one cluster); x, w, s, partial, scale_add unused.
 struct FgemmParams {
     PgemmParams g;
     const float* sa;                // A's scales: [M][K/128], or [ceil(M/128)][K/128] (a_tiles)
     const float* sb;                // B's scales: [ceil(N/128)][K/128]
-    unsigned int* counters;         // per output tile, zero between launches (g.splits > 1)
     uint32_t a_tiles;               // A's scales per 128-row tile
     uint32_t pad;
 };
@@ -223,4 +223,4 @@ static_assert(sizeof(bs::Fp8ScaleParams) == 32, "Fp8ScaleParams layout changed: 
 static_assert(sizeof(bs::GemvParams) == 160, "GemvParams layout changed: update params.rs");
 static_assert(sizeof(bs::PgemvParams) == 160, "PgemvParams layout changed: update params.rs");
 static_assert(sizeof(bs::PgemmParams) == 104, "PgemmParams layout changed: update params.rs");
-static_assert(sizeof(bs::FgemmParams) == 136, "FgemmParams layout changed: update params.rs");
+static_assert(sizeof(bs::FgemmParams) == 128, "FgemmParams layout changed: update params.rs");

@@ -21,10 +21,13 @@
 // released. Blocks go G at a time (4 for TM = 64, 2 for 128), each into its own sums, so
 // the tensor cores run the later blocks while the earlier ones are promoted.
 //
-// Split K: every split writes its partial sums; the last CTA of a tile to finish (an
-// arrival counter per tile) adds them in split order and runs the epilogue, so no second
-// launch and a deterministic result. The epilogue goes through TM x 512 bytes of shared
-// memory (alpha, bias, activation, 16-byte stores), as wgemm's.
+// Split K: the splits of a tile are one cluster of CTAs (at most 8; the host picks the
+// count from how many clusters the GPU holds at once). Each split leaves its sums in its
+// shared memory; after a cluster barrier each CTA adds its share of the tile's rows from
+// every split, in split order, through distributed shared memory and writes those
+// outputs; a second barrier keeps the sums until every peer has read them. No partial
+// sums in global memory, no counters, a deterministic result. The epilogue goes through
+// TM x 512 bytes of shared memory (alpha, bias, activation, 16-byte stores), as wgemm's.
 #include "wgmma.cuh"
 
 namespace bs {
@@ -123,6 +126,27 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[TM / 8][4], uint64_t a, ui
 #endif
 }
 
+// Every thread of the cluster (those of warps at different places too: the non-aligned
+// form): arrive with release, wait with acquire semantics at cluster scope.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// Eight f32 at shared address `saddr` of this CTA, read from the same place in CTA `rank`
+// of the cluster.
+__device__ __forceinline__ void load_peer8(uint32_t saddr, uint32_t rank, float (&v)[8]) {
+    uint32_t peer;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(saddr), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                 : "r"(peer)
+                 : "memory");
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7])
+                 : "r"(peer + 16u)
+                 : "memory");
+}
+
 // wgmma.wait_group n for n known once the caller's loop is unrolled (at most 3).
 __device__ __forceinline__ void wg_wait_upto(int n) {
     switch (n) {
@@ -141,7 +165,6 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     const PgemmParams& p = fp.g;
     extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ uint64_t full[kDepth], empty[kDepth];
-    __shared__ uint32_t last_flag;
 
     uint32_t dynamic_smem;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
@@ -153,7 +176,12 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     const int lane = threadIdx.x & 31;
     const uint32_t S = p.slabs;  // K blocks
     const uint32_t tiles_n = (p.n + BN - 1) / BN;
-    const uint32_t tiles = tiles_n * ((p.m + TM - 1) / TM) * p.splits;
+    const uint32_t tiles_nm = tiles_n * ((p.m + TM - 1) / TM);
+    const uint32_t tiles = tiles_nm * p.splits;
+    // With K split, the splits of a tile are one cluster of consecutive CTAs (rank =
+    // split); tile_at's order puts them tiles_nm apart.
+    const bool clustered = p.splits > 1;
+    auto tile_of = [&](uint32_t t) { return tile_at<TM>(p, clustered ? (t % p.splits) * tiles_nm + t / p.splits : t); };
 
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -180,7 +208,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
             bool waited = false;
 #pragma unroll 1
             for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const Tile tl = tile_at<TM>(p, t);
+                const Tile tl = tile_of(t);
                 uint32_t i = 0;
                 if (!waited) {
                     const uint32_t first = min(tl.count, (uint32_t)kDepth);
@@ -212,7 +240,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
             uint32_t it = 0;
 #pragma unroll 1
             for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const Tile tl = tile_at<TM>(p, t);
+                const Tile tl = tile_of(t);
 #pragma unroll 1
                 for (uint32_t i = 0; i < tl.count; ++i, ++it) {
                     const uint32_t st = it % kDepth, kb = tl.s0 + i;
@@ -229,6 +257,11 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
                     cp_async_arrive(&full[st]);
                 }
             }
+        }
+        // The consumers' two cluster barriers count every thread of the cluster.
+        if (clustered) {
+            cluster_sync();
+            cluster_sync();
         }
         return;
     }
@@ -279,7 +312,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     };
 
     for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const Tile tl = tile_at<TM>(p, t);
+        const Tile tl = tile_of(t);
 #pragma unroll
         for (int j = 0; j < J; ++j)
 #pragma unroll
@@ -322,7 +355,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
         consumers_sync();
         const uint32_t n0 = (uint32_t)BN * tl.n, m0 = (uint32_t)TM * tl.m;
         const int act = (int)p.activation;
-        if (p.splits == 1) {
+        if (!clustered) {
             switch (act) {
                 case 1: store_tile<1, TM>(p, tile_sums, m0, n0, 0); break;
                 case 2: store_tile<2, TM>(p, tile_sums, m0, n0, 0); break;
@@ -331,29 +364,39 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
             }
             continue;
         }
-        // Split K: this split's partial sums, then the tile's last CTA adds them all.
-        // The consumers' barrier orders every thread's stores before thread 0's fence,
-        // whose cumulativity publishes them at GPU scope before its arrival on the counter;
-        // the last CTA's thread 0 fences again after seeing the count, and the barrier
-        // orders its threads' reads after that.
-        store_tile<-1, TM>(p, tile_sums, m0, n0, tl.split);
-        consumers_sync();
-        const uint32_t counter = tl.m * tiles_n + tl.n;
-        if (threadIdx.x == 0) {
-            asm volatile("fence.acq_rel.gpu;" ::: "memory");
-            last_flag = atomicAdd(fp.counters + counter, 1u) == p.splits - 1u ? 1u : 0u;
-            asm volatile("fence.acq_rel.gpu;" ::: "memory");
-        }
-        consumers_sync();
-        if (last_flag) {
-            switch (act) {
-                case 1: reduce_tile<1, TM>(p, m0, n0); break;
-                case 2: reduce_tile<2, TM>(p, m0, n0); break;
-                case 3: reduce_tile<3, TM>(p, m0, n0); break;
-                default: reduce_tile<0, TM>(p, m0, n0); break;
+        // Split K: once every split's sums are in its shared memory, CTA `split` of the
+        // cluster adds its share of the tile's rows from all of them through distributed
+        // shared memory, in split order, and writes those outputs; the second barrier
+        // keeps each CTA's sums in place until every peer has read them.
+        cluster_sync();
+        const uint32_t share = (TM / 8u + p.splits - 1u) / p.splits * 8u;
+        const uint32_t r0 = min((uint32_t)TM, tl.split * share), r1 = min((uint32_t)TM, r0 + share);
+        auto peers = [&](uint32_t r, uint32_t col, float (&v)[8]) {
+            const uint32_t at = smem_u32(tile_sums + r * BN + col);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[e] = 0.0f;
+            // kB splits' sums loaded before any is added (as registers allow).
+            constexpr uint32_t kB = TM == 64 ? 4u : 2u;
+            for (uint32_t sp0 = 0; sp0 < p.splits; sp0 += kB) {
+                float w[kB][8];
+#pragma unroll
+                for (uint32_t b = 0; b < kB; ++b)
+                    if (sp0 + b < p.splits) load_peer8(at, sp0 + b, w[b]);
+#pragma unroll
+                for (uint32_t b = 0; b < kB; ++b)
+                    if (sp0 + b < p.splits) {
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) v[e] = __fadd_rn(v[e], w[b][e]);
+                    }
             }
-            if (threadIdx.x == 0) fp.counters[counter] = 0u;
+        };
+        switch (act) {
+            case 1: store_rows<1, TM>(p, m0, n0, 0, peers, r0, r1); break;
+            case 2: store_rows<2, TM>(p, m0, n0, 0, peers, r0, r1); break;
+            case 3: store_rows<3, TM>(p, m0, n0, 0, peers, r0, r1); break;
+            default: store_rows<0, TM>(p, m0, n0, 0, peers, r0, r1); break;
         }
+        cluster_sync();
     }
 }
 

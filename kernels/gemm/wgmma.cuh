@@ -85,14 +85,15 @@ __device__ __forceinline__ void consumers_sync() {
 
 
 // The tile's outputs from its f32 sums, which `sums(r, col, v)` puts into v[0..8) for
-// activation row m0 + r and weight rows col .. col + 8 (relative to n0): consumer thread
+// activation row m0 + r and weight rows col .. col + 8 (relative to n0), for the tile's
+// rows r_begin .. r_end (all ROWS by default): consumer thread
 // c takes 8 consecutive weight rows (8 (c % 16) ..) of activation rows c / 16, c / 16 +
 // 16, ...: the bias read once, the outputs written 16 bytes at a time where the row
 // allows (elementwise at the edges or an odd stride). ACT: the activation (as
 // bs::activation), or -1 for the split-K partial sums of split `split`.
 template <int ACT, int ROWS, class Sums>
 __device__ __forceinline__ void store_rows(const PgemmParams& p, uint32_t m0, uint32_t n0, uint32_t split,
-                                           Sums&& sums) {
+                                           Sums&& sums, uint32_t r_begin = 0, uint32_t r_end = ROWS) {
     constexpr int kColGroups = BN / 8;
     constexpr int kRowStep = kConsumerWarps * 32 / kColGroups;
     const int cg = threadIdx.x % kColGroups;
@@ -103,7 +104,7 @@ __device__ __forceinline__ void store_rows(const PgemmParams& p, uint32_t m0, ui
 #pragma unroll
     for (int e = 0; e < 8; ++e) bias[e] = ACT >= 0 && p.bias && (uint32_t)e < valid ? p.bias[n + e] : 0.0f;
     const uint64_t plane = (uint64_t)p.m * p.n;
-    for (uint32_t r = threadIdx.x / kColGroups; r < (uint32_t)ROWS && m0 + r < p.m; r += kRowStep) {
+    for (uint32_t r = r_begin + threadIdx.x / kColGroups; r < r_end && m0 + r < p.m; r += kRowStep) {
         const uint32_t m = m0 + r;
         float v[8];
         sums(r, 8u * cg, v);
@@ -152,49 +153,6 @@ __device__ __forceinline__ void store_tile(const PgemmParams& p, const float* su
         const float4 lo = *reinterpret_cast<const float4*>(sums + r * BN + col);
         const float4 hi = *reinterpret_cast<const float4*>(sums + r * BN + col + 4);
         v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-    });
-}
-
-// store_rows from the split-K partial sums of every split in global memory, added in
-// split order (0 + split 0 + split 1 ...: the order pgemm_reduce uses), read past L1 (other
-// CTAs wrote them). The loads of up to kBatch splits are issued before any is added, so a
-// row costs one round trip to L2 per kBatch splits rather than one per split.
-template <int ACT, int ROWS = BM>
-__device__ __forceinline__ void reduce_tile(const PgemmParams& p, uint32_t m0, uint32_t n0) {
-    constexpr uint32_t kBatch = 8;
-    const uint64_t plane = (uint64_t)p.m * p.n;
-    store_rows<ACT, ROWS>(p, m0, n0, 0, [&](uint32_t r, uint32_t col, float (&v)[8]) {
-        const uint32_t n = n0 + col;
-        const uint32_t valid = min(8u, p.n - n);
-        const float* src = p.partial + (uint64_t)(m0 + r) * p.n + n;
-        const bool vec = valid == 8 && ((uintptr_t)src & 15) == 0 && (plane & 3) == 0;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = 0.0f;
-        for (uint32_t sp0 = 0; sp0 < p.splits; sp0 += kBatch) {
-            float4 lo[kBatch], hi[kBatch];
-#pragma unroll
-            for (uint32_t b = 0; b < kBatch; ++b) {
-                lo[b] = hi[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (sp0 + b >= p.splits) continue;
-                const float* s = src + (uint64_t)(sp0 + b) * plane;
-                if (vec) {
-                    lo[b] = __ldcg(reinterpret_cast<const float4*>(s));
-                    hi[b] = __ldcg(reinterpret_cast<const float4*>(s) + 1);
-                } else {
-                    float t[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-                    for (uint32_t e = 0; e < valid; ++e) t[e] = __ldcg(s + e);
-                    lo[b] = make_float4(t[0], t[1], t[2], t[3]);
-                    hi[b] = make_float4(t[4], t[5], t[6], t[7]);
-                }
-            }
-#pragma unroll
-            for (uint32_t b = 0; b < kBatch; ++b) {
-                if (sp0 + b >= p.splits) break;
-                v[0] = __fadd_rn(v[0], lo[b].x), v[1] = __fadd_rn(v[1], lo[b].y), v[2] = __fadd_rn(v[2], lo[b].z);
-                v[3] = __fadd_rn(v[3], lo[b].w), v[4] = __fadd_rn(v[4], hi[b].x), v[5] = __fadd_rn(v[5], hi[b].y);
-                v[6] = __fadd_rn(v[6], hi[b].z), v[7] = __fadd_rn(v[7], hi[b].w);
-            }
-        }
     });
 }
 

@@ -360,17 +360,20 @@ pub(crate) unsafe fn launch_dependent<P: cudarc::driver::DeviceRepr>(
 ) -> Result<(), cudarc::driver::DriverError> {
     let mut args = [params as *const P as *mut std::ffi::c_void];
     // SAFETY: the caller's guarantee.
-    unsafe { launch_dependent_args(stream, func, config, &mut args) }
+    unsafe { launch_dependent_args(stream, func, config, 1, &mut args) }
 }
 
-/// [`launch_dependent`] for a kernel of three parameters.
+/// [`launch_dependent`] for a kernel of three parameters, in clusters of `cluster` CTAs
+/// along x (1: no clusters).
 ///
 /// # Safety
-/// As [`launch_dependent`], for each of the three parameters.
+/// As [`launch_dependent`], for each of the three parameters; with clusters the grid's x
+/// is a multiple of `cluster` (at most 8) and the kernel expects them.
 pub(crate) unsafe fn launch_dependent3<P, Q, R>(
     stream: &CudaStream,
     func: &CudaFunction,
     config: LaunchConfig,
+    cluster: u32,
     params: (&P, &Q, &R),
 ) -> Result<(), cudarc::driver::DriverError>
 where
@@ -384,23 +387,27 @@ where
         params.2 as *const R as *mut std::ffi::c_void,
     ];
     // SAFETY: the caller's guarantee.
-    unsafe { launch_dependent_args(stream, func, config, &mut args) }
+    unsafe { launch_dependent_args(stream, func, config, cluster, &mut args) }
 }
 
 /// # Safety
-/// `args` points at the kernel's parameters, as [`launch_dependent`] requires.
+/// `args` points at the kernel's parameters, as [`launch_dependent`] requires; a
+/// `cluster` above 1 as [`launch_dependent3`] requires.
 unsafe fn launch_dependent_args(
     stream: &CudaStream,
     func: &CudaFunction,
     config: LaunchConfig,
+    cluster: u32,
     args: &mut [*mut std::ffi::c_void],
 ) -> Result<(), cudarc::driver::DriverError> {
     use cudarc::driver::sys;
     // SAFETY: CUlaunchAttribute is plain data (an id and a union of integers); all zero
     // is a valid value, overwritten below.
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
+    let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+    attrs[0].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[0].value.programmaticStreamSerializationAllowed = 1;
+    attrs[1].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[1].value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster, y: 1, z: 1 };
     let cfg = sys::CUlaunchConfig {
         gridDimX: config.grid_dim.0,
         gridDimY: config.grid_dim.1,
@@ -410,10 +417,10 @@ unsafe fn launch_dependent_args(
         blockDimZ: config.block_dim.2,
         sharedMemBytes: config.shared_mem_bytes,
         hStream: stream.cu_stream(),
-        attrs: &mut attr,
-        numAttrs: 1,
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: if cluster > 1 { 2 } else { 1 },
     };
-    // SAFETY: the caller guarantees the parameters and launch shape; `cfg`, `attr` and
+    // SAFETY: the caller guarantees the parameters and launch shape; `cfg`, `attrs` and
     // `args` outlive the call, which copies them.
     unsafe { sys::cuLaunchKernelEx(&cfg, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()
 }

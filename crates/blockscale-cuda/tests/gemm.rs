@@ -229,10 +229,10 @@ fn large_tiles_and_every_output_type() {
 #[test]
 fn fp8_block_small_m_splits_k() {
     let Some(dev) = hopper() else { return };
-    // (pair, M x N x K), with the FP8 wgmma kernel up to 512: 64-row tiles up to 512 x 256 x 512
-    // (K split 8 ways at 64 x 300 x 4096, 3 tiles of 32 blocks; 4 at 77 x 136 x 2048; 2 at
-    // 200 x 1000 x 1024; none at 512 x 256 x 512), 128-row tiles at 300 x 3000 x 512 (72
-    // tiles); 513 runs CUTLASS.
+    // (pair, M x N x K), with the FP8 wgmma kernel up to 512: 64-row tiles up to 512 x 256
+    // x 512, K split in clusters at 64 x 300 x 4096 (3 tiles of 32 blocks), 77 x 136 x
+    // 2048 and 200 x 1000 x 1024; 128-row tiles at 300 x 3000 x 512 (72 tiles); 513 runs
+    // CUTLASS.
     let shapes = [
         (8, (300, 3000, 512)),
         (7, (64, 300, 4096)),
@@ -587,8 +587,7 @@ fn gemm_into_replays_in_a_cuda_graph() {
     replay_in_graph(&dev, &mut d, |d| gemm_into(&dev, &da, &db, &epi, DeviceMatrixMut::new(d, m, n)), &expect);
 
     // FP8 block at small M (with BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512, the FP8 wgmma kernel: K
-    // split two ways, tensor maps encoded on the host at capture, split-K counters the
-    // kernel leaves at zero).
+    // split in a cluster, tensor maps encoded on the host at capture).
     let k = 1024;
     let xa: Vec<f32> = (0..m * k).map(|_| rng.value()).collect();
     let xb: Vec<f32> = (0..n * k).map(|_| rng.value()).collect();
@@ -698,8 +697,7 @@ fn gemm_sanitizer_smoke() {
         };
         run_case::<bf16>(&dev, &c, 900 + i as u64);
     }
-    // FP8 block at M <= 64: the FP8 wgmma kernel, K split two ways and added back in the
-    // kernel.
+    // FP8 block at M <= 64: the FP8 wgmma kernel, K split in a cluster.
     let c = sweep_case(PAIRS[7], (40, 300, 1024), false, 1, ScaleLayout::Linear, 2);
     run_case::<bf16>(&dev, &c, 940);
     run_weight_only::<f32, f32>(&dev, Scheme::Int4G32, true, (5, 40, 64), 65, false, Activation::GeluErf, 950);

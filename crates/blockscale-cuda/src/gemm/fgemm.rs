@@ -1,15 +1,16 @@
 //! FP8 block pairs on Hopper's FP8 tensor cores at small M: `kernels/gemm/fgemm.cu`, a
 //! warp-specialized `wgmma` kernel that reads both operands in place with TMA (FP8 block
 //! activations with 1x128 or 128x128 scales times FP8 128x128 weights), applies the
-//! scales once per 128 of K in f32 and splits K across SMs with an in-kernel,
-//! deterministic reduction. Tiles of 64 activation rows up to M = 64 and where 128-row
-//! tiles would fill at most half the SMs, 128 rows otherwise.
+//! scales once per 128 of K in f32 and splits K across the CTAs of a cluster, which add
+//! their sums through distributed shared memory in split order (deterministic, no
+//! workspace). Tiles of 64 activation rows up to M = 64 and where 128-row tiles would
+//! fill at most half the SMs, 128 rows otherwise.
 //!
 //! It runs FP8 block pairs of up to [`MAX_M`] = 64 rows whose tiles fill their waves;
 //! CUTLASS's blockwise kernel (`mod.rs`) takes the rest, where it measured faster
 //! (docs/DECISIONS.md #44 has the numbers). `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` (read once)
 //! moves the bound (0 turns the kernel off); `gpu-bundle/run.sh test` runs the GEMM tests
-//! a second time with it at 512, so that both tile heights and the K splits are covered.
+//! a second time with it at 512, so that both tile heights and the clusters are covered.
 
 use blockscale_formats::{Fp8Tile, Scheme};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
@@ -64,7 +65,7 @@ fn tile_m(m: usize, n: usize, slots: usize) -> usize {
 /// The fewest K blocks a split keeps.
 const MIN_SPLIT_BLOCKS: usize = 4;
 /// The largest M this kernel takes by default. Up to 64 it measured faster than
-/// CUTLASS on five of DeepSeek-V3's six shapes (H100); at 128 on two of six, at 512 on
+/// CUTLASS at every DeepSeek-V3 shape it takes (H100); at 128 on three of five, at 512 on
 /// none (docs/DECISIONS.md #44).
 const MAX_M: usize = 64;
 
@@ -105,41 +106,101 @@ fn fills_waves(m: usize, n: usize, slots: usize) -> bool {
     tiles <= slots || 5 * tiles >= 4 * tiles.div_ceil(slots) * slots
 }
 
+/// What a CTA's fixed costs (pipeline fill, epilogue, its share of a reduction) weigh
+/// in K blocks, in the plan's count of waves x (blocks a split + this).
+const SPLIT_COST_BLOCKS: usize = 4;
+/// The largest cluster the kernel is launched in (the portable limit).
+const MAX_CLUSTER: usize = 8;
+
 /// How the kernel is launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Plan {
     tiles_n: usize,
     tiles_m: usize,
+    /// K splits: with more than one, the splits of a tile are one cluster of CTAs that
+    /// add their sums through distributed shared memory.
     splits: usize,
     blocks_per_split: usize,
-    /// Persistent CTAs: no more than the GPU holds at once.
+    /// CTAs of the grid: persistent ones (no more than the GPU holds at once), or with
+    /// splits one per tile and split.
     ctas: usize,
-    /// Workspace bytes: the split-K partial sums.
-    workspace: usize,
 }
 
 impl Plan {
-    /// 128 x `tm` tiles over `blocks` K blocks on `slots` CTAs: K splits while the tiles
-    /// leave CTAs idle, into as many splits as fit beside each other in one wave, each
-    /// of at least [`MIN_SPLIT_BLOCKS`] blocks (every split costs a pipeline fill, its
-    /// partial sums and their reduction: many short splits measured far slower).
-    fn new((m, n, blocks): (usize, usize, usize), slots: usize, tm: usize) -> Self {
+    /// 128 x `tm` tiles over `blocks` K blocks on `slots` CTAs. K splits only while the
+    /// tiles leave CTAs idle, each split of at least [`MIN_SPLIT_BLOCKS`] blocks (every
+    /// split costs a pipeline fill and its share of the reduction), the splits of a tile
+    /// one cluster of at most [`MAX_CLUSTER`]: the count that makes waves of clusters
+    /// (`active(s)`: how many clusters of s CTAs the GPU holds at once) x (blocks a split
+    /// + [`SPLIT_COST_BLOCKS`]) smallest, the fewer on a tie.
+    fn new((m, n, blocks): (usize, usize, usize), slots: usize, tm: usize, active: &dyn Fn(usize) -> usize) -> Self {
         let tiles_n = n.div_ceil(TILE);
         let tiles_m = m.div_ceil(tm);
         let tiles = tiles_n * tiles_m;
-        let wanted = (slots / tiles).min(blocks / MIN_SPLIT_BLOCKS).min(max_splits()).max(1);
+        let most = if tiles < slots { (blocks / MIN_SPLIT_BLOCKS).min(max_splits()).clamp(1, MAX_CLUSTER) } else { 1 };
+        let waves = |s: usize| if s == 1 { 1 } else { tiles.div_ceil(active(s).max(1)) };
+        let cost = |s: usize| waves(s) * (blocks.div_ceil(s) + SPLIT_COST_BLOCKS);
+        let wanted = (1..=most).min_by_key(|&s| (cost(s), s)).unwrap_or(1);
         let blocks_per_split = blocks.div_ceil(wanted);
         let splits = blocks.div_ceil(blocks_per_split);
-        let workspace = if splits > 1 { splits * m * n * 4 } else { 0 };
-        Self { tiles_n, tiles_m, splits, blocks_per_split, ctas: (tiles * splits).min(slots), workspace }
+        let ctas = if splits > 1 { tiles * splits } else { tiles.min(slots) };
+        Self { tiles_n, tiles_m, splits, blocks_per_split, ctas }
     }
 }
 
-/// The workspace bytes [`run`] needs.
-pub(super) fn workspace_size(dev: &Device, a: &DeviceQuantized, b: &DeviceQuantized) -> usize {
-    let (m, n, k) = (a.shape().rows, b.shape().rows, b.shape().k);
+/// How many clusters of `size` CTAs of `kernel` (tiles of `tm` rows) the device holds at
+/// once (the driver's occupancy query, cached per device name, SM count, tile height and
+/// size; 0 where the query fails, which keeps that size out of the plan).
+fn active_clusters(dev: &Device, kernel: &crate::device::Kernel, tm: usize, size: usize) -> usize {
+    use cudarc::driver::sys;
+    type Key = (String, u32, usize, usize);
+    static CACHE: std::sync::Mutex<Vec<(Key, usize)>> = std::sync::Mutex::new(Vec::new());
+    let key = (dev.name().to_string(), dev.sm_count(), tm, size);
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, n)) = cache.iter().find(|(k, _)| *k == key) {
+        return *n;
+    }
+    // SAFETY: CUlaunchAttribute is plain data; all zero is valid, overwritten below.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: size as u32, y: 1, z: 1 };
+    let config = sys::CUlaunchConfig {
+        gridDimX: size as u32,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: THREADS,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: smem(tm) as u32,
+        hStream: dev.stream().cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut n: std::ffi::c_int = 0;
+    // SAFETY: `config` and `attr` outlive the call, a query that launches nothing; the
+    // function is a loaded kernel of this device's context.
+    let ok = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, kernel.func.cu_function(), &config) }.result().is_ok();
+    let n = if ok { n.max(0) as usize } else { 0 };
+    cache.push((key, n));
+    n
+}
+
+/// The kernel for these operands and its plan.
+fn plan(dev: &Device, (m, n, k): (usize, usize, usize)) -> Result<(crate::device::Kernel, usize, Plan), CudaError> {
+    // One CTA an SM (the shared memory allows no more).
     let slots = dev.sm_count() as usize;
-    Plan::new((m, n, k / BLOCK_K), slots, tile_m(m, n, slots)).workspace
+    let tm = tile_m(m, n, slots);
+    let kernel = dev.function_with_threads(kernel_name(tm), THREADS, smem(tm))?;
+    let active = |s: usize| active_clusters(dev, &kernel, tm, s);
+    let plan = Plan::new((m, n, k / BLOCK_K), slots, tm, &active);
+    Ok((kernel, tm, plan))
+}
+
+/// The workspace bytes [`run`] needs: none (K splits add their sums in shared memory);
+/// the kernel is loaded, so that a device that cannot is an error here already.
+pub(super) fn workspace_size(dev: &Device, a: &DeviceQuantized, b: &DeviceQuantized) -> Result<usize, CudaError> {
+    plan(dev, (a.shape().rows, b.shape().rows, b.shape().k))?;
+    Ok(0)
 }
 
 /// The tensor map of a rows x k matrix of bytes at `ptr` (row stride k) read in boxes of
@@ -184,7 +245,6 @@ pub(super) fn run<O: DeviceElement>(
     alpha: f32,
     epilogue: &DeviceEpilogue<'_>,
     out: DeviceMatrixMut<'_, O>,
-    grow: bool,
 ) -> Result<(), CudaError> {
     let stream = dev.stream();
     let (m, n, k) = (a.shape().rows, b.shape().rows, b.shape().k);
@@ -192,21 +252,11 @@ pub(super) fn run<O: DeviceElement>(
     let alpha = check_epilogue(epilogue, alpha, n)?;
     check_output(&out, m, n)?;
     super::check_int(m, n, k)?;
-    // One CTA an SM (the shared memory allows no more).
-    let slots = dev.sm_count() as usize;
-    let tm = tile_m(m, n, slots);
-    let kernel = dev.function_with_threads(kernel_name(tm), THREADS, smem(tm))?;
-    let plan = Plan::new((m, n, k / BLOCK_K), slots, tm);
-    if plan.tiles_n * plan.tiles_m > crate::device::GEMV_COUNTERS {
-        return Err(CudaError::TooLarge { rows: m.max(n), k, limit: "the GEMM's tiles exceed 65536" });
+    let (kernel, tm, plan) = plan(dev, (m, n, k))?;
+    // The kernel counts tiles x splits in 32 bits.
+    if plan.tiles_n * plan.tiles_m * plan.splits > i32::MAX as usize {
+        return Err(CudaError::TooLarge { rows: m.max(n), k, limit: "the GEMM's tiles exceed 2^31" });
     }
-    let mut scratch = dev.scratch_for(plan.workspace, grow && plan.workspace > 0)?;
-    let crate::device::Scratch { workspace, counters } = &mut *scratch;
-    if plan.splits > 1 && counters.is_none() {
-        return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available: 0 });
-    }
-    let (ws_ptr, g_ws) = crate::device::scratch_ptr(workspace, plan.workspace > 0, stream);
-    let (cnt_ptr, g_cnt) = crate::device::scratch_ptr(counters, plan.splits > 1, stream);
     let out_stride = out.row_stride;
     let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
     let (a_ptr, g_a) = a.data().device_ptr(stream);
@@ -233,7 +283,6 @@ pub(super) fn run<O: DeviceElement>(
         g: PgemmParams {
             bias: bias_ptr,
             out: out_ptr,
-            partial: ws_ptr,
             out_stride: out_stride as u64,
             alpha,
             m: m as u32,
@@ -252,7 +301,6 @@ pub(super) fn run<O: DeviceElement>(
         },
         sa: sa_ptr,
         sb: sb_ptr,
-        counters: cnt_ptr,
         a_tiles: (a.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)) as u32,
         pad: 0,
     };
@@ -265,15 +313,15 @@ pub(super) fn run<O: DeviceElement>(
     // tensor maps describe the validated FP8 codes (M x K and N x K bytes, rows of K);
     // the scales are validated FP8 block scales of those shapes ([M][K/128] or
     // [ceil(M/128)][K/128], [ceil(N/128)][K/128] f32); the output was checked for M x N at
-    // its stride, the bias for N values; with splits the workspace holds splits x M x N
-    // f32 (the plan's size, checked by scratch_for) and the counters cover the plan's
-    // tiles (fewer than GEMV_COUNTERS), zero between launches (the last CTA of a tile
-    // resets its counter). The kernel traps if given less shared memory than it lays out,
-    // and reads the activations and their scales only after its griddepcontrol.wait. The
-    // guards keep every buffer alive and ordered until the launch is queued.
-    unsafe { crate::device::launch_dependent3(stream, &kernel.func, config, (&params, &ta, &tb)) }
+    // its stride, the bias for N values. The kernel traps if given less shared memory
+    // than it lays out, and reads the activations and their scales only after its
+    // griddepcontrol.wait. With K split the grid is tiles x splits CTAs in clusters of
+    // `splits` (at most 8, a divisor of the grid), as the kernel expects whenever
+    // g.splits > 1, and it reads peers' shared memory only between its cluster barriers.
+    // The guards keep every buffer alive and ordered until the launch is queued.
+    unsafe { crate::device::launch_dependent3(stream, &kernel.func, config, plan.splits as u32, (&params, &ta, &tb)) }
         .map_err(CudaError::driver("launching the FP8 block GEMM"))?;
-    drop((g_ws, g_cnt, g_out, g_a, g_b, g_sa, g_sb, g_bias));
+    drop((g_out, g_a, g_b, g_sa, g_sb, g_bias));
     Ok(())
 }
 
@@ -291,29 +339,34 @@ mod tests {
     }
 
     #[test]
-    fn k_splits_to_fill_the_sms_without_a_second_wave() {
-        // M = 128, N = 7168, K = 2048 on 132 SMs: 56 tiles of 16 blocks: two splits of 8.
-        let p = Plan::new((128, 7168, 16), 132, 128);
+    fn k_splits_into_clusters_that_fit_the_gpu() {
+        // One CTA an SM: 132 / s clusters of s CTAs at once (real GPUs hold fewer of the
+        // larger ones: their SMs come in GPCs).
+        let fit = |s: usize| 132 / s;
+        // M = 128, N = 7168, K = 2048, 128-row tiles: 56 tiles of 16 blocks; two splits
+        // of 8 (one wave of 56 clusters: 12), not four (two waves: 16).
+        let p = Plan::new((128, 7168, 16), 132, 128, &fit);
         assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.blocks_per_split, p.ctas), (56, 1, 2, 8, 112));
-        assert_eq!(p.workspace, 2 * 128 * 7168 * 4);
-        // M = 128, N = K = 4096: 32 tiles, four splits of 8 blocks.
-        let q = Plan::new((128, 4096, 32), 132, 128);
-        assert_eq!((q.splits, q.blocks_per_split, q.ctas), (4, 8, 128));
-        // M = 64, N = 2112, K = 7168: 17 tiles, 56 blocks: seven splits of 8 (119 CTAs).
-        let r = Plan::new((64, 2112, 56), 132, 128);
-        assert_eq!((r.tiles_n, r.splits, r.blocks_per_split, r.ctas), (17, 7, 8, 119));
-        // M = 512, N = 2112: 68 tiles: no split (two would need a second wave).
-        let s = Plan::new((512, 2112, 56), 132, 128);
-        assert_eq!((s.splits, s.ctas, s.workspace), (1, 68, 0));
-        // Three tiles of 32 blocks: eight splits of 4, not more.
-        assert_eq!(Plan::new((64, 300, 32), 132, 128).splits, 8);
-        // 64-row tiles: M = 128, N = 7168 is 112 tiles, no split.
-        let t = Plan::new((128, 7168, 16), 132, 64);
+        // 64 x 2112 x 7168: 17 tiles of 56 blocks: seven splits of 8 (18 clusters of 7 fit).
+        let c = Plan::new((64, 2112, 56), 132, 64, &fit);
+        assert_eq!((c.splits, c.blocks_per_split, c.ctas), (7, 8, 119));
+        // With only 16 clusters of 6-8 held at once and 18 of up to 5: five of 12.
+        let gpcs = |s: usize| if s <= 5 { 18 } else { 16 };
+        assert_eq!(Plan::new((64, 2112, 56), 132, 64, &gpcs).splits, 5);
+        // No cluster fits: no split.
+        let none = |_: usize| 0;
+        let e = Plan::new((128, 7168, 16), 132, 128, &none);
+        assert_eq!((e.splits, e.ctas), (1, 56));
+        // 256 tiles: more than the SMs, never split; persistent CTAs.
+        let f = Plan::new((64, 32768, 4), 132, 64, &fit);
+        assert_eq!((f.splits, f.ctas), (1, 132));
+        // 64-row tiles: M = 128, N = 7168 is 112 tiles.
+        let t = Plan::new((128, 7168, 16), 132, 64, &none);
         assert_eq!((t.tiles_m, t.splits, t.ctas), (2, 1, 112));
         assert_eq!((tile_m(128, 7168, 132), tile_m(512, 4096, 132), tile_m(64, 32768, 132)), (64, 128, 64));
         // Waves: 192 tiles on 132 SMs (73%) go to CUTLASS, 256 (97%) and 56 stay.
         assert!(!fills_waves(64, 24576, 132) && fills_waves(64, 32768, 132) && fills_waves(64, 7168, 132));
         // K = 128: one block, never split.
-        assert_eq!(Plan::new((64, 256, 1), 132, 128).splits, 1);
+        assert_eq!(Plan::new((64, 256, 1), 132, 128, &fit).splits, 1);
     }
 }

@@ -14,7 +14,7 @@
 //!   rounded once to bf16 (their element times scale has more than 8 bits).
 //! - **FP8 blockwise tensor cores** for FP8 block operands (1x128 or 128x128 activations
 //!   x 128x128 weights): up to M = 64 blockscale's own warp-specialized `wgmma` kernel
-//!   (`fgemm.rs`, `kernels/gemm/fgemm.cu`: TMA, K split inside the kernel), above it
+//!   (`fgemm.rs`, `kernels/gemm/fgemm.cu`: TMA, K split across a cluster), above it
 //!   CUTLASS's blockwise-scaled FP8 GEMM; both promote each 128-K partial sum into f32
 //!   with both scales.
 //!
@@ -478,7 +478,7 @@ fn run<I: DeviceElement, O: DeviceElement>(
     if let Lhs::Quantized(a) = &lhs
         && fgemm::applies(dev, a, b)
     {
-        return fgemm::run(dev, a, b, alpha, epilogue, out, grow);
+        return fgemm::run(dev, a, b, alpha, epilogue, out);
     }
     run_rhs(dev, lhs, Rhs::Quantized(b), alpha, epilogue, out, grow)
 }
@@ -692,7 +692,7 @@ pub fn gemm_workspace_size<O: DeviceElement>(
 ) -> Result<usize, CudaError> {
     check_pair(a, b)?;
     if fgemm::applies(dev, a, b) {
-        return Ok(fgemm::workspace_size(dev, a, b));
+        return fgemm::workspace_size(dev, a, b);
     }
     let aligned = (out_row_stride * size_of::<O>()).is_multiple_of(16);
     Ok(Plan::new::<half::bf16, O>(dev, &Lhs::Quantized(a), Rhs::Quantized(b), aligned)?.total)
