@@ -183,16 +183,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     const bool clustered = p.splits > 1;
     auto tile_of = [&](uint32_t t) { return tile_at<TM>(p, clustered ? (t % p.splits) * tiles_nm + t / p.splits : t); };
 
-    if (threadIdx.x == 0) {
-#pragma unroll
-        for (int s = 0; s < kDepth; ++s) {
-            // `full`: the TMA thread's expect_tx and the scale warp's 32 lanes; `empty`:
-            // every consumer thread.
-            mbar_init(&full[s], 33);
-            mbar_init(&empty[s], kConsumerWarps * 32);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    init_ring(full, empty, 33);  // the TMA thread's expect_tx and the scale warp's 32 lanes
     __syncthreads();
 
     if (warp >= kConsumerWarps) {

@@ -153,16 +153,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     const uint32_t S = p.slabs;
     const uint32_t tiles = (p.n + BN - 1) / BN * ((p.m + BM - 1) / BM) * p.splits;
 
-    if (threadIdx.x == 0) {
-#pragma unroll
-        for (int s = 0; s < kDepth; ++s) {
-            // `full`: the producer's expect_tx (the bytes complete it); `empty`: every
-            // consumer thread (each releases its own reads of the stage).
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], kConsumerWarps * 32);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    init_ring(full, empty, 1);  // the producer's expect_tx
     __syncthreads();
 
     if (warp >= kConsumerWarps) {

@@ -60,6 +60,21 @@ __device__ __forceinline__ void wg_wait() {
 __device__ __forceinline__ void bar_arrive(uint64_t* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
+// The ring's barriers, by thread 0, before the CTA's first __syncthreads: `full[s]`
+// expects `full_arrivals` per phase (the producers' expect_tx and any other producer
+// arrivals; the bytes complete it), `empty[s]` every consumer thread (each releases its
+// own reads of the stage).
+template <int DEPTH>
+__device__ __forceinline__ void init_ring(uint64_t (&full)[DEPTH], uint64_t (&empty)[DEPTH], uint32_t full_arrivals) {
+    if (threadIdx.x != 0) return;
+#pragma unroll
+    for (int s = 0; s < DEPTH; ++s) {
+        mbar_init(&full[s], full_arrivals);
+        mbar_init(&empty[s], kConsumerWarps * 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
 // The consumer warps' barrier (named barrier 1; the producer warpgroup is not part of it).
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");

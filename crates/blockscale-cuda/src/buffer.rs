@@ -23,6 +23,9 @@ pub trait DeviceElement:
     /// The kernel name suffix.
     #[doc(hidden)]
     const SUFFIX: &'static str;
+    /// The kernels' `out_kind` code for this output type (0 bf16, 1 f16, 2 f32).
+    #[doc(hidden)]
+    const OUT_KIND: u32;
     /// The exact f32 value.
     #[doc(hidden)]
     fn widen(self) -> f32;
@@ -30,18 +33,21 @@ pub trait DeviceElement:
 
 impl DeviceElement for f32 {
     const SUFFIX: &'static str = "f32";
+    const OUT_KIND: u32 = 2;
     fn widen(self) -> f32 {
         self
     }
 }
 impl DeviceElement for f16 {
     const SUFFIX: &'static str = "f16";
+    const OUT_KIND: u32 = 1;
     fn widen(self) -> f32 {
         self.to_f32()
     }
 }
 impl DeviceElement for bf16 {
     const SUFFIX: &'static str = "bf16";
+    const OUT_KIND: u32 = 0;
     fn widen(self) -> f32 {
         self.to_f32()
     }

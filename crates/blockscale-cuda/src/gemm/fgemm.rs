@@ -148,41 +148,46 @@ impl Plan {
     }
 }
 
-/// How many clusters of `size` CTAs of `kernel` (tiles of `tm` rows) the device holds at
-/// once (the driver's occupancy query, cached per device name, SM count, tile height and
-/// size; 0 where the query fails, which keeps that size out of the plan).
-fn active_clusters(dev: &Device, kernel: &crate::device::Kernel, tm: usize, size: usize) -> usize {
+/// How many clusters of s CTAs of `kernel` (tiles of `tm` rows) the device holds at once,
+/// for s up to [`MAX_CLUSTER`] (index s; the driver's occupancy query, made once per
+/// device name, SM count and tile height; 0 where the query fails, which keeps that size
+/// out of the plan).
+fn active_clusters(dev: &Device, kernel: &crate::device::Kernel, tm: usize) -> [usize; MAX_CLUSTER + 1] {
     use cudarc::driver::sys;
-    type Key = (String, u32, usize, usize);
-    static CACHE: std::sync::Mutex<Vec<(Key, usize)>> = std::sync::Mutex::new(Vec::new());
-    let key = (dev.name().to_string(), dev.sm_count(), tm, size);
+    type Key = (String, u32, usize);
+    static CACHE: std::sync::Mutex<Vec<(Key, [usize; MAX_CLUSTER + 1])>> = std::sync::Mutex::new(Vec::new());
+    let key = (dev.name().to_string(), dev.sm_count(), tm);
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, n)) = cache.iter().find(|(k, _)| *k == key) {
         return *n;
     }
-    // SAFETY: CUlaunchAttribute is plain data; all zero is valid, overwritten below.
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: size as u32, y: 1, z: 1 };
-    let config = sys::CUlaunchConfig {
-        gridDimX: size as u32,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: THREADS,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: smem(tm) as u32,
-        hStream: dev.stream().cu_stream(),
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
-    let mut n: std::ffi::c_int = 0;
-    // SAFETY: `config` and `attr` outlive the call, a query that launches nothing; the
-    // function is a loaded kernel of this device's context.
-    let ok = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, kernel.func.cu_function(), &config) }.result().is_ok();
-    let n = if ok { n.max(0) as usize } else { 0 };
-    cache.push((key, n));
-    n
+    let mut counts = [0usize; MAX_CLUSTER + 1];
+    for (size, count) in counts.iter_mut().enumerate().skip(1) {
+        // SAFETY: CUlaunchAttribute is plain data; all zero is valid, overwritten below.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: size as u32, y: 1, z: 1 };
+        let config = sys::CUlaunchConfig {
+            gridDimX: size as u32,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: THREADS,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem(tm) as u32,
+            hStream: dev.stream().cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY: `config` and `attr` outlive the call, a query that launches nothing;
+        // the function is a loaded kernel of this device's context.
+        let ok =
+            unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, kernel.func.cu_function(), &config) }.result().is_ok();
+        *count = if ok { n.max(0) as usize } else { 0 };
+    }
+    cache.push((key, counts));
+    counts
 }
 
 /// The kernel for these operands and its plan.
@@ -191,7 +196,8 @@ fn plan(dev: &Device, (m, n, k): (usize, usize, usize)) -> Result<(crate::device
     let slots = dev.sm_count() as usize;
     let tm = tile_m(m, n, slots);
     let kernel = dev.function_with_threads(kernel_name(tm), THREADS, smem(tm))?;
-    let active = |s: usize| active_clusters(dev, &kernel, tm, s);
+    let counts = active_clusters(dev, &kernel, tm);
+    let active = |s: usize| counts[s];
     let plan = Plan::new((m, n, k / BLOCK_K), slots, tm, &active);
     Ok((kernel, tm, plan))
 }
@@ -289,11 +295,7 @@ pub(super) fn run<O: DeviceElement>(
             n: n as u32,
             k: k as u32,
             slabs: (k / BLOCK_K) as u32,
-            out_kind: match O::SUFFIX {
-                "bf16" => 0,
-                "f16" => 1,
-                _ => 2,
-            },
+            out_kind: O::OUT_KIND,
             activation: super::activation_code(epilogue.activation) as u32,
             splits: plan.splits as u32,
             slabs_per_split: plan.blocks_per_split as u32,

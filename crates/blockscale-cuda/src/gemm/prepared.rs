@@ -324,11 +324,7 @@ fn run<I: GemvInput, O: DeviceElement>(
         n: n as u32,
         k: k as u32,
         slabs: f.slabs as u32,
-        out_kind: match O::SUFFIX {
-            "bf16" => 0,
-            "f16" => 1,
-            _ => 2,
-        },
+        out_kind: O::OUT_KIND,
         activation: super::activation_code(epilogue.activation) as u32,
         splits: plan.splits as u32,
         slabs_per_split: plan.slabs_per_split as u32,

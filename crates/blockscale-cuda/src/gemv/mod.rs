@@ -381,11 +381,7 @@ fn run_plain<I: GemvInput, O: DeviceElement>(
         tiles: (w.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)) as u32,
         // Read by the `_m16` kernels, which take either type.
         act_f16: (I::SUFFIX == "f16") as u32,
-        out_kind: match O::SUFFIX {
-            "bf16" => 0,
-            "f16" => 1,
-            _ => 2,
-        },
+        out_kind: O::OUT_KIND,
         gated: gated as u32,
         splits: plan.splits as u32,
         steps_per_split: plan.steps_per_split as u32,

@@ -180,11 +180,7 @@ pub(super) fn run<I: GemvInput, O: DeviceElement>(
         k: k as u32,
         slabs: w.slabs as u32,
         chunks: (w.slabs / CHUNK) as u32,
-        out_kind: match O::SUFFIX {
-            "bf16" => 0,
-            "f16" => 1,
-            _ => 2,
-        },
+        out_kind: O::OUT_KIND,
         gated: gated as u32,
         splits: plan.splits as u32,
         chunks_per_split: plan.chunks_per_split as u32,
