@@ -1,7 +1,8 @@
 //! `cargo xtask golden [--full] [--seed N] [--out DIR]`: writes the golden files from
 //! the CPU reference.
 //!
-//! Deterministic: every value comes from a splitmix64 stream seeded with `--seed`
+//! Deterministic: every value comes from a splitmix64 stream
+//! ([`blockscale_formats::rng::SplitMix64`]) seeded with `--seed`
 //! (default [`SEED`]) and the case's index, so the same seed and blockscale version
 //! give the same bytes. The committed set (`tests/golden/`, under 20 MB) has, per
 //! scheme, inputs in f32 (130 rows: not a multiple of 128; 7 scale columns: not a
@@ -21,6 +22,7 @@ use blockscale_cpu::{
     Activation, Epilogue, GemmOptions, QuantizeOptions, gemm, gemm_reference, gemm_weight_only,
     gemm_weight_only_reference, quantize_slice,
 };
+use blockscale_formats::rng::SplitMix64;
 use blockscale_formats::{
     DataLayout, Fp8Tile, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizedMatrix, ScaleLayout,
     ScaleRule, Scheme,
@@ -36,31 +38,14 @@ use crate::util;
 /// The default seed.
 pub const SEED: u64 = 0x5eed_b10c;
 
-/// splitmix64.
-struct Rng(u64);
+/// +1 or -1, by the low bit.
+fn sign(rng: &mut SplitMix64) -> f32 {
+    if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 }
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn sign(&mut self) -> f32 {
-        if self.next() & 1 == 0 { 1.0 } else { -1.0 }
-    }
-    /// Bell-shaped in (-1, 1).
-    fn bell(&mut self) -> f32 {
-        self.unit() + self.unit() - 1.0
-    }
+/// Bell-shaped in (-1, 1).
+fn bell(rng: &mut SplitMix64) -> f32 {
+    rng.unit_f32() + rng.unit_f32() - 1.0
 }
 
 /// The element grid's midpoints (ties) and maximum, at scale 1.
@@ -78,7 +63,7 @@ fn grid(scheme: Scheme) -> (Vec<f32>, f32) {
 }
 
 /// Adversarial rows: each block of `block` values gets one pattern.
-fn adversarial(rng: &mut Rng, rows: usize, k: usize, scheme: Scheme, dtype: &str) -> Vec<f32> {
+fn adversarial(rng: &mut SplitMix64, rows: usize, k: usize, scheme: Scheme, dtype: &str) -> Vec<f32> {
     // The largest magnitude the input type holds comfortably.
     let top = if dtype == "f16" { 6.0e4 } else { 3.0e38 };
     let block = scheme.block_size();
@@ -90,25 +75,25 @@ fn adversarial(rng: &mut Rng, rows: usize, k: usize, scheme: Scheme, dtype: &str
             0 => {} // all zero
             1 => {
                 // one huge value among small ones
-                blk.iter_mut().for_each(|v| *v = rng.bell() * 0.01);
-                blk[rng.below(block)] = 1e4 * rng.sign();
+                blk.iter_mut().for_each(|v| *v = bell(rng) * 0.01);
+                blk[rng.below(block)] = 1e4 * sign(rng);
             }
-            2 => blk.iter_mut().for_each(|v| *v = rng.bell() * 1e-39), // f32 subnormals
+            2 => blk.iter_mut().for_each(|v| *v = bell(rng) * 1e-39), // f32 subnormals
             3 => {
                 // ties of the element grid at block scale 1 (amax pinned to the maximum)
-                blk.iter_mut().for_each(|v| *v = ties[rng.below(ties.len())] * rng.sign());
+                blk.iter_mut().for_each(|v| *v = ties[rng.below(ties.len())] * sign(rng));
                 blk[rng.below(block)] = max;
             }
             4 => {
                 // at the maximum, and a mix of the maximum's neighbourhood
-                blk.iter_mut().for_each(|v| *v = max * (1.0 - 0.01 * rng.unit()) * rng.sign());
+                blk.iter_mut().for_each(|v| *v = max * (1.0 - 0.01 * rng.unit_f32()) * sign(rng));
                 blk[0] = max;
             }
-            5 => blk.iter_mut().for_each(|v| *v = rng.bell() * top), // near the input type's maximum
-            6 => blk.iter_mut().for_each(|v| *v = rng.bell() * 1e-6), // f16 subnormals
+            5 => blk.iter_mut().for_each(|v| *v = bell(rng) * top), // near the input type's maximum
+            6 => blk.iter_mut().for_each(|v| *v = bell(rng) * 1e-6), // f16 subnormals
             _ => {
                 let s = 2f32.powi(rng.below(16) as i32 - 8);
-                blk.iter_mut().for_each(|v| *v = rng.bell() * s);
+                blk.iter_mut().for_each(|v| *v = bell(rng) * s);
             }
         }
     }
@@ -144,11 +129,11 @@ struct QuantCase {
 }
 
 /// The generator state of case `index`, and its metadata.
-fn case_rng(w: &mut Writer, seed: u64, index: u64) -> Rng {
+fn case_rng(w: &mut Writer, seed: u64, index: u64) -> SplitMix64 {
     w.meta("generator", "cargo xtask golden (xtask/src/golden.rs, splitmix64)")
         .meta("seed", format!("{seed:#x}"))
         .meta("case_index", index.to_string());
-    Rng(seed ^ index.wrapping_mul(0x9e37_79b9))
+    SplitMix64::new(seed ^ index.wrapping_mul(0x9e37_79b9))
 }
 
 fn write_quant(dir: &Path, c: &QuantCase, seed: u64, index: u64) -> Result<()> {
@@ -258,7 +243,7 @@ fn quant_cases(full: bool) -> Vec<QuantCase> {
 /// and a block's sum stays below 2^24, which Hopper's FP8 tensor cores, whose
 /// accumulator keeps only about 13 bits below its largest term, still add exactly
 /// (docs/KERNELS.md). With 448 pinned they round.
-fn friendly(rng: &mut Rng, rows: usize, k: usize, scheme: Scheme) -> Vec<f32> {
+fn friendly(rng: &mut SplitMix64, rows: usize, k: usize, scheme: Scheme) -> Vec<f32> {
     if let Scheme::Fp8Block(_) = scheme {
         let mut x: Vec<f32> = (0..rows * k).map(|_| (rng.below(9) as f32 - 4.0) * 0.5).collect();
         for blk in x.chunks_mut(128) {
@@ -320,16 +305,16 @@ fn quant_operand(
 fn write_gemm(dir: &Path, c: &GemmCase, seed: u64, index: u64) -> Result<()> {
     let mut w = Writer::new();
     let rng = &mut case_rng(&mut w, seed, index);
-    let data = |rng: &mut Rng, rows, scheme| {
+    let data = |rng: &mut SplitMix64, rows, scheme| {
         if c.exact {
             friendly(rng, rows, c.k, scheme)
         } else {
-            (0..rows * c.k).map(|_| rng.bell() * 2f32.powi(rng.below(4) as i32)).collect()
+            (0..rows * c.k).map(|_| bell(rng) * 2f32.powi(rng.below(4) as i32)).collect()
         }
     };
     let bx = data(rng, c.n, c.b);
     let b = quant_operand(&bx, c.n, c.k, c.b, (ScaleLayout::Swizzled128x4, c.interleaved), c.exact)?;
-    let bias: Option<Vec<f32>> = (!c.exact).then(|| (0..c.n).map(|_| rng.bell()).collect());
+    let bias: Option<Vec<f32>> = (!c.exact).then(|| (0..c.n).map(|_| bell(rng)).collect());
     let alpha = (!c.exact).then_some(0.75f32);
     let mut epi = Epilogue { alpha, ..Default::default() }.with_activation(c.activation);
     if let Some(bias) = &bias {

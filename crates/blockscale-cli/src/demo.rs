@@ -10,6 +10,7 @@
 //! `ln`, `exp` or `powf`, whose last bit depends on the platform's libm: the weights
 //! are bit-identical on every target.
 
+use blockscale::rng::SplitMix64;
 use half::bf16;
 
 /// One demo weight: a row-major `rows x k` bf16 matrix.
@@ -79,13 +80,13 @@ fn generate(r: &Recipe) -> DemoTensor {
     let mut col_scale = vec![1.0f64; r.k];
     for _ in 0..r.outlier_cols {
         let c = rng.below(r.k);
-        col_scale[c] = 10.0 + 40.0 * rng.uniform();
+        col_scale[c] = 10.0 + 40.0 * rng.unit_f64();
     }
     let mut row_scale: Vec<f64> = (0..r.rows)
         .map(|_| {
             // Most rows within 0.4-1.6x, one in twenty 2-3x louder.
-            let s = 0.4 + 1.2 * rng.uniform();
-            if rng.below(20) == 0 { s * (2.0 + rng.uniform()) } else { s }
+            let s = 0.4 + 1.2 * rng.unit_f64();
+            if rng.below(20) == 0 { s * (2.0 + rng.unit_f64()) } else { s }
         })
         .collect();
     for _ in 0..r.quiet_rows {
@@ -96,7 +97,7 @@ fn generate(r: &Recipe) -> DemoTensor {
     let mut values = Vec::with_capacity(r.rows * r.k);
     for &rs in &row_scale {
         for &cs in &col_scale {
-            let x = rng.student_t(r.dof) * base * rs * cs;
+            let x = student_t(&mut rng, r.dof) * base * rs * cs;
             values.push(bf16::from_f64(x));
         }
     }
@@ -108,54 +109,27 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// The SplitMix64 generator (Steele, Lea and Flood): tiny, fast and well mixed.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1), 53 random bits.
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform in 0..n (the modulo bias is irrelevant here).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// A Student-t variate scaled to unit variance, by Bailey's polar method: with
-    /// (u, v) uniform in the unit disc and w = u^2 + v^2, `u * sqrt(n (w^(-2/n) - 1) / w)`
-    /// is t-distributed with n degrees of freedom. For n = 4 and 8, w^(-2/n) is one or
-    /// two square roots: no libm function is involved.
-    fn student_t(&mut self, dof: u32) -> f64 {
-        loop {
-            let u = 2.0 * self.uniform() - 1.0;
-            let v = 2.0 * self.uniform() - 1.0;
-            let w = u * u + v * v;
-            if w >= 1.0 || w == 0.0 {
-                continue;
-            }
-            let root = match dof {
-                4 => 1.0 / w.sqrt(),
-                8 => 1.0 / w.sqrt().sqrt(),
-                _ => unreachable!("demo recipes use 4 or 8 degrees of freedom"),
-            };
-            let n = f64::from(dof);
-            let t = u * (n * (root - 1.0) / w).sqrt();
-            // Var(t_n) = n / (n - 2).
-            return t / (n / (n - 2.0)).sqrt();
+/// A Student-t variate scaled to unit variance, by Bailey's polar method: with
+/// (u, v) uniform in the unit disc and w = u^2 + v^2, `u * sqrt(n (w^(-2/n) - 1) / w)`
+/// is t-distributed with n degrees of freedom. For n = 4 and 8, w^(-2/n) is one or
+/// two square roots: no libm function is involved.
+fn student_t(rng: &mut SplitMix64, dof: u32) -> f64 {
+    loop {
+        let u = rng.uniform_f64(-1.0, 1.0);
+        let v = rng.uniform_f64(-1.0, 1.0);
+        let w = u * u + v * v;
+        if w >= 1.0 || w == 0.0 {
+            continue;
         }
+        let root = match dof {
+            4 => 1.0 / w.sqrt(),
+            8 => 1.0 / w.sqrt().sqrt(),
+            _ => unreachable!("demo recipes use 4 or 8 degrees of freedom"),
+        };
+        let n = f64::from(dof);
+        let t = u * (n * (root - 1.0) / w).sqrt();
+        // Var(t_n) = n / (n - 2).
+        return t / (n / (n - 2.0)).sqrt();
     }
 }
 
@@ -208,7 +182,7 @@ mod tests {
         // Without outlier columns, the t(4)/t(8) elements are still far from Gaussian:
         // the largest of a million draws is many standard deviations out.
         let mut rng = SplitMix64::new(1);
-        let draws: Vec<bf16> = (0..1_000_000).map(|_| bf16::from_f64(rng.student_t(8))).collect();
+        let draws: Vec<bf16> = (0..1_000_000).map(|_| bf16::from_f64(student_t(&mut rng, 8))).collect();
         let (var, kurt) = moments(&draws);
         assert!((var - 1.0).abs() < 0.02, "variance {var}");
         assert!(kurt > 4.0, "t(8) kurtosis {kurt} (4.5 expected)");

@@ -19,6 +19,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use blockscale::rng::SplitMix64;
 use half::{bf16, f16};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
@@ -168,28 +169,14 @@ impl File {
 
 // ---- The BF16 checkpoint we quantize.
 
-/// SplitMix64, seeded: deterministic inputs with no extra dependency.
-struct Rng(u64);
+/// Uniform in (0, 1), from the project's seeded generator.
+fn open_unit(rng: &mut SplitMix64) -> f64 {
+    ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
 
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in (0, 1).
-    fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-    /// Standard normal (Box-Muller).
-    fn normal(&mut self) -> f64 {
-        (-2.0 * self.unit().ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos()
-    }
+/// Standard normal (Box-Muller).
+fn normal(rng: &mut SplitMix64) -> f64 {
+    (-2.0 * open_unit(rng).ln()).sqrt() * (std::f64::consts::TAU * open_unit(rng)).cos()
 }
 
 /// A bf16 input tensor: its name, shape and values.
@@ -203,13 +190,13 @@ struct Input {
 /// values reach many sigmas), rows whose magnitudes span 2^-10 .. 2^4 (block scales
 /// from E4M3's subnormals to its top), a few outlier columns, scattered exact zeros, an
 /// all-zero row and aligned all-zero 16-blocks.
-fn weight(rng: &mut Rng, rows: usize, cols: usize) -> Vec<bf16> {
+fn weight(rng: &mut SplitMix64, rows: usize, cols: usize) -> Vec<bf16> {
     let outlier_cols: Vec<usize> = (0..3).map(|_| rng.below(cols)).collect();
     let mut w = Vec::with_capacity(rows * cols);
     for r in 0..rows {
-        let row_scale = 2f64.powf(-10.0 + 14.0 * rng.unit());
+        let row_scale = 2f64.powf(-10.0 + 14.0 * open_unit(rng));
         for c in 0..cols {
-            let mut x = rng.normal() * (0.8 * rng.normal()).exp() * row_scale;
+            let mut x = normal(rng) * (0.8 * normal(rng)).exp() * row_scale;
             if outlier_cols.contains(&c) {
                 x *= 20.0;
             }
@@ -234,7 +221,7 @@ fn write_checkpoint(path: &Path) -> Vec<Input> {
 
 /// The tensors of [`write_checkpoint`].
 fn checkpoint_inputs() -> Vec<Input> {
-    let mut rng = Rng(0x0b5e_c0de_5eed_0001);
+    let mut rng = SplitMix64::new(0x0b5e_c0de_5eed_0001);
     vec![
         Input {
             name: "model.layers.0.self_attn.q_proj.weight",
@@ -245,7 +232,7 @@ fn checkpoint_inputs() -> Vec<Input> {
         Input {
             name: "model.layers.0.input_layernorm.weight",
             shape: vec![256],
-            values: (0..256).map(|_| bf16::from_f64(1.0 + 0.1 * rng.normal())).collect(),
+            values: (0..256).map(|_| bf16::from_f64(1.0 + 0.1 * normal(&mut rng))).collect(),
         },
     ]
 }
@@ -629,8 +616,8 @@ fn modelopt_fp8_per_tensor_writer_follows_the_recipe() {
     });
     let inputs = write_inputs(&p("model.safetensors"), inputs);
     // Activations for the q_proj layer only.
-    let mut rng = Rng(11);
-    let acts: Vec<u8> = (0..4 * 256).flat_map(|_| (3.0 * rng.normal() as f32).to_le_bytes()).collect();
+    let mut rng = SplitMix64::new(11);
+    let acts: Vec<u8> = (0..4 * 256).flat_map(|_| (3.0 * normal(&mut rng) as f32).to_le_bytes()).collect();
     let view = TensorView::new(Dtype::F32, vec![4, 256], &acts).unwrap();
     safetensors::serialize_to_file([("model.layers.0.self_attn.q_proj", view)], None, &p("acts.safetensors")).unwrap();
 

@@ -19,6 +19,8 @@
 //! - [`Scheme`]: the recipes (NVFP4, MXFP4/6/8, FP8 block, INT4-G32) as data, with shape
 //!   validation that returns a [`FormatError`] and never panics.
 //! - [`slice`]: fast slice encoders and decoders.
+//! - [`rng`]: the seeded generator of the tests, benches, demo and golden files
+//!   (deterministic, not cryptographic).
 //! - What every backend shares: [`QuantizeOptions`], the GEMM [`Epilogue`] and its
 //!   [`Activation`], and [`Scheme::pairs_with`] (which quantized pairs multiply).
 //!
@@ -65,6 +67,7 @@ pub mod pack;
 #[cfg(feature = "alloc")]
 mod quantized;
 mod recipe;
+pub mod rng;
 mod scale_rule;
 mod scheme;
 pub mod slice;

@@ -7,6 +7,7 @@ mod common;
 
 use blockscale_formats::layout::{self, SWIZZLE_TILE, swizzled_offset, swizzled_position};
 use blockscale_formats::pack::{self, Fp6};
+use blockscale_formats::rng::SplitMix64;
 use blockscale_formats::{E2M1, E2M3, E3M2, FormatError, Int4, Int4Storage, ScaleLayout};
 use proptest::prelude::*;
 
@@ -252,7 +253,7 @@ proptest! {
     #[test]
     fn block_interleave_round_trip(n in 1usize..40, kb in 1usize..6, seed in any::<u64>()) {
         let k = kb * 32;
-        let mut rng = common::Rng(seed);
+        let mut rng = SplitMix64::new(seed);
         let rows: Vec<u32> = (0..n * k / 8).map(|_| rng.next_u32()).collect();
         let inter = pack::to_block_interleaved_vec(&rows, n, k).unwrap();
         let mut back = vec![0u32; rows.len()];
@@ -262,7 +263,7 @@ proptest! {
 
     #[test]
     fn swizzle_matches_the_permutation_and_round_trips((rows, cols) in shape(), seed in any::<u64>()) {
-        let mut rng = common::Rng(seed);
+        let mut rng = SplitMix64::new(seed);
         // Non-zero entries, so that padding (zero) is distinguishable from data.
         let linear: Vec<u8> = (0..rows * cols).map(|_| 1 + rng.below(255) as u8).collect();
         let sw = layout::convert_vec(&linear, ScaleLayout::Linear, ScaleLayout::Swizzled128x4, rows, cols).unwrap();

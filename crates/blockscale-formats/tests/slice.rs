@@ -4,11 +4,12 @@
 
 mod common;
 
+use blockscale_formats::rng::SplitMix64;
 use blockscale_formats::{E2M1, E2M3, E3M2, E4M3, E5M2, E8M0Rounding, Element, FormatError, Int4, UE4M3, UE8M0, slice};
 use half::{bf16, f16};
 
 fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut rng = common::Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let specials = [
         0.0,
         -0.0,
@@ -30,7 +31,7 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
         .map(|i| match i % 7 {
             0 => specials[rng.below(specials.len())],
             1 => f32::from_bits(rng.next_u32()),
-            _ => rng.normal() * 2f32.powi(rng.below(40) as i32 - 20),
+            _ => common::normal(&mut rng) * 2f32.powi(rng.below(40) as i32 - 20),
         })
         .collect()
 }

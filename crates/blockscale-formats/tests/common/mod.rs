@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use blockscale_formats::rng::SplitMix64;
+
 /// Which codes of a format are special (the test's own description, written from
 /// REFERENCE.md §0, not taken from the crate).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -217,31 +219,9 @@ pub fn e8m0_reference(x: f64, up: bool, saturate: bool) -> u8 {
     }
 }
 
-/// SplitMix64: a tiny seeded generator, so tests need no extra dependency.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn next_u32(&mut self) -> u32 {
-        (self.next_u64() >> 32) as u32
-    }
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-    /// A roughly normal sample (sum of uniforms), enough for test data.
-    pub fn normal(&mut self) -> f32 {
-        ((0..4).map(|_| self.unit()).sum::<f64>() - 2.0) as f32 * 1.7
-    }
+/// A roughly normal sample (sum of uniforms), enough for test data.
+pub fn normal(rng: &mut SplitMix64) -> f32 {
+    ((0..4).map(|_| rng.unit_f64()).sum::<f64>() - 2.0) as f32 * 1.7
 }
 
 fn push_around(v: &mut Vec<u32>, x: f32, ulps: u32) {
@@ -303,13 +283,13 @@ pub fn f32_oracle_inputs() -> Vec<u32> {
         0x7fa0_0000,
         0x7fc0_0001,
     ]);
-    let mut rng = Rng(0x5eed_b10c_5ca1_e000);
+    let mut rng = SplitMix64::new(0x5eed_b10c_5ca1_e000);
     for _ in 0..600_000 {
         v.push(rng.next_u32());
     }
     for _ in 0..300_000 {
         // Values spread over the formats' ranges: 2^-20 .. 2^18.
-        let x = (rng.unit() * 2.0 - 1.0) * 2f64.powf(rng.unit() * 38.0 - 20.0);
+        let x = (rng.unit_f64() * 2.0 - 1.0) * 2f64.powf(rng.unit_f64() * 38.0 - 20.0);
         v.push((x as f32).to_bits());
     }
     let n = v.len();
@@ -420,7 +400,7 @@ pub fn f64_oracle_inputs() -> Vec<u64> {
         0x7ffb_ffff_ffff_ffff,
         f64::NAN.to_bits(),
     ]);
-    let mut rng = Rng(0x5eed_b10c_5ca1_e064);
+    let mut rng = SplitMix64::new(0x5eed_b10c_5ca1_e064);
     for _ in 0..1000 {
         // Random NaN payloads.
         v.push(0x7ff0_0000_0000_0000 | (rng.next_u64() & 0x000f_ffff_ffff_ffff).max(1));
@@ -429,18 +409,18 @@ pub fn f64_oracle_inputs() -> Vec<u64> {
     for i in 0..n {
         v.push(v[i] ^ (1 << 63));
     }
-    let sign = |rng: &mut Rng| (rng.next_u64() & 1) << 63;
+    let sign = |rng: &mut SplitMix64| (rng.next_u64() & 1) << 63;
     for _ in 0..3_000_000 {
         v.push(rng.next_u64());
     }
     for _ in 0..1_000_000 {
-        let x = 2f64.powf(rng.unit() * 38.0 - 20.0) * (1.0 + rng.unit());
+        let x = 2f64.powf(rng.unit_f64() * 38.0 - 20.0) * (1.0 + rng.unit_f64());
         v.push(x.to_bits() | sign(&mut rng));
     }
     for _ in 0..1_000_000 {
         let p = hazards[rng.below(hazards.len())];
         let (lo, hi) = f32_rounding_interval(p as f32);
-        let x = lo + (hi - lo) * rng.unit();
+        let x = lo + (hi - lo) * rng.unit_f64();
         v.push(x.to_bits() | sign(&mut rng));
     }
     v.sort_unstable();

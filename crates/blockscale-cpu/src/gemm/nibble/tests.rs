@@ -2,6 +2,7 @@
 //! against an f64 reference: within the bounds the module docs state, bit-identical on
 //! integer inputs, NaN scales and non-finite rows, empty shapes.
 
+use blockscale_formats::rng::SplitMix64;
 use blockscale_formats::{E2M1, ScaleLayout, UE4M3, UE8M0};
 use half::f16;
 use proptest::prelude::*;
@@ -15,26 +16,6 @@ thread_local! {
 
 fn bf16_runs() -> usize {
     BF16_RUNS.with(|c| c.get())
-}
-
-/// splitmix64: seeded, reproducible inputs (the panel tests draw from it too).
-pub(in crate::gemm) struct Rng(pub(in crate::gemm) u64);
-
-impl Rng {
-    pub(in crate::gemm) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Uniform in [-1, 1).
-    pub(in crate::gemm) fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -91,21 +72,21 @@ enum Draw {
 }
 
 impl Problem {
-    fn new(kind: Kind, n: usize, k: usize, draw: Draw, rng: &mut Rng) -> Self {
-        let data = (0..n * k / 2).map(|_| rng.next() as u8).collect();
+    fn new(kind: Kind, n: usize, k: usize, draw: Draw, rng: &mut SplitMix64) -> Self {
+        let data = (0..n * k / 2).map(|_| rng.next_u64() as u8).collect();
         let cols = k / kind.block();
-        let pow2 = |rng: &mut Rng| rng.below(5) as i32 - 2;
+        let pow2 = |rng: &mut SplitMix64| rng.below(5) as i32 - 2;
         let (codes, halves, lut) = match kind {
             Kind::Mxfp4 => {
                 let c = (0..n * cols)
-                    .map(|_| if draw == Draw::Random { 120 + rng.below(14) } else { (127 + pow2(rng)) as u64 } as u8)
+                    .map(|_| if draw == Draw::Random { 120 + rng.below(14) } else { (127 + pow2(rng)) as usize } as u8)
                     .collect();
                 (c, vec![], ue8m0_lut())
             }
             Kind::Nvfp4 => {
                 // UE4M3: 0x38 is 1.0; each +8 doubles.
                 let c = (0..n * cols)
-                    .map(|_| if draw == Draw::Random { 0x08 + rng.below(0x70) } else { (0x38 + 8 * pow2(rng)) as u64 } as u8)
+                    .map(|_| if draw == Draw::Random { 0x08 + rng.below(0x70) } else { (0x38 + 8 * pow2(rng)) as usize } as u8)
                     .collect();
                 (c, vec![], ue4m3_lut())
             }
@@ -113,7 +94,7 @@ impl Problem {
                 let h = (0..n * cols)
                     .map(|_| {
                         if draw == Draw::Random {
-                            f16::from_f32(0.01 + 2.0 * rng.unit().abs())
+                            f16::from_f32(0.01 + 2.0 * rng.uniform_f32(-1.0, 1.0).abs())
                         } else {
                             f16::from_f32((pow2(rng) as f32).exp2())
                         }
@@ -233,9 +214,9 @@ fn quantize_ref(x: &[f32], k: usize) -> (Vec<f64>, Vec<f64>) {
     (dq, ds)
 }
 
-fn random_x(rng: &mut Rng, len: usize) -> Vec<f32> {
+fn random_x(rng: &mut SplitMix64, len: usize) -> Vec<f32> {
     // A few binades, some exact zeros and a zero block now and then.
-    let mut x: Vec<f32> = (0..len).map(|_| rng.unit() * (rng.below(6) as f32 - 2.0).exp2()).collect();
+    let mut x: Vec<f32> = (0..len).map(|_| rng.uniform_f32(-1.0, 1.0) * (rng.below(6) as f32 - 2.0).exp2()).collect();
     for v in x.iter_mut().filter(|_| rng.below(16) == 0) {
         *v = 0.0;
     }
@@ -326,7 +307,7 @@ fn scale_index_matches_formats_layout() {
 
 #[test]
 fn exact_random_within_bound() {
-    let mut rng = Rng(1);
+    let mut rng = SplitMix64::new(1);
     for kind in KINDS {
         for (m, n, k) in shapes(kind) {
             let p = Problem::new(kind, n, k, Draw::Random, &mut rng);
@@ -338,7 +319,7 @@ fn exact_random_within_bound() {
 
 #[test]
 fn exact_integer_inputs_bit_identical() {
-    let mut rng = Rng(2);
+    let mut rng = SplitMix64::new(2);
     for kind in KINDS {
         for (m, n, k) in shapes(kind) {
             let p = Problem::new(kind, n, k, Draw::PowersOfTwo, &mut rng);
@@ -360,14 +341,14 @@ fn exact_integer_inputs_bit_identical() {
 #[test]
 fn int8_integer_inputs_bit_identical() {
     // Each 32-block holds ±127, so d = 1 and q = x: the Int8 result is exact too.
-    let mut rng = Rng(3);
+    let mut rng = SplitMix64::new(3);
     for kind in KINDS {
         for (m, n, k) in shapes(kind) {
             let p = Problem::new(kind, n, k, Draw::PowersOfTwo, &mut rng);
             let mut x: Vec<f32> = (0..m * k).map(|_| rng.below(255) as f32 - 127.0).collect();
             for row in x.chunks_mut(k) {
                 for blk in row.chunks_mut(32) {
-                    let j = rng.below(blk.len() as u64) as usize;
+                    let j = rng.below(blk.len());
                     blk[j] = if rng.below(2) == 0 { 127.0 } else { -127.0 };
                 }
             }
@@ -387,7 +368,7 @@ fn int8_integer_inputs_bit_identical() {
 
 #[test]
 fn int8_random_within_bound() {
-    let mut rng = Rng(4);
+    let mut rng = SplitMix64::new(4);
     for kind in KINDS {
         for (m, n, k) in shapes(kind) {
             let p = Problem::new(kind, n, k, Draw::Random, &mut rng);
@@ -399,7 +380,7 @@ fn int8_random_within_bound() {
 
 #[test]
 fn nan_scale_gives_nan_row() {
-    let mut rng = Rng(5);
+    let mut rng = SplitMix64::new(5);
     for kind in [Kind::Mxfp4, Kind::Nvfp4] {
         let (m, n, k) = (3, 9, 4 * kind.block());
         let mut p = Problem::new(kind, n, k, Draw::Random, &mut rng);
@@ -424,7 +405,7 @@ fn nan_scale_gives_nan_row() {
 
 #[test]
 fn int8_non_finite_row_takes_exact() {
-    let mut rng = Rng(6);
+    let mut rng = SplitMix64::new(6);
     for kind in KINDS {
         let (m, n, k) = (5, 11, 8 * kind.block());
         let p = Problem::new(kind, n, k, Draw::Random, &mut rng);
@@ -498,7 +479,7 @@ fn wide_kernel() -> bool {
 
 #[test]
 fn bf16_random_within_bound() {
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     for kind in KINDS {
         for (m, n, k) in bf16_shapes(kind) {
             let p = Problem::new(kind, n, k, Draw::Random, &mut rng);
@@ -527,7 +508,7 @@ fn bf16_random_within_bound() {
 
 #[test]
 fn bf16_integer_inputs_bit_identical() {
-    let mut rng = Rng(8);
+    let mut rng = SplitMix64::new(8);
     for kind in KINDS {
         for (m, n, k) in bf16_shapes(kind) {
             let p = Problem::new(kind, n, k, Draw::PowersOfTwo, &mut rng);
@@ -552,7 +533,7 @@ fn bf16_integer_inputs_bit_identical() {
 
 #[test]
 fn bf16_nan_scale_gives_nan_row() {
-    let mut rng = Rng(9);
+    let mut rng = SplitMix64::new(9);
     for kind in [Kind::Mxfp4, Kind::Nvfp4] {
         for (m, k) in [(1, 4 * kind.block()), (3, 5 * kind.block()), (16, 3 * kind.block())] {
             let n = 9;
@@ -580,7 +561,7 @@ fn bf16_nan_scale_gives_nan_row() {
 fn bf16_other_rows_take_f32_kernel() {
     // Rows holding a bf16 subnormal, an f32 that is no bf16, an infinity or a NaN take
     // the AVX2 f32 kernel; the other rows give what they give alone in the BF16 kernel.
-    let mut rng = Rng(10);
+    let mut rng = SplitMix64::new(10);
     let odd = [
         f32::from_bits(0x0020_0000), // bf16 subnormal
         -f32::from_bits(0x0001_0000),
@@ -643,7 +624,7 @@ proptest! {
     fn random_shapes_within_bound(kind in 0usize..3, m in 1usize..20, n in 1usize..40, blocks in 1usize..12, seed in any::<u64>()) {
         let kind = KINDS[kind];
         let k = blocks * kind.block();
-        let mut rng = Rng(seed);
+        let mut rng = SplitMix64::new(seed);
         let p = Problem::new(kind, n, k, Draw::Random, &mut rng);
         let x = random_x(&mut rng, m * k);
         check_exact(&p, &x, m, "proptest");

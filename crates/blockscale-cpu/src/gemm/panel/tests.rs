@@ -3,11 +3,11 @@
 //! AVX2 and AVX-512 VNNI kernels bit-identical to the portable one, and all within the int8
 //! mode's bound of an f64 reference computed here from the row-major weights.
 
+use blockscale_formats::rng::SplitMix64;
 use blockscale_formats::{E2M1, ScaleFormat, UE4M3, UE8M0};
 use half::f16;
 use proptest::prelude::*;
 
-use super::super::nibble::tests::Rng;
 use super::super::nibble::{NibbleWeights, ScaleIndex, Scales};
 use super::*;
 
@@ -31,26 +31,28 @@ struct Weights {
 }
 
 impl Weights {
-    fn new(kind: Kind, n: usize, k: usize, swizzled: bool, rng: &mut Rng) -> Self {
+    fn new(kind: Kind, n: usize, k: usize, swizzled: bool, rng: &mut SplitMix64) -> Self {
         let block = if kind == Kind::Nvfp4 { 16 } else { 32 };
         let cols = k / block;
         let layout = if swizzled { ScaleIndex::Swizzled128x4 { cols } } else { ScaleIndex::Linear { cols } };
         let len = layout.storage_len(n);
-        let data = (0..n * k / 2).map(|_| rng.next() as u8).collect();
+        let data = (0..n * k / 2).map(|_| rng.next_u64() as u8).collect();
         let (codes, halves, lut) = match kind {
             Kind::Mxfp4 => (
-                (0..len).map(|_| 118 + (rng.next() % 18) as u8).collect(),
+                (0..len).map(|_| 118 + (rng.next_u64() % 18) as u8).collect(),
                 vec![],
                 core::array::from_fn(|b| UE8M0::from_bits(b as u8).to_f32()),
             ),
             Kind::Nvfp4 => (
-                (0..len).map(|_| 0x01 + (rng.next() % 0x7d) as u8).collect(),
+                (0..len).map(|_| 0x01 + (rng.next_u64() % 0x7d) as u8).collect(),
                 vec![],
                 core::array::from_fn(|b| UE4M3::from_bits(b as u8).to_f32()),
             ),
-            Kind::Int4 => {
-                (vec![], (0..len).map(|_| f16::from_f32(0.01 + 2.0 * rng.unit().abs())).collect(), [0.0; 256])
-            }
+            Kind::Int4 => (
+                vec![],
+                (0..len).map(|_| f16::from_f32(0.01 + 2.0 * rng.uniform_f32(-1.0, 1.0).abs())).collect(),
+                [0.0; 256],
+            ),
         };
         Self { kind, n, k, data, codes, halves, lut, layout }
     }
@@ -128,7 +130,7 @@ fn kernels() -> Vec<Kernel> {
 
 #[test]
 fn every_code_and_scale_is_where_the_layout_says() {
-    let mut rng = Rng(1);
+    let mut rng = SplitMix64::new(1);
     for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
         for (n, k, swizzled) in [(1, 32, false), (17, 64, true), (33, 96, false), (130, 160, true)] {
             let w = Weights::new(kind, n, k, swizzled, &mut rng);
@@ -195,7 +197,7 @@ fn register_scale_decoding_equals_the_tables_on_every_code() {
 
 #[test]
 fn plain_scales_are_flagged_only_without_special_codes() {
-    let mut rng = Rng(11);
+    let mut rng = SplitMix64::new(11);
     let plain = |p: &Panels| match &p.scales {
         PanelScales::Bytes { plain, .. } => *plain,
         PanelScales::F16(_) => panic!("byte scales expected"),
@@ -221,7 +223,7 @@ fn special_scale_codes_take_the_patched_decoding() {
     // UE8M0 0x00 is 2^-127 (not the 0.0 a bare shift gives) and UE4M3 0x00 is zero;
     // with such a scale in a real row the kernels must match the table's values bit
     // for bit. (NaN codes: `a_nan_scale_gives_nan_outputs_for_its_row_only`.)
-    let mut rng = Rng(13);
+    let mut rng = SplitMix64::new(13);
     for kind in [Kind::Mxfp4, Kind::Nvfp4] {
         let mut w = Weights::new(kind, 21, 128, false, &mut rng);
         let cols = 128 / w.block();
@@ -233,7 +235,8 @@ fn special_scale_codes_take_the_patched_decoding() {
             // sums, which activations of 2^100 keep normal; a bare shift gives 0.
             w.codes[7 * cols..8 * cols].fill(0);
         }
-        let x: Vec<f32> = (0..2 * 128).map(|i| rng.unit() * if i % 5 == 0 { 2f32.powi(100) } else { 1.0 }).collect();
+        let x: Vec<f32> =
+            (0..2 * 128).map(|i| rng.uniform_f32(-1.0, 1.0) * if i % 5 == 0 { 2f32.powi(100) } else { 1.0 }).collect();
         check(&w, &x, 2, &format!("{kind:?} with zero codes"));
     }
 }
@@ -279,7 +282,7 @@ fn check(w: &Weights, x: &[f32], m: usize, label: &str) {
 
 #[test]
 fn kernels_agree_bit_for_bit_within_the_int8_bound() {
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
         let b = if kind == Kind::Nvfp4 { 16 } else { 32 };
         let mut shapes =
@@ -293,7 +296,7 @@ fn kernels_agree_bit_for_bit_within_the_int8_bound() {
         for (m, n, k) in shapes {
             for swizzled in [false, true] {
                 let w = Weights::new(kind, n, k, swizzled, &mut rng);
-                let x: Vec<f32> = (0..m * k).map(|_| rng.unit() * 4.0).collect();
+                let x: Vec<f32> = (0..m * k).map(|_| rng.uniform_f32(-1.0, 1.0) * 4.0).collect();
                 check(&w, &x, m, &format!("{kind:?} {m}x{n}x{k} swizzled {swizzled}"));
             }
         }
@@ -304,14 +307,14 @@ fn kernels_agree_bit_for_bit_within_the_int8_bound() {
 fn integer_inputs_with_power_of_two_scales_are_exact() {
     // Activations with ±127 in every 32-block have d = 1 and q = x; power-of-two scales
     // keep every partial sum exact in f32, so the result is the exact value.
-    let mut rng = Rng(3);
+    let mut rng = SplitMix64::new(3);
     for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
         let (n, k, m) = (37, 256, 5);
         let mut w = Weights::new(kind, n, k, false, &mut rng);
         w.codes.iter_mut().for_each(|c| *c = if kind == Kind::Mxfp4 { 126 + (*c % 3) } else { 0x30 + 8 * (*c % 3) });
         w.halves.iter_mut().for_each(|h| *h = f16::from_f32(2f32.powi((h.to_f32() * 10.0) as i32 % 3 - 1)));
         let x: Vec<f32> =
-            (0..m * k).map(|i| if i % 32 == 0 { 127.0 } else { (rng.next() % 255) as f32 - 127.0 }).collect();
+            (0..m * k).map(|i| if i % 32 == 0 { 127.0 } else { (rng.next_u64() % 255) as f32 - 127.0 }).collect();
         let p = Panels::pack(&w.nibble(), w.format());
         let (q, d): (Vec<i8>, Vec<f32>) = (x.iter().map(|&v| v as i8).collect(), vec![1.0; m * k / 32]);
         let want = w.reference(&q, &d, m);
@@ -327,10 +330,10 @@ fn integer_inputs_with_power_of_two_scales_are_exact() {
 
 #[test]
 fn non_finite_rows_propagate_and_leave_the_others_alone() {
-    let mut rng = Rng(5);
+    let mut rng = SplitMix64::new(5);
     let w = Weights::new(Kind::Mxfp4, 20, 64, false, &mut rng);
     let p = Panels::pack(&w.nibble(), w.format());
-    let mut x: Vec<f32> = (0..3 * 64).map(|_| rng.unit()).collect();
+    let mut x: Vec<f32> = (0..3 * 64).map(|_| rng.uniform_f32(-1.0, 1.0)).collect();
     x[64 + 5] = f32::NAN;
     x[2 * 64 + 9] = f32::INFINITY;
     let finite: Vec<f32> = x[..64].to_vec();
@@ -348,13 +351,13 @@ fn non_finite_rows_propagate_and_leave_the_others_alone() {
 
 #[test]
 fn a_nan_scale_gives_nan_outputs_for_its_row_only() {
-    let mut rng = Rng(9);
+    let mut rng = SplitMix64::new(9);
     for (kind, nan) in [(Kind::Mxfp4, 0xffu8), (Kind::Nvfp4, 0x7f)] {
         let mut w = Weights::new(kind, 18, 64, false, &mut rng);
         let cols = 64 / w.block();
         w.codes[3 * cols + 1] = nan;
         let p = Panels::pack(&w.nibble(), w.format());
-        let x: Vec<f32> = (0..64).map(|_| rng.unit()).collect();
+        let x: Vec<f32> = (0..64).map(|_| rng.uniform_f32(-1.0, 1.0)).collect();
         for kernel in kernels() {
             let mut out = vec![0f32; 18];
             gemm_panels(kernel, &x, 1, &p, false, &mut out);
@@ -372,10 +375,10 @@ proptest! {
         kind in prop_oneof![Just(Kind::Mxfp4), Just(Kind::Nvfp4), Just(Kind::Int4)],
         m in 1usize..12, n in 1usize..70, blocks in 1usize..12, seed in any::<u64>(), swizzled in any::<bool>()
     ) {
-        let mut rng = Rng(seed);
+        let mut rng = SplitMix64::new(seed);
         let k = blocks * if kind == Kind::Nvfp4 { 16 } else { 32 };
         let w = Weights::new(kind, n, k, swizzled, &mut rng);
-        let x: Vec<f32> = (0..m * k).map(|_| rng.unit() * 8.0).collect();
+        let x: Vec<f32> = (0..m * k).map(|_| rng.uniform_f32(-1.0, 1.0) * 8.0).collect();
         check(&w, &x, m, "proptest");
     }
 }
