@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use blockscale::half::bf16;
 use blockscale::ndarray::{Array1, Array2};
+use blockscale::rng::SplitMix64;
 use blockscale::{
     Backend, Epilogue, Error, Fp8Tile, GlobalScale, GlobalScaleSource, QuantizeOptions, QuantizedMatrix, ScaleLayout,
     Scheme,
@@ -70,9 +71,9 @@ const FULL: Shapes = Shapes { n: 1024, k: 4096, m_gemm: 512, m_wo: 16 };
 const QUICK: Shapes = Shapes { n: 256, k: 1024, m_gemm: 128, m_wo: 16 };
 
 fn data(rows: usize, cols: usize, seed: u64) -> Array2<bf16> {
-    let mut s = seed;
+    let mut rng = SplitMix64::new(seed);
     Array2::from_shape_simple_fn((rows, cols), || {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let s = rng.next_u64();
         let u = ((s >> 40) as f32 + ((s >> 16) & 0xff_ffff) as f32) / (1u64 << 24) as f32 - 1.0;
         bf16::from_f32(if (s >> 8) & 1023 == 0 { u * 20.0 } else { u })
     })

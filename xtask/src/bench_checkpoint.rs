@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use blockscale_formats::rng::SplitMix64;
 
 use crate::util::{self, cargo, target_dir};
 
@@ -141,10 +142,11 @@ fn write_anchor(dir: &Path, bytes: u64) -> Result<f64> {
     Ok(secs)
 }
 
-/// Writes the checkpoint unless a complete one is there (same shapes).
+/// Writes the checkpoint unless a complete one is there (same shapes and generator).
 fn generate(model: &Path) -> Result<()> {
     let stamp = model.join(".complete");
-    let want = format!("{SHARDS}x{PER_SHARD}x{ROWS}x{K}");
+    // The generator is in the stamp: a checkpoint drawn by another is written again.
+    let want = format!("{SHARDS}x{PER_SHARD}x{ROWS}x{K} splitmix64");
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
         return Ok(());
     }
@@ -154,7 +156,7 @@ fn generate(model: &Path) -> Result<()> {
     std::fs::create_dir_all(model)?;
     eprintln!("generating {} ...", model.display());
     let mut weight_map = serde_json::Map::new();
-    let mut seed = 0x5eed_b10c_u64;
+    let mut rng = SplitMix64::new(0x5eed_b10c);
     for s in 0..SHARDS {
         let file = format!("model-{:05}-of-{SHARDS:05}.safetensors", s + 1);
         let mut header = serde_json::Map::new();
@@ -184,11 +186,8 @@ fn generate(model: &Path) -> Result<()> {
         let mut row = vec![0u8; K * 2];
         for _ in 0..PER_SHARD * ROWS {
             for c in row.chunks_exact_mut(2) {
-                // xorshift64*, a bell-ish sum of two uniforms, rare 20x outliers.
-                seed ^= seed >> 12;
-                seed ^= seed << 25;
-                seed ^= seed >> 27;
-                let r = seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
+                // A bell-ish sum of two uniforms, rare 20x outliers.
+                let r = rng.next_u64();
                 let u = ((r >> 40) as f32 + ((r >> 16) & 0xff_ffff) as f32) / (1u64 << 24) as f32 - 1.0;
                 let v = if r & 0x3ff == 0 { u * 20.0 } else { u } * 0.02;
                 c.copy_from_slice(&half::bf16::from_f32(v).to_le_bytes());

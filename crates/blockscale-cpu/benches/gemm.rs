@@ -20,15 +20,16 @@ use blockscale_cpu::{
     ActivationPrecision, Epilogue, GemmOptions, PanelWeights, QuantizeOptions, QuantizedMatrix, Simd, dequantize, gemm,
     gemm_reference, gemm_weight_only, gemm_weight_only_panels, quantize,
 };
+use blockscale_formats::rng::SplitMix64;
 use blockscale_formats::{Fp8Tile, GlobalScale, GlobalScaleSource, ScaleLayout, Scheme};
 use criterion::Criterion;
 use half::bf16;
 use ndarray::Array2;
 
 fn data(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
-    let mut s = seed;
+    let mut rng = SplitMix64::new(seed);
     Array2::from_shape_simple_fn((rows, cols), || {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let s = rng.next_u64();
         let u = ((s >> 40) as f32 + ((s >> 16) & 0xff_ffff) as f32) / (1u64 << 24) as f32 - 1.0;
         if (s >> 8) & 1023 == 0 { u * 20.0 } else { u }
     })

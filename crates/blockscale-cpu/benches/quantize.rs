@@ -15,6 +15,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use blockscale_cpu::{DequantizeOptions, GlobalScaleSource, QuantizeOptions, dequantize_slice, quantize_slice};
+use blockscale_formats::rng::SplitMix64;
 use blockscale_formats::{Fp8Tile, GlobalScale, ScaleLayout, Scheme};
 use criterion::{Criterion, Throughput};
 use half::bf16;
@@ -22,10 +23,10 @@ use half::bf16;
 const N: usize = 8192;
 
 fn input() -> Vec<bf16> {
-    let mut s = 0x5eed_u64;
+    let mut rng = SplitMix64::new(0x5eed);
     (0..N * N)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let s = rng.next_u64();
             // Sum of two uniforms: a bell shape, plus occasional outliers.
             let u = ((s >> 40) as f32 + ((s >> 16) & 0xff_ffff) as f32) / (1u64 << 24) as f32 - 1.0;
             let outlier = if (s >> 8) & 1023 == 0 { 20.0 } else { 1.0 };

@@ -11,6 +11,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use blockscale_formats::rng::SplitMix64;
 use blockscale_formats::{E4M3, E8M0Rounding, UE8M0, slice};
 use criterion::{Criterion, Throughput, criterion_group};
 use half::bf16;
@@ -19,10 +20,10 @@ const N: usize = 16 << 20;
 
 /// Seeded activation-like data (never zeros): Gaussian-ish with a spread of exponents.
 fn data() -> Vec<f32> {
-    let mut s = 0x5eedu64;
+    let mut rng = SplitMix64::new(0x5eed);
     (0..N)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let s = rng.next_u64();
             let u = ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
             let e = ((s >> 20) & 15) as i32 - 8;
             u * 2f32.powi(e) * 7.0

@@ -13,6 +13,7 @@ mod cuda;
 use std::io::IsTerminal;
 use std::time::Instant;
 
+use blockscale::rng::SplitMix64;
 use serde::Serialize;
 
 use crate::cli::{BackendArg, BenchArgs};
@@ -382,9 +383,9 @@ pub(crate) fn cpu_machine() -> Machine {
 /// Seeded bell-shaped values (the sum of two uniforms, in (-1, 1)) with one value in
 /// 1024 scaled by 20: weights with rare outliers, reproducible across runs.
 pub(crate) fn values(n: usize, seed: u64) -> impl Iterator<Item = f32> {
-    let mut s = seed;
+    let mut rng = SplitMix64::new(seed);
     (0..n).map(move |_| {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let s = rng.next_u64();
         let a = (s >> 40) as f32;
         let b = ((s >> 16) & 0xff_ffff) as f32;
         let v = (a + b) / (1u64 << 24) as f32 - 1.0;

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use blockscale::rng::SplitMix64;
 use half::bf16;
 use safetensors::{Dtype, SafeTensors};
 
@@ -15,20 +16,14 @@ pub type Tensor = (String, Dtype, Vec<usize>, Vec<u8>);
 
 /// Seeded values with heavy tails, a few exact zero blocks and one outlier column.
 pub fn weights(seed: u64, rows: usize, k: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut rng = SplitMix64::new(seed);
     (0..rows * k)
         .map(|i| {
             let (r, c) = (i / k, i % k);
             if r % 7 == 3 && c < 32 {
                 return 0.0;
             }
-            let u = next() - 0.5;
+            let u = rng.unit_f64() - 0.5;
             let heavy = u / (0.55 - u.abs()); // tails far heavier than a Gaussian
             let v = heavy * 0.02 * if c == 5 { 30.0 } else { 1.0 };
             v as f32

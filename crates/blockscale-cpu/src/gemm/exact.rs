@@ -256,13 +256,15 @@ impl ExactSum {
 
 #[cfg(test)]
 mod tests {
+    use blockscale_formats::rng::SplitMix64;
+
     use super::*;
 
     #[test]
     fn f32_rounding_matches_the_hardware_cast_for_random_f64() {
-        let mut s = 0x1234_5678_u64;
+        let mut rng = SplitMix64::new(0x1234_5678);
         for _ in 0..200_000 {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let s = rng.next_u64();
             let x = f64::from_bits(s >> 1 | (s & (1 << 63)));
             // Covers normals, subnormals and overflow of f32.
             let x = if x.is_finite() { x } else { 1.5 };
