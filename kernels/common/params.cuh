@@ -180,16 +180,20 @@ struct PgemmParams {
     uint32_t slabs_per_split;       // a multiple of 2
 };
 
-// FP8 block pair GEMM on Hopper's FP8 tensor cores (kernels/gemm/fgemm.cu): A (M x K
-// E4M3 activations, 1x128 or 128x128 scales) times B (N x K E4M3 weights, 128x128 scales),
+// Block-scaled FP8 pair GEMM on Hopper's FP8 tensor cores (kernels/gemm/fgemm.cu): A (M x K
+// activations) times B (N x K weights), FP8 block (E4M3, A's scales per 1x128 or
+// 128x128, B's per 128x128) or MXFP8 (E4M3 or E5M2, UE8M0 scales per 32 on both sides),
 // both read by TMA through the tensor maps passed beside these parameters. `g` as for
 // wgemm: slabs and slabs_per_split count 128-element K blocks (g.splits > 1: the splits of
 // a tile are one cluster); x, w, s, partial, scale_add unused.
 struct FgemmParams {
     PgemmParams g;
-    const float* sa;                // A's scales: [M][K/128], or [ceil(M/128)][K/128] (a_tiles)
-    const float* sb;                // B's scales: [ceil(N/128)][K/128]
-    uint32_t a_tiles;               // A's scales per 128-row tile
+    const void* sa;                 // A's scales: FP8 block f32 [M][K/128] or [ceil(M/128)][K/128]
+                                    // (a_tiles); MX bytes [M][scale_cols] or Swizzled128x4
+    const void* sb;                 // B's scales: FP8 block f32 [ceil(N/128)][K/128]; MX as A's
+    uint32_t a_tiles;               // FP8 block: A's scales per 128-row tile
+    uint32_t scale_cols;            // MX: scale columns of a row (K / 32)
+    uint32_t swizzled;              // MX: bit 0 A's scales Swizzled128x4, bit 1 B's
     uint32_t pad;
 };
 
@@ -223,4 +227,4 @@ static_assert(sizeof(bs::Fp8ScaleParams) == 32, "Fp8ScaleParams layout changed: 
 static_assert(sizeof(bs::GemvParams) == 160, "GemvParams layout changed: update params.rs");
 static_assert(sizeof(bs::PgemvParams) == 160, "PgemvParams layout changed: update params.rs");
 static_assert(sizeof(bs::PgemmParams) == 104, "PgemmParams layout changed: update params.rs");
-static_assert(sizeof(bs::FgemmParams) == 128, "FgemmParams layout changed: update params.rs");
+static_assert(sizeof(bs::FgemmParams) == 136, "FgemmParams layout changed: update params.rs");

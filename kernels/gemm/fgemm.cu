@@ -1,7 +1,15 @@
-// FP8 block GEMM on Hopper's FP8 tensor cores (sm_90a): D = act(alpha A B^T + bias) with
-// A the FP8 block activations (M x K E4M3, f32 scales per 1 x 128 or 128 x 128) and B the
-// FP8 block weights (N x K E4M3, f32 scales per 128 x 128), for small M (the host's
-// dispatch rule: crates/blockscale-cuda/src/gemm/fgemm.rs).
+// Block-scaled FP8 GEMM on Hopper's FP8 tensor cores (sm_90a): D = act(alpha A B^T + bias)
+// with A the FP8 block activations (M x K E4M3, f32 scales per 1 x 128 or 128 x 128) and B
+// the FP8 block weights (N x K E4M3, f32 scales per 128 x 128), or (the `fgemm_mx_*`
+// kernels) MXFP8 x MXFP8 (E4M3 or E5M2 on either side, UE8M0 scales per 32), for small M
+// (the host's dispatch rule: crates/blockscale-cuda/src/gemm/fgemm.rs).
+//
+// MX differs from FP8 block in the scales only: each 32 of K is its own `wgmma` into a
+// fresh set of sums, promoted with its two scales (the weight row's and the activation
+// row's: a product per sum, as no two sums of a thread share both); the producer
+// warpgroup's second warp copies the scale bytes into the stage (cp.async, counted on
+// `landed`), its third and fourth write the activations' as f32, and each consumer thread
+// decodes its two weight rows' bytes.
 //
 // Work split, as wgemm.cu: a tile is 128 weight rows by TM activation rows (128, or 64:
 // the `_m64` kernel) over a range of 128-element K blocks (K splits when the tiles leave
@@ -35,27 +43,61 @@ namespace fgemm {
 
 using namespace bs::wgemm;
 
-constexpr uint32_t kTile = 128u * 128u;             // bytes: 128 weight rows x 128 E4M3
-[[maybe_unused]] constexpr int kScaleW = 128;       // the weight scale's float in a stage's scale area
+constexpr uint32_t kTile = 128u * 128u;             // bytes: 128 weight rows x 128 FP8 elements
+[[maybe_unused]] constexpr int kScaleW = 128;       // FP8 block: the weight scale's float in a stage's scale area
+constexpr uint32_t kConverters = 64;                // MX: the producer warpgroup's warps 2-3 convert scales
+
+// The pair's formats. FP8 block: E4M3 x E4M3, one f32 scale a 128 x 128 weight tile and
+// one a 1 x 128 (or 128 x 128) activation block, promoted every 128 of K. MX: E4M3 or
+// E5M2 elements (W: the weights', A: the activations'; 0 E4M3, 1 E5M2), a UE8M0 scale
+// every 32 of K on both sides, promoted every 32.
+struct Fp8Block {
+    static constexpr bool kMx = false;
+    static constexpr int kW = 0, kA = 0;
+};
+template <int W, int A>
+struct Mx {
+    static constexpr bool kMx = true;
+    static constexpr int kW = W, kA = A;
+};
+// By (activation, weight) element types, as the kernels are named.
+using MxE4m3E4m3 = Mx<0, 0>;
+using MxE5m2E5m2 = Mx<1, 1>;
+using MxE4m3E5m2 = Mx<1, 0>;
+using MxE5m2E4m3 = Mx<0, 1>;
+
 // The shape of one configuration: TM activation rows a tile (128, or 64 for small M: the
-// `_m64` kernel). A stage: the activation tile (TM x 128 bytes), the weight tile, then
-// the TM activation scales and the weight scale (1 KiB keeps the next stage 1024-byte
-// aligned, the swizzle's period); as many stages as fit beside the epilogue's sums.
-template <int TM>
+// `_m64` kernels). A stage: the activation tile (TM x 128 bytes), the weight tile, then
+// the scales. FP8 block: the TM activation scales and the weight scale (1 KiB). MX: the
+// activations' four 32-element blocks' scales as f32 ([q][TM]), then the block's scale
+// bytes as they arrive ([TM][4] activations, [128][4] weights). A multiple of 1 KiB keeps
+// the next stage 1024-byte aligned (the swizzle's period). As many stages as fit beside
+// the epilogue's sums.
+template <int TM, bool MX>
 struct Shape {
     static constexpr uint32_t kActTile = TM * 128u;
-    static constexpr uint32_t kStage = kActTile + kTile + 1024u;
+    static constexpr uint32_t kActFloats = TM * 16u;
+    static constexpr uint32_t kScales = MX ? (kActFloats + (TM + 128u) * 4u + 1023u) / 1024u * 1024u : 1024u;
+    static constexpr uint32_t kStage = kActTile + kTile + kScales;
     static constexpr uint32_t kSums = TM * BN * 4u;
     static constexpr int kDepth = (int)((227u * 1024u - 1024u - kSums) / kStage);
     static constexpr uint32_t kSmem = kDepth * kStage + kSums + 1024u;
 };
-static_assert(Shape<128>::kDepth == 4 && Shape<64>::kDepth == 7, "the stage counts fgemm.rs assumes");
-static_assert(Shape<64>::kSmem <= 227u * 1024u && Shape<128>::kSmem <= 227u * 1024u, "within Hopper's shared memory");
+static_assert(Shape<128, false>::kDepth == 4 && Shape<64, false>::kDepth == 7, "the stage counts fgemm.rs assumes");
+static_assert(Shape<128, true>::kDepth == 4 && Shape<64, true>::kDepth == 7, "the stage counts fgemm.rs assumes");
+static_assert(Shape<64, false>::kSmem <= 227u * 1024u && Shape<128, false>::kSmem <= 227u * 1024u &&
+                  Shape<64, true>::kSmem <= 227u * 1024u && Shape<128, true>::kSmem <= 227u * 1024u,
+              "within Hopper's shared memory");
+static_assert(Shape<64, true>::kScales == 2048u && Shape<128, true>::kScales == 3072u, "the scale areas fgemm.rs assumes");
 // Registers a thread after `setmaxnreg`: the consumers keep the accumulator and G sets of
 // block sums (TM = 128: 3 x 64 floats; TM = 64: 5 x 32).
 constexpr int kConsumerRegs = 232;
 constexpr int kProducerRegs = 40;
-static_assert(2 * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536, "within the register file");
+// setmaxnreg moves registers within what the CTA was given at launch (kThreads threads at
+// the launch bound's 168): a consumer's `inc` waits until the producers' `dec` has freed
+// enough, so more than that hangs the kernel.
+static_assert(2 * 128 * kConsumerRegs + 128 * kProducerRegs <= wgemm::kThreads * ((65536 / wgemm::kThreads) & ~7),
+              "within the registers the CTA holds");
 
 // A CUtensorMap: the 128 opaque bytes cuTensorMapEncodeTiled writes.
 struct alignas(64) TensorMap {
@@ -92,30 +134,44 @@ __device__ __forceinline__ uint64_t evict_last_policy() {
         "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 
-// D (64 x TM, f32) = A (64 weight rows x 32 K at `a`) x B (TM activation rows x 32 K at
-// `b`)^T + D (`accumulate` != 0) or + 0, E4M3 inputs, both from shared memory.
-template <int TM>
-__device__ __forceinline__ void wgmma_e4m3(float (&d)[TM / 8][4], uint64_t a, uint64_t b, uint32_t accumulate) {
+// The operand lists of an m64n128 / m64n64 wgmma with D in %0.., then a, b, the accumulate flag.
+#define BS_FGEMM_REGS128                                                                                       \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "   \
+    "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "    \
+    "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "    \
+    "%62, %63}, %64, %65, p, 1, 1;\n}\n"
+#define BS_FGEMM_REGS64                                                                                        \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "   \
+    "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+// One wgmma of the given element types ("e4m3.e5m2": weights E4M3, activations E5M2).
+#define BS_FGEMM_MMA(TM, types)                                                                        \
+    if constexpr (TM == 128) {                                                                         \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                      \
+                     "wgmma.mma_async.sync.aligned.m64n128k32.f32." types " " BS_FGEMM_REGS128          \
+                     : BS_WGMMA_D128(d)                                                                \
+                     : "l"(a), "l"(b), "r"(accumulate));                                               \
+    } else {                                                                                           \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                      \
+                     "wgmma.mma_async.sync.aligned.m64n64k32.f32." types " " BS_FGEMM_REGS64            \
+                     : BS_WGMMA_D64(d)                                                                 \
+                     : "l"(a), "l"(b), "r"(accumulate));                                               \
+    }
+
+// D (64 x TM, f32) = A (64 weight rows x 32 K at `a`, FP8 type W) x B (TM activation rows
+// x 32 K at `b`, type A)^T + D (`accumulate` != 0) or + 0, both from shared memory; types
+// 0 E4M3, 1 E5M2.
+template <int TM, int W, int A>
+__device__ __forceinline__ void wgmma_fp8(float (&d)[TM / 8][4], uint64_t a, uint64_t b, uint32_t accumulate) {
+    static_assert(TM == 64 || TM == 128, "64 or 128 activation rows a tile");
 #if BS_WGEMM_ARCH
-    if constexpr (TM == 128) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
-            "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
-            "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
-            "%62, %63}, %64, %65, p, 1, 1;\n}\n"
-            : BS_WGMMA_D128(d)
-            : "l"(a), "l"(b), "r"(accumulate));
+    if constexpr (W == 0 && A == 0) {
+        BS_FGEMM_MMA(TM, "e4m3.e4m3")
+    } else if constexpr (W == 0 && A == 1) {
+        BS_FGEMM_MMA(TM, "e4m3.e5m2")
+    } else if constexpr (W == 1 && A == 0) {
+        BS_FGEMM_MMA(TM, "e5m2.e4m3")
     } else {
-        static_assert(TM == 64, "64 or 128 activation rows a tile");
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
-            "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
-            : BS_WGMMA_D64(d)
-            : "l"(a), "l"(b), "r"(accumulate));
+        BS_FGEMM_MMA(TM, "e5m2.e5m2")
     }
 #else
     (void)d;
@@ -157,9 +213,22 @@ __device__ __forceinline__ void wg_wait_upto(int n) {
     }
 }
 
-template <int TM>
+// UE8M0 byte b as f32 without a branch: 2^(b - 127); byte 0 is the subnormal 2^-127 and
+// 0xff NaN (bit 22 set on the 0 and inf patterns b << 23 gives), as decode_ue8m0.
+__device__ __forceinline__ float ue8m0_select(uint32_t b) {
+    const uint32_t special = ((b + 1u) & 0xffu) < 2u;
+    return __uint_as_float((b << 23) | (special << 22));
+}
+
+// The byte of MX scale column `col` (a multiple of 4: four consecutive columns are four
+// bytes, in either layout) of row `row`, in `fp`'s layout for that operand.
+__device__ __forceinline__ uint64_t mx_scale_offset(uint32_t row, uint32_t col, uint32_t cols, bool swizzled) {
+    return swizzled ? swizzled_offset(row, col, cols) : (uint64_t)row * cols + col;
+}
+
+template <int TM, class F>
 __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta, const TensorMap* tb) {
-    using Sh = Shape<TM>;
+    using Sh = Shape<TM, F::kMx>;
     constexpr int kDepth = Sh::kDepth;
     constexpr uint32_t kStage = Sh::kStage, kActTile = Sh::kActTile;
     const PgemmParams& p = fp.g;
@@ -183,7 +252,12 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     const bool clustered = p.splits > 1;
     auto tile_of = [&](uint32_t t) { return tile_at<TM>(p, clustered ? (t % p.splits) * tiles_nm + t / p.splits : t); };
 
-    init_ring(full, empty, 33);  // the TMA thread's expect_tx and the scale warp's 32 lanes
+    // MX: each stage's scale bytes landed (the copying warp's 32 lanes).
+    __shared__ uint64_t landed[F::kMx ? kDepth : 1];
+    if (F::kMx && threadIdx.x == 0)
+        for (int s = 0; s < kDepth; ++s) mbar_init(&landed[s], 32);
+    // The TMA thread's expect_tx and the scale warp's 32 lanes or (MX) the converters.
+    init_ring(full, empty, 1 + (F::kMx ? kConverters : 32));
     __syncthreads();
 
     if (warp >= kConsumerWarps) {
@@ -222,12 +296,73 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
                     tma_tile(smem + st * kStage, ta, 128u * (tl.s0 + i), TM * tl.m, &full[st], acts);
                 }
             }
+        } else if (warp == kConsumerWarps + 1 && F::kMx) {
+            if constexpr (F::kMx) {
+                // MX scale bytes: once a stage is free, each block's four bytes of each of
+                // the tile's TM activation rows and 128 weight rows (lane l takes rows l,
+                // l + 32, ...: activations first; rows past M or N read as byte 0) are
+                // copied with cp.async into the stage's byte areas, their completion
+                // counted on `landed` (the warp runs ahead as the TMA thread does).
+                asm volatile("griddepcontrol.wait;" ::: "memory");
+                constexpr uint32_t kAll = TM + 128;
+                uint32_t it = 0;
+#pragma unroll 1
+                for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+                    const Tile tl = tile_of(t);
+#pragma unroll 1
+                    for (uint32_t i = 0; i < tl.count; ++i, ++it) {
+                        const uint32_t st = it % kDepth, col = 4u * (tl.s0 + i);
+                        if (it >= (uint32_t)kDepth) mbar_wait(&empty[st], ((it / kDepth) - 1u) & 1u);
+                        uint8_t* dst = smem + st * kStage + kActTile + kTile + Sh::kActFloats;
+#pragma unroll 2
+                        for (uint32_t at = lane; at < kAll; at += 32u) {
+                            const bool act = at < (uint32_t)TM;
+                            const uint32_t row = act ? TM * tl.m + at : BN * tl.n + (at - TM);
+                            const bool live = row < (act ? p.m : p.n);
+                            const bool swizzled = (fp.swizzled >> (act ? 0 : 1)) & 1u;
+                            const uint8_t* src = static_cast<const uint8_t*>(act ? fp.sa : fp.sb);
+                            const uint64_t off = live ? mx_scale_offset(row, col, fp.scale_cols, swizzled) : 0u;
+                            cp_async4(dst + 4u * at, src + off, live ? 4u : 0u);
+                        }
+                        cp_async_arrive(&landed[st]);
+                    }
+                }
+            }
+        } else if (warp > kConsumerWarps + 1 && F::kMx) {
+            if constexpr (F::kMx) {
+                // MX activation scales as f32 ([q][TM]; one conversion a row instead of one
+                // in every consumer thread that reads it), by the last two warps once a
+                // block's bytes have landed; then the stage's arrival. The consumers decode
+                // their two weight rows' bytes themselves.
+                const uint32_t me = threadIdx.x - (kConsumerWarps + 2) * 32;
+                uint32_t it = 0;
+#pragma unroll 1
+                for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+                    const uint32_t count = tile_of(t).count;
+#pragma unroll 1
+                    for (uint32_t i = 0; i < count; ++i, ++it) {
+                        const uint32_t st = it % kDepth;
+                        mbar_wait(&landed[st], (it / kDepth) & 1u);
+                        const uint8_t* src = smem + st * kStage + kActTile + kTile + Sh::kActFloats;
+                        float* dst = reinterpret_cast<float*>(smem + st * kStage + kActTile + kTile);
+#pragma unroll
+                        for (uint32_t at = me; at < (uint32_t)TM; at += kConverters) {
+                            const uint32_t v = *reinterpret_cast<const uint32_t*>(src + 4u * at);
+#pragma unroll
+                            for (uint32_t q = 0; q < 4; ++q) dst[q * TM + at] = ue8m0_select((v >> (8u * q)) & 0xffu);
+                        }
+                        bar_arrive(&full[st]);
+                    }
+                }
+            }
         } else if (warp == kConsumerWarps + 1) {
             // The scales: activation row r's at float r of the stage's scale area (zero
             // past M), the weight tile's at float 128. Copied with cp.async, whose
             // completion arrives on `full` by itself: the warp runs ahead to the next
             // stage instead of waiting out each load's latency.
             asm volatile("griddepcontrol.wait;" ::: "memory");
+            const float* sa = static_cast<const float*>(fp.sa);
+            const float* sb = static_cast<const float*>(fp.sb);
             uint32_t it = 0;
 #pragma unroll 1
             for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -242,9 +377,9 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
                         const uint32_t row = TM * tl.m + (uint32_t)lane + 32u * r;
                         const bool live = row < p.m;
                         const uint32_t src_row = live ? (fp.a_tiles ? row / 128u : row) : 0u;
-                        cp_async4(sc + lane + 32 * r, fp.sa + (uint64_t)src_row * S + kb, live ? 4u : 0u);
+                        cp_async4(sc + lane + 32 * r, sa + (uint64_t)src_row * S + kb, live ? 4u : 0u);
                     }
-                    if (lane == 0) cp_async4(sc + kScaleW, fp.sb + (uint64_t)tl.n * S + kb, 4u);
+                    if (lane == 0) cp_async4(sc + kScaleW, sb + (uint64_t)tl.n * S + kb, 4u);
                     cp_async_arrive(&full[st]);
                 }
             }
@@ -265,41 +400,59 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     const int wg = warp >> 2, wi = warp & 3;
     const int g = lane >> 2, tq = lane & 3;
     constexpr int J = TM / 8;  // 8-column groups of a warpgroup's 64 x TM sums
-    // Blocks a turn, each into its own sums: 4 of 32 registers for 64-row tiles, 2 of 64
-    // for 128-row ones.
+    // The unit of promotion: a block of 128 (FP8 block: four products, one scale) or a
+    // quarter of one (MX: one product, its own scales). Units a turn, each into its own
+    // sums: 4 of 32 registers for 64-row tiles, 2 of 64 for 128-row ones.
+    constexpr uint32_t U = F::kMx ? 4u : 1u;
     constexpr int G = TM == 64 ? 4 : 2;
+    static_assert(!F::kMx || U % G == 0, "MX turns end at block ends");
     float acc[J][4], part[G][J][4];
     uint32_t it = 0;  // blocks consumed, as the producers count them
 
-    // Block n: wait for its stage and queue its four products into `part` as one group.
-    auto issue = [&](uint32_t n, float (&sums)[J][4]) {
-        const uint32_t st = n % kDepth;
-        mbar_wait(&full[st], (n / kDepth) & 1u);
+    // Unit u: wait for its stage (at a block's first unit) and queue its products into
+    // `sums` as one group.
+    auto issue = [&](uint32_t u, float (&sums)[J][4]) {
+        const uint32_t n = u / U, q = u % U, st = n % kDepth;
+        if (q == 0) mbar_wait(&full[st], (n / kDepth) & 1u);
         const uint32_t base = smem_u32(smem + st * kStage);
         fence_acc(sums);
         wg_fence();
+        if constexpr (F::kMx) {
+            wgmma_fp8<TM, F::kW, F::kA>(sums, tile_desc(base + kActTile + 8192u * wg + 32u * q),
+                                        tile_desc(base + 32u * q), 0u);
+        } else {
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-            wgmma_e4m3<TM>(sums, tile_desc(base + kActTile + 8192u * wg + 32u * q), tile_desc(base + 32u * q), q > 0);
+            for (int k = 0; k < 4; ++k)
+                wgmma_fp8<TM, 0, 0>(sums, tile_desc(base + kActTile + 8192u * wg + 32u * k), tile_desc(base + 32u * k),
+                                    k > 0);
+        }
         wg_commit();
     };
-    // Block n's sums, once its group is done: acc += part x (weight scale x activation
-    // scale), then its stage is released.
-    auto promote = [&](uint32_t n, float (&sums)[J][4]) {
+    // Unit u's sums, once its group is done: acc += sums x (weight scale x activation
+    // scale); a block's stage is released after its last unit.
+    auto promote = [&](uint32_t u, float (&sums)[J][4]) {
         fence_acc(sums);
-        const uint32_t st = n % kDepth;
+        const uint32_t n = u / U, q = u % U, st = n % kDepth;
         const float* sc = reinterpret_cast<const float*>(smem + st * kStage + kActTile + kTile);
-        const float w = sc[kScaleW];
+        float w0, w1;
+        const float* as = sc;
+        if constexpr (F::kMx) {
+            const uint8_t* ws = reinterpret_cast<const uint8_t*>(sc) + Sh::kActFloats + 4u * (TM + 64 * wg + 16 * wi + g) + q;
+            w0 = ue8m0_select(ws[0]);
+            w1 = ue8m0_select(ws[32]);
+            as = sc + TM * q;
+        } else {
+            w0 = w1 = sc[kScaleW];
+        }
 #pragma unroll
         for (int j = 0; j < J; ++j) {
-            const float2 a = *reinterpret_cast<const float2*>(sc + 8 * j + 2 * tq);
-            const float s0 = __fmul_rn(w, a.x), s1 = __fmul_rn(w, a.y);
-            acc[j][0] = __fmaf_rn(sums[j][0], s0, acc[j][0]);
-            acc[j][1] = __fmaf_rn(sums[j][1], s1, acc[j][1]);
-            acc[j][2] = __fmaf_rn(sums[j][2], s0, acc[j][2]);
-            acc[j][3] = __fmaf_rn(sums[j][3], s1, acc[j][3]);
+            const float2 a = *reinterpret_cast<const float2*>(as + 8 * j + 2 * tq);
+            acc[j][0] = __fmaf_rn(sums[j][0], __fmul_rn(w0, a.x), acc[j][0]);
+            acc[j][1] = __fmaf_rn(sums[j][1], __fmul_rn(w0, a.y), acc[j][1]);
+            acc[j][2] = __fmaf_rn(sums[j][2], __fmul_rn(w1, a.x), acc[j][2]);
+            acc[j][3] = __fmaf_rn(sums[j][3], __fmul_rn(w1, a.y), acc[j][3]);
         }
-        bar_arrive(&empty[st]);
+        if (q == U - 1) bar_arrive(&empty[st]);
     };
 
     for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -308,26 +461,27 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
         for (int j = 0; j < J; ++j)
 #pragma unroll
             for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
-        // Blocks G at a time, each into its own sums: the later blocks' groups run while
+        // Units G at a time, each into its own sums: the later units' groups run while
         // the earlier ones' sums are promoted. (The pipeline is closed at the end of each
         // turn: reading sums while a group of other sums is in flight across the loop's
-        // back edge makes ptxas serialize every wgmma, C7514.) The last count % G blocks
-        // one at a time.
+        // back edge makes ptxas serialize every wgmma, C7514.) The last count % G units
+        // one at a time (FP8 block; MX tiles hold whole turns).
         const uint32_t first = it, count = tl.count;
+        const uint32_t u0 = first * U, units = count * U;
         uint32_t i = 0;
-        for (; i + G <= count; i += G) {
+        for (; i + G <= units; i += G) {
 #pragma unroll
-            for (int b = 0; b < G; ++b) issue(first + i + b, part[b]);
+            for (int b = 0; b < G; ++b) issue(u0 + i + b, part[b]);
 #pragma unroll
             for (int b = 0; b < G; ++b) {
                 wg_wait_upto(G - 1 - b);
-                promote(first + i + b, part[b]);
+                promote(u0 + i + b, part[b]);
             }
         }
-        for (; i < count; ++i) {
-            issue(first + i, part[0]);
+        for (; i < units; ++i) {
+            issue(u0 + i, part[0]);
             wg_wait<0>();
-            promote(first + i, part[0]);
+            promote(u0 + i, part[0]);
         }
         it = first + count;
 
@@ -396,23 +550,32 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
 
 using bs::FgemmParams;
 
-// One kernel per tile height: 128 activation rows a tile, or 64 (`_m64`, small M).
+// One kernel per format and tile height: 128 activation rows a tile, or 64 (`_m64`,
+// small M). MX kernels are named for (activation, weight) element types.
 #if BS_WGEMM_ARCH
-#define BS_FGEMM_BODY(TM) bs::fgemm::gemm<TM>(p, &ta, &tb);
+#define BS_FGEMM_BODY(TM, F) bs::fgemm::gemm<TM, F>(p, &ta, &tb);
 #else
 // sm_120a has no wgmma: a stub the host never launches there (fgemm.rs `applies`).
-#define BS_FGEMM_BODY(TM) \
-    (void)p;              \
-    (void)ta;             \
-    (void)tb;             \
+#define BS_FGEMM_BODY(TM, F) \
+    (void)p;                 \
+    (void)ta;                \
+    (void)tb;                \
     __trap();
 #endif
-#define BS_FGEMM(name, TM)                                                                                        \
+#define BS_FGEMM(name, TM, F)                                                                                     \
     extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1)                                        \
         name(const __grid_constant__ FgemmParams p, const __grid_constant__ bs::fgemm::TensorMap ta,            \
              const __grid_constant__ bs::fgemm::TensorMap tb) {                                                 \
-        BS_FGEMM_BODY(TM)                                                                                       \
+        BS_FGEMM_BODY(TM, F)                                                                                   \
     }
 
-BS_FGEMM(fgemm_fp8_block, 128)
-BS_FGEMM(fgemm_fp8_block_m64, 64)
+BS_FGEMM(fgemm_fp8_block, 128, bs::fgemm::Fp8Block)
+BS_FGEMM(fgemm_fp8_block_m64, 64, bs::fgemm::Fp8Block)
+BS_FGEMM(fgemm_mx_e4m3_e4m3, 128, bs::fgemm::MxE4m3E4m3)
+BS_FGEMM(fgemm_mx_e4m3_e4m3_m64, 64, bs::fgemm::MxE4m3E4m3)
+BS_FGEMM(fgemm_mx_e5m2_e5m2, 128, bs::fgemm::MxE5m2E5m2)
+BS_FGEMM(fgemm_mx_e5m2_e5m2_m64, 64, bs::fgemm::MxE5m2E5m2)
+BS_FGEMM(fgemm_mx_e4m3_e5m2, 128, bs::fgemm::MxE4m3E5m2)
+BS_FGEMM(fgemm_mx_e4m3_e5m2_m64, 64, bs::fgemm::MxE4m3E5m2)
+BS_FGEMM(fgemm_mx_e5m2_e4m3, 128, bs::fgemm::MxE5m2E4m3)
+BS_FGEMM(fgemm_mx_e5m2_e4m3_m64, 64, bs::fgemm::MxE5m2E4m3)

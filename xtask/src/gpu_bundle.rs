@@ -34,8 +34,8 @@ if [ "$mode" = test ] || [ "$mode" = all ]; then
         echo "== $t"
         "$t" --test-threads=1 || status=1
     done
-    echo "== bin/test-gemm with the FP8 wgmma kernel (fgemm) for FP8 block pairs up to M = 512"
-    BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512 bin/test-gemm --test-threads=1 || status=1
+    echo "== bin/test-gemm with the FP8 wgmma kernel (fgemm) for FP8 block pairs up to M = 512, MXFP8 pairs up to 1024"
+    BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512 BLOCKSCALE_GEMM_MX_WGMMA_MAX_M=1024 bin/test-gemm --test-threads=1 || status=1
 fi
 if [ "$mode" = verify ] || [ "$mode" = all ]; then
     echo "== golden files, cuda backend"

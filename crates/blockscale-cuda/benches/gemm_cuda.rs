@@ -128,10 +128,11 @@ fn main() {
         );
         println!("|{:-<36}|{:->11}|{:->8}|{:->9}|{:->9}|{:->9}|", "", "", "", "", "", "");
         let mut d = dev.stream().alloc_zeros::<bf16>(m * n).unwrap();
-        let pairs: [(&str, Scheme, Scheme); 5] = [
+        let pairs: [(&str, Scheme, Scheme); 6] = [
             ("nvfp4 x nvfp4", Scheme::NvFp4, Scheme::NvFp4),
             ("mxfp4 x mxfp4", Scheme::MxFp4, Scheme::MxFp4),
             ("mxfp8 x mxfp8", Scheme::MxFp8E4M3, Scheme::MxFp8E4M3),
+            ("mxfp8-e5m2 x mxfp8-e5m2", Scheme::MxFp8E5M2, Scheme::MxFp8E5M2),
             ("mxfp8 x mxfp6-e2m3", Scheme::MxFp8E4M3, Scheme::MxFp6E2M3),
             ("fp8-block 1x128 x 128x128", Scheme::Fp8Block(Fp8Tile::Row1x128), Scheme::Fp8Block(Fp8Tile::Tile128x128)),
         ];

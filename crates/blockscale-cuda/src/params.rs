@@ -182,6 +182,8 @@ pub(crate) struct FgemmParams {
     pub sa: u64,
     pub sb: u64,
     pub a_tiles: u32,
+    pub scale_cols: u32,
+    pub swizzled: u32,
     pub pad: u32,
 }
 
@@ -202,7 +204,7 @@ const _: () = assert!(size_of::<Fp8ScaleParams>() == 32 && align_of::<Fp8ScalePa
 const _: () = assert!(size_of::<GemvParams>() == 160 && align_of::<GemvParams>() == 8);
 const _: () = assert!(size_of::<PgemvParams>() == 160 && align_of::<PgemvParams>() == 8);
 const _: () = assert!(size_of::<PgemmParams>() == 104 && align_of::<PgemmParams>() == 8);
-const _: () = assert!(size_of::<FgemmParams>() == 128 && align_of::<FgemmParams>() == 8);
+const _: () = assert!(size_of::<FgemmParams>() == 136 && align_of::<FgemmParams>() == 8);
 const _: () = assert!(size_of::<TensorMap>() == 128 && align_of::<TensorMap>() == 64);
 
 // SAFETY: plain #[repr(C)] structs of integers and floats, passed by value to kernels

@@ -91,7 +91,15 @@ fn run_case<O: DeviceElement + cpu::Output>(dev: &Device, c: &Case, seed: u64) {
         let alpha_eff = host_epi.alpha_quantized(qa.global_scale(), qb.global_scale());
         let fp8 = matches!(c.b, Scheme::Fp8Block(Fp8Tile::Tile128x128));
         let rounded = if matches!(c.b, Scheme::Fp8Block(Fp8Tile::Row1x128)) { 2 } else { 0 };
-        let rel = relative_bound(fp8, c.k, 1, rounded);
+        let mxfp8 = |s: Scheme| matches!(s, Scheme::MxFp8E4M3 | Scheme::MxFp8E5M2);
+        // MXFP8 pairs with K a multiple of 128 run on Hopper's FP8 tensor cores up to
+        // M = BLOCKSCALE_GEMM_MX_WGMMA_MAX_M (512 by default, fgemm.rs).
+        let rel =
+            if dev.arch() == Arch::Sm90 && mxfp8(c.a) && mxfp8(c.b) && c.k.is_multiple_of(128) && c.m <= mx_max_m() {
+                mx_fp8_bound(c.k)
+            } else {
+                relative_bound(fp8, c.k, 1, rounded)
+            };
         let t: Vec<f64> = abs_products(&av, &bv, c.m, c.n, c.k).into_iter().map(|t| t * rel).collect();
         compare(&got, &want, Some((&t, alpha_eff as f64, slope(c.activation))), &what);
     }
@@ -250,6 +258,53 @@ fn fp8_block_small_m_splits_k() {
                 0 => run_case::<bf16>(&dev, &c, seed),
                 1 => run_case::<f16>(&dev, &c, seed),
                 _ => run_case::<f32>(&dev, &c, seed),
+            }
+        }
+    }
+}
+
+/// `BLOCKSCALE_GEMM_MX_WGMMA_MAX_M` as fgemm.rs reads it (512 by default).
+fn mx_max_m() -> usize {
+    std::env::var("BLOCKSCALE_GEMM_MX_WGMMA_MAX_M").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(512)
+}
+
+/// MXFP8 x MXFP8 on Hopper's FP8 tensor cores (every element-type pairing, K a multiple of
+/// 128): 64-row tiles with and without K split across a cluster, 128-row tiles (256 x
+/// 8320: 130 tiles), exact and random data, both scale layouts, bias and activations,
+/// every output type, padded and odd output strides; M = 513 takes the dequantize
+/// path unless `BLOCKSCALE_GEMM_MX_WGMMA_MAX_M` is raised (`gpu-bundle/run.sh test` runs
+/// this file both ways). (K not a multiple of 128 always takes the dequantize path:
+/// `every_pair_matches_the_reference`.)
+#[test]
+fn mxfp8_pairs_on_fp8_tensor_cores() {
+    let Some(dev) = hopper() else { return };
+    let pairs = [
+        (Scheme::MxFp8E4M3, Scheme::MxFp8E4M3),
+        (Scheme::MxFp8E5M2, Scheme::MxFp8E5M2),
+        (Scheme::MxFp8E4M3, Scheme::MxFp8E5M2),
+        (Scheme::MxFp8E5M2, Scheme::MxFp8E4M3),
+    ];
+    let shapes = [
+        (1, 70, 128),
+        (64, 300, 4096),
+        (77, 136, 2048),
+        (200, 1000, 1024),
+        (256, 8320, 256),
+        (300, 3000, 512),
+        (513, 136, 256),
+    ];
+    let mut seed = 9000u64;
+    for (i, &(m, n, k)) in shapes.iter().enumerate() {
+        for (pi, &pair) in pairs.iter().enumerate() {
+            for exact in [true, false] {
+                seed += 1;
+                let layout = if (i + pi) % 2 == 0 { ScaleLayout::Swizzled128x4 } else { ScaleLayout::Linear };
+                let c = sweep_case(pair, (m, n, k), exact, i + pi, layout, (i + pi) % 4);
+                match (i + pi) % 3 {
+                    0 => run_case::<bf16>(&dev, &c, seed),
+                    1 => run_case::<f16>(&dev, &c, seed),
+                    _ => run_case::<f32>(&dev, &c, seed),
+                }
             }
         }
     }
@@ -700,6 +755,11 @@ fn gemm_sanitizer_smoke() {
     // FP8 block at M <= 64: the FP8 wgmma kernel, K split in a cluster.
     let c = sweep_case(PAIRS[7], (40, 300, 1024), false, 1, ScaleLayout::Linear, 2);
     run_case::<bf16>(&dev, &c, 940);
+    // MXFP8 on the same kernel: K split in a cluster (64-row tiles), 128-row tiles.
+    let c = sweep_case((Scheme::MxFp8E4M3, Scheme::MxFp8E5M2), (40, 300, 1024), false, 1, ScaleLayout::Linear, 2);
+    run_case::<bf16>(&dev, &c, 941);
+    let c = sweep_case(PAIRS[2], (200, 8320, 256), false, 2, ScaleLayout::Swizzled128x4, 1);
+    run_case::<f32>(&dev, &c, 942);
     run_weight_only::<f32, f32>(&dev, Scheme::Int4G32, true, (5, 40, 64), 65, false, Activation::GeluErf, 950);
     run_weight_only::<bf16, bf16>(&dev, Scheme::NvFp4, false, (20, 40, 64), 64, false, Activation::Identity, 951);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::NvFp4, (70, 72, 1024), false, Activation::Silu, 952);

@@ -455,8 +455,15 @@ fn verify_gemm_cuda(
     // The kernel family's bound relative to sum |a b| over values without NVFP4's
     // per-tensor factors, which alpha carries (docs/KERNELS.md).
     let fp8 = a.is_some() && b.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128);
+    let mxfp8 = |s: Scheme| matches!(s, Scheme::MxFp8E4M3 | Scheme::MxFp8E5M2);
+    // MXFP8 pairs with K a multiple of 128 run on Hopper's FP8 tensor cores up to M = 512
+    // (the default of BLOCKSCALE_GEMM_MX_WGMMA_MAX_M).
+    let mx_on_fp8 =
+        !sm120 && a.is_some_and(|a| mxfp8(a.scheme()) && a.rows() <= 512) && mxfp8(b.scheme()) && k.is_multiple_of(128);
     let rel = if fp8 {
         136.0 * 2f64.powi(-12) + (k / 128 + 2) as f64 * 2f64.powi(-23)
+    } else if mx_on_fp8 {
+        40.0 * 2f64.powi(-12) + (k / 32 + 2) as f64 * 2f64.powi(-23)
     } else {
         let rounded = match (a, b.scheme()) {
             (Some(_), Scheme::Fp8Block(_)) => 2,

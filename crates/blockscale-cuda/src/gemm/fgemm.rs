@@ -1,18 +1,22 @@
-//! FP8 block pairs on Hopper's FP8 tensor cores at small M: `kernels/gemm/fgemm.cu`, a
-//! warp-specialized `wgmma` kernel that reads both operands in place with TMA (FP8 block
-//! activations with 1x128 or 128x128 scales times FP8 128x128 weights), applies the
-//! scales once per 128 of K in f32 and splits K across the CTAs of a cluster, which add
-//! their sums through distributed shared memory in split order (deterministic, no
-//! workspace). Tiles of 64 activation rows up to M = 64 and where 128-row tiles would
+//! Block-scaled FP8 pairs on Hopper's FP8 tensor cores: `kernels/gemm/fgemm.cu`, a
+//! warp-specialized `wgmma` kernel that reads both operands in place with TMA and applies
+//! the scales in f32 as the format defines them: FP8 block (activations with 1x128 or
+//! 128x128 scales times FP8 128x128 weights) once per 128 of K, MXFP8 x MXFP8 (E4M3 or
+//! E5M2 on either side, UE8M0 scales) once per 32. K splits across the CTAs of a cluster,
+//! which add their sums through distributed shared memory in split order (deterministic,
+//! no workspace). Tiles of 64 activation rows up to M = 64 and where 128-row tiles would
 //! fill at most half the SMs, 128 rows otherwise.
 //!
 //! It runs FP8 block pairs of up to [`MAX_M`] = 64 rows whose tiles fill their waves;
 //! CUTLASS's blockwise kernel (`mod.rs`) takes the rest, where it measured faster
-//! (docs/DECISIONS.md #44 has the numbers). `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` (read once)
-//! moves the bound (0 turns the kernel off); `gpu-bundle/run.sh test` runs the GEMM tests
-//! a second time with it at 512, so that both tile heights and the clusters are covered.
+//! (docs/DECISIONS.md #44 has the numbers). MXFP8 pairs with K a multiple of 128 and
+//! row-major codes take it up to [`MX_MAX_M`] = 512 rows (the alternative is a dequantize
+//! pass and a BF16 GEMM; DECISIONS #46). `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` and
+//! `BLOCKSCALE_GEMM_MX_WGMMA_MAX_M` (read once) move the bounds (0 turns the kernel off);
+//! `gpu-bundle/run.sh test` runs the GEMM tests a second time with the bounds at 512 and
+//! 1024, so that both tile heights and the clusters are covered.
 
-use blockscale_formats::{Fp8Tile, Scheme};
+use blockscale_formats::{DataLayout, Fp8Tile, ScaleLayout, Scheme};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::{DeviceEpilogue, DeviceMatrixMut, check_epilogue, check_output};
@@ -27,21 +31,64 @@ const TILE: usize = 128;
 /// Elements of K per block (the scales' block and the kernel's stage).
 const BLOCK_K: usize = 128;
 
-/// fgemm.cu `Shape<tm>::kSmem` for tiles of `tm` activation rows: as many stages of (the
-/// activation tile, the 16 KiB weight tile, 1 KiB of scales) as fit in 227 KiB beside
-/// the epilogue's sums and 1 KiB of alignment slack.
-const fn smem(tm: usize) -> usize {
-    let stage = tm * BLOCK_K + TILE * BLOCK_K + 1024;
+/// The pair's formats, one set of kernels each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// FP8 block activations (1x128 or 128x128 scales) x FP8 128x128 weights.
+    Fp8Block,
+    /// MXFP8 x MXFP8; whether the activations', the weights' elements are E5M2.
+    Mx { a_e5m2: bool, b_e5m2: bool },
+}
+
+impl Format {
+    /// The kernels' format for `a` x `b`, if they have one.
+    fn of(a: &DeviceQuantized, b: &DeviceQuantized) -> Option<Self> {
+        let e5m2 = |s: Scheme| match s {
+            Scheme::MxFp8E4M3 => Some(false),
+            Scheme::MxFp8E5M2 => Some(true),
+            _ => None,
+        };
+        match (a.scheme(), b.scheme()) {
+            (Scheme::Fp8Block(_), Scheme::Fp8Block(Fp8Tile::Tile128x128)) => Some(Self::Fp8Block),
+            (sa, sb) => Some(Self::Mx { a_e5m2: e5m2(sa)?, b_e5m2: e5m2(sb)? }),
+        }
+    }
+
+    fn is_mx(self) -> bool {
+        matches!(self, Self::Mx { .. })
+    }
+
+    /// The kernel for tiles of `tm` activation rows.
+    fn kernel_name(self, tm: usize) -> &'static str {
+        let names = match self {
+            Self::Fp8Block => ["fgemm_fp8_block_m64", "fgemm_fp8_block"],
+            Self::Mx { a_e5m2: false, b_e5m2: false } => ["fgemm_mx_e4m3_e4m3_m64", "fgemm_mx_e4m3_e4m3"],
+            Self::Mx { a_e5m2: true, b_e5m2: true } => ["fgemm_mx_e5m2_e5m2_m64", "fgemm_mx_e5m2_e5m2"],
+            Self::Mx { a_e5m2: false, b_e5m2: true } => ["fgemm_mx_e4m3_e5m2_m64", "fgemm_mx_e4m3_e5m2"],
+            Self::Mx { a_e5m2: true, b_e5m2: false } => ["fgemm_mx_e5m2_e4m3_m64", "fgemm_mx_e5m2_e4m3"],
+        };
+        names[usize::from(tm != 64)]
+    }
+}
+
+/// fgemm.cu `Shape<tm, mx>::kSmem` for tiles of `tm` activation rows: as many stages of
+/// (the activation tile, the 16 KiB weight tile, the scales: 1 KiB for FP8 block; for MX
+/// the activations' as f32, tm x 16 bytes, and both operands' bytes, (tm + 128) x 4, in
+/// whole KiB) as fit in 227 KiB beside the epilogue's sums and 1 KiB of alignment slack.
+const fn smem(tm: usize, mx: bool) -> usize {
+    let scales = if mx { (tm * 16 + (tm + 128) * 4).next_multiple_of(1024) } else { 1024 };
+    let stage = tm * BLOCK_K + TILE * BLOCK_K + scales;
     let sums = tm * TILE * 4;
     let depth = (227 * 1024 - 1024 - sums) / stage;
     depth * stage + sums + 1024
 }
-const _: () = assert!(smem(64) <= 227 << 10 && smem(128) <= 227 << 10, "within Hopper's shared memory per CTA");
-
-/// The kernel for tiles of `tm` activation rows.
-fn kernel_name(tm: usize) -> &'static str {
-    if tm == 64 { "fgemm_fp8_block_m64" } else { "fgemm_fp8_block" }
-}
+const _: () = assert!(
+    smem(64, false) <= 227 << 10
+        && smem(128, false) <= 227 << 10
+        && smem(64, true) <= 227 << 10
+        && smem(128, true) <= 227 << 10,
+    "within Hopper's shared memory per CTA"
+);
 
 /// `BLOCKSCALE_GEMM_FP8_TILE_M` (64 or 128; read once; for measurements), else `None`.
 fn tile_m_override() -> Option<usize> {
@@ -69,32 +116,57 @@ const MIN_SPLIT_BLOCKS: usize = 4;
 /// none (docs/DECISIONS.md #44).
 const MAX_M: usize = 64;
 
+/// The largest M an MXFP8 pair takes this kernel at by default. Its scales cost two f32
+/// operations per output every 32 of K, which bounds it near half the FP8 tensor cores'
+/// rate: at M = 128 it took half the dequantize path's time, at M = 512 7% less, at
+/// M = 4096 twice as long (H100, N = K = 4096; docs/DECISIONS.md #46).
+const MX_MAX_M: usize = 512;
+
 /// `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` (read once), else [`MAX_M`].
 fn max_m() -> usize {
     static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *S.get_or_init(|| {
-        std::env::var("BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(MAX_M)
-    })
+    *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M").unwrap_or(MAX_M))
+}
+
+/// `BLOCKSCALE_GEMM_MX_WGMMA_MAX_M` (read once), else [`MX_MAX_M`].
+fn mx_max_m() -> usize {
+    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_MX_WGMMA_MAX_M").unwrap_or(MX_MAX_M))
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
 /// `BLOCKSCALE_GEMM_FP8_SPLITS`: the most K splits (read once; for measurements).
 fn max_splits() -> usize {
     static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *S.get_or_init(|| {
-        std::env::var("BLOCKSCALE_GEMM_FP8_SPLITS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(usize::MAX)
-    })
+    *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_FP8_SPLITS").unwrap_or(usize::MAX))
 }
 
-/// Whether this kernel runs `a` x `b` here: Hopper, FP8 block activations times FP8
-/// 128x128 weights, M up to [`max_m`], and tiles that fill their waves (see
-/// [`fills_waves`]).
+/// Whether this kernel runs `a` x `b` here: Hopper, and FP8 block activations times FP8
+/// 128x128 weights with M up to [`max_m`] and tiles that fill their waves (see
+/// [`fills_waves`]), or MXFP8 x MXFP8 with row-major codes, K a multiple of 128 (whole
+/// stages; each row's four scales of a stage are one aligned word) and M up to
+/// [`mx_max_m`].
 pub(super) fn applies(dev: &Device, a: &DeviceQuantized, b: &DeviceQuantized) -> bool {
-    let (m, n) = (a.shape().rows, b.shape().rows);
-    dev.arch() == Arch::Sm90
-        && matches!(a.scheme(), Scheme::Fp8Block(_))
-        && b.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)
-        && m <= max_m()
-        && fills_waves(m, n, dev.sm_count() as usize)
+    let (m, n, k) = (a.shape().rows, b.shape().rows, b.shape().k);
+    if dev.arch() != Arch::Sm90 {
+        return false;
+    }
+    match Format::of(a, b) {
+        Some(Format::Fp8Block) => m <= max_m() && fills_waves(m, n, dev.sm_count() as usize),
+        Some(Format::Mx { .. }) => {
+            // The kernel addresses each operand's scales in 32-bit words.
+            let scale_bytes = |rows: usize| rows.next_multiple_of(128) * (k / 32).next_multiple_of(4);
+            m <= mx_max_m()
+                && k.is_multiple_of(BLOCK_K)
+                && scale_bytes(m.max(n)) < 1 << 34
+                && a.data_layout() == DataLayout::RowMajor
+                && b.data_layout() == DataLayout::RowMajor
+        }
+        None => false,
+    }
 }
 
 /// Whether the kernel's tiles keep the SMs busy: up to one wave (K splits fill it), or
@@ -148,15 +220,20 @@ impl Plan {
     }
 }
 
-/// How many clusters of s CTAs of `kernel` (tiles of `tm` rows) the device holds at once,
-/// for s up to [`MAX_CLUSTER`] (index s; the driver's occupancy query, made once per
-/// device name, SM count and tile height; 0 where the query fails, which keeps that size
-/// out of the plan).
-fn active_clusters(dev: &Device, kernel: &crate::device::Kernel, tm: usize) -> [usize; MAX_CLUSTER + 1] {
+/// How many clusters of s CTAs of `kernel` (named `name`, `smem` bytes of shared memory)
+/// the device holds at once, for s up to [`MAX_CLUSTER`] (index s; the driver's occupancy
+/// query, made once per device name, SM count and kernel; 0 where the query fails, which
+/// keeps that size out of the plan).
+fn active_clusters(
+    dev: &Device,
+    kernel: &crate::device::Kernel,
+    name: &'static str,
+    smem: usize,
+) -> [usize; MAX_CLUSTER + 1] {
     use cudarc::driver::sys;
-    type Key = (String, u32, usize);
+    type Key = (String, u32, &'static str);
     static CACHE: std::sync::Mutex<Vec<(Key, [usize; MAX_CLUSTER + 1])>> = std::sync::Mutex::new(Vec::new());
-    let key = (dev.name().to_string(), dev.sm_count(), tm);
+    let key = (dev.name().to_string(), dev.sm_count(), name);
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, n)) = cache.iter().find(|(k, _)| *k == key) {
         return *n;
@@ -174,7 +251,7 @@ fn active_clusters(dev: &Device, kernel: &crate::device::Kernel, tm: usize) -> [
             blockDimX: THREADS,
             blockDimY: 1,
             blockDimZ: 1,
-            sharedMemBytes: smem(tm) as u32,
+            sharedMemBytes: smem as u32,
             hStream: dev.stream().cu_stream(),
             attrs: &mut attr,
             numAttrs: 1,
@@ -190,22 +267,32 @@ fn active_clusters(dev: &Device, kernel: &crate::device::Kernel, tm: usize) -> [
     counts
 }
 
-/// The kernel for these operands and its plan.
-fn plan(dev: &Device, (m, n, k): (usize, usize, usize)) -> Result<(crate::device::Kernel, usize, Plan), CudaError> {
+/// The kernel for these operands, its tile height and shared memory, and its plan.
+fn plan(
+    dev: &Device,
+    format: Format,
+    (m, n, k): (usize, usize, usize),
+) -> Result<(crate::device::Kernel, usize, usize, Plan), CudaError> {
     // One CTA an SM (the shared memory allows no more).
     let slots = dev.sm_count() as usize;
     let tm = tile_m(m, n, slots);
-    let kernel = dev.function_with_threads(kernel_name(tm), THREADS, smem(tm))?;
-    let counts = active_clusters(dev, &kernel, tm);
+    let (name, bytes) = (format.kernel_name(tm), smem(tm, format.is_mx()));
+    let kernel = dev.function_with_threads(name, THREADS, bytes)?;
+    let counts = active_clusters(dev, &kernel, name, bytes);
     let active = |s: usize| counts[s];
     let plan = Plan::new((m, n, k / BLOCK_K), slots, tm, &active);
-    Ok((kernel, tm, plan))
+    Ok((kernel, tm, bytes, plan))
+}
+
+/// The format of a pair [`applies`] accepted.
+fn format_of(a: &DeviceQuantized, b: &DeviceQuantized) -> Result<Format, CudaError> {
+    Format::of(a, b).ok_or(CudaError::UnsupportedPair { a: a.scheme(), b: b.scheme(), hint: "no FP8 wgmma kernel" })
 }
 
 /// The workspace bytes [`run`] needs: none (K splits add their sums in shared memory);
 /// the kernel is loaded, so that a device that cannot is an error here already.
 pub(super) fn workspace_size(dev: &Device, a: &DeviceQuantized, b: &DeviceQuantized) -> Result<usize, CudaError> {
-    plan(dev, (a.shape().rows, b.shape().rows, b.shape().k))?;
+    plan(dev, format_of(a, b)?, (a.shape().rows, b.shape().rows, b.shape().k))?;
     Ok(0)
 }
 
@@ -242,8 +329,8 @@ fn tensor_map(ptr: u64, rows: usize, k: usize, box_rows: usize) -> Result<Tensor
     Ok(map)
 }
 
-/// Checks and queues `a` (M x K FP8 block) x `b` (N x K FP8 128x128) on the FP8 wgmma
-/// kernel; the caller checked the pair and that [`applies`] holds.
+/// Checks and queues `a` (M x K) x `b` (N x K) on the FP8 wgmma kernel; the caller
+/// checked the pair and that [`applies`] holds.
 pub(super) fn run<O: DeviceElement>(
     dev: &Device,
     a: &DeviceQuantized,
@@ -254,11 +341,12 @@ pub(super) fn run<O: DeviceElement>(
 ) -> Result<(), CudaError> {
     let stream = dev.stream();
     let (m, n, k) = (a.shape().rows, b.shape().rows, b.shape().k);
-    debug_assert!(k.is_multiple_of(BLOCK_K), "FP8 block operands hold whole 128-element blocks");
+    debug_assert!(k.is_multiple_of(BLOCK_K), "the kernel takes whole 128-element blocks");
+    let format = format_of(a, b)?;
     let alpha = check_epilogue(epilogue, alpha, n)?;
     check_output(&out, m, n)?;
     super::check_int(m, n, k)?;
-    let (kernel, tm, plan) = plan(dev, (m, n, k))?;
+    let (kernel, tm, bytes, plan) = plan(dev, format, (m, n, k))?;
     // The kernel counts tiles x splits in 32 bits.
     if plan.tiles_n * plan.tiles_m * plan.splits > i32::MAX as usize {
         return Err(CudaError::TooLarge { rows: m.max(n), k, limit: "the GEMM's tiles exceed 2^31" });
@@ -304,17 +392,19 @@ pub(super) fn run<O: DeviceElement>(
         sa: sa_ptr,
         sb: sb_ptr,
         a_tiles: (a.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)) as u32,
+        scale_cols: if format.is_mx() { b.shape().scale_cols as u32 } else { 0 },
+        swizzled: u32::from(a.scale_layout() == ScaleLayout::Swizzled128x4)
+            | u32::from(b.scale_layout() == ScaleLayout::Swizzled128x4) << 1,
         pad: 0,
     };
-    let config = LaunchConfig {
-        grid_dim: (plan.ctas as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: smem(tm) as u32,
-    };
+    let config =
+        LaunchConfig { grid_dim: (plan.ctas as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: bytes as u32 };
     // SAFETY: the parameters match `FgemmParams` and the kernel's two `TensorMap`s. The
     // tensor maps describe the validated FP8 codes (M x K and N x K bytes, rows of K);
-    // the scales are validated FP8 block scales of those shapes ([M][K/128] or
-    // [ceil(M/128)][K/128], [ceil(N/128)][K/128] f32); the output was checked for M x N at
+    // the scales are validated scales of those shapes (FP8 block: [M][K/128] or
+    // [ceil(M/128)][K/128], [ceil(N/128)][K/128] f32; MX: K/32 = scale_cols bytes a row,
+    // row-major or Swizzled128x4 as `swizzled` says, K a multiple of 128 so that each
+    // row's four scales of a block are one aligned word); the output was checked for M x N at
     // its stride, the bias for N values. The kernel traps if given less shared memory
     // than it lays out, and reads the activations and their scales only after its
     // griddepcontrol.wait. With K split the grid is tiles x splits CTAs in clusters of
@@ -322,7 +412,7 @@ pub(super) fn run<O: DeviceElement>(
     // g.splits > 1, and it reads peers' shared memory only between its cluster barriers.
     // The guards keep every buffer alive and ordered until the launch is queued.
     unsafe { crate::device::launch_dependent3(stream, &kernel.func, config, plan.splits as u32, (&params, &ta, &tb)) }
-        .map_err(CudaError::driver("launching the FP8 block GEMM"))?;
+        .map_err(CudaError::driver("launching the FP8 wgmma GEMM"))?;
     drop((g_out, g_a, g_b, g_sa, g_sb, g_bias));
     Ok(())
 }
@@ -335,9 +425,16 @@ mod tests {
     fn shared_memory_matches_the_kernel_layout() {
         // fgemm.cu Shape: 128-row tiles 4 x (16 + 16 + 1 KiB) + 64 KiB + 1 KiB; 64-row
         // tiles 7 x (8 + 16 + 1 KiB) + 32 KiB + 1 KiB.
-        assert_eq!(smem(128), 4 * 33 * 1024 + 65 * 1024);
-        assert_eq!(smem(64), 7 * 25 * 1024 + 33 * 1024);
-        assert_eq!((kernel_name(64), kernel_name(128)), ("fgemm_fp8_block_m64", "fgemm_fp8_block"));
+        assert_eq!(smem(128, false), 4 * 33 * 1024 + 65 * 1024);
+        assert_eq!(smem(64, false), 7 * 25 * 1024 + 33 * 1024);
+        // MX: 128-row tiles 4 x (16 + 16 + 3 KiB) + 64 + 1 KiB; 64-row 7 x (8 + 16 + 2 KiB)
+        // + 32 + 1 KiB.
+        assert_eq!(smem(128, true), 4 * 35 * 1024 + 65 * 1024);
+        assert_eq!(smem(64, true), 7 * 26 * 1024 + 33 * 1024);
+        let fp8 = Format::Fp8Block;
+        assert_eq!((fp8.kernel_name(64), fp8.kernel_name(128)), ("fgemm_fp8_block_m64", "fgemm_fp8_block"));
+        let mixed = Format::Mx { a_e5m2: false, b_e5m2: true };
+        assert_eq!((mixed.kernel_name(64), mixed.kernel_name(128)), ("fgemm_mx_e4m3_e5m2_m64", "fgemm_mx_e4m3_e5m2"));
     }
 
     #[test]

@@ -120,6 +120,12 @@ pub fn relative_bound(fp8: bool, k: usize, pieces: usize, rounded: usize) -> f64
     }
 }
 
+/// The bound of MXFP8 pairs on Hopper's FP8 tensor cores (docs/KERNELS.md): each 32 of K
+/// in the short accumulator, promoted into f32 with its two scales.
+pub fn mx_fp8_bound(k: usize) -> f64 {
+    40.0 * 2f64.powi(-12) + (k / 32 + 2) as f64 * 2f64.powi(-23)
+}
+
 pub fn ulp_f32(x: f64) -> f64 {
     let a = (x.abs() as f32).max(f32::MIN_POSITIVE);
     (f32::from_bits(a.to_bits() + 1) - a) as f64
