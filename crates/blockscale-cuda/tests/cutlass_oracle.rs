@@ -170,20 +170,13 @@ impl Cursor<'_> {
     }
 }
 
-/// SplitMix64: seeded shapes without an extra dependency.
-struct Rng(u64);
+/// Seeded shapes from the project's generator (blockscale_formats::rng).
+struct Rng(blockscale_formats::rng::SplitMix64);
 
 impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
     /// Uniform in `lo..=hi`.
     fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
+        lo + (self.0.next_u64() % (hi - lo + 1) as u64) as usize
     }
 }
 
@@ -263,7 +256,7 @@ const KBLOCKS: [usize; 18] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 31, 33,
 /// The fixed grid plus a seeded sweep of random shapes.
 fn layout_shapes(random: usize, max_rows: usize, max_kblocks: usize) -> Vec<(usize, usize)> {
     let mut shapes: Vec<(usize, usize)> = ROWS.iter().flat_map(|&r| KBLOCKS.iter().map(move |&k| (r, k))).collect();
-    let mut rng = Rng(0xc075_1a55_0e4a_c1e5);
+    let mut rng = Rng(blockscale_formats::rng::SplitMix64::new(0xc075_1a55_0e4a_c1e5));
     shapes.extend((0..random).map(|_| (rng.range(1, max_rows), rng.range(1, max_kblocks))));
     shapes
 }

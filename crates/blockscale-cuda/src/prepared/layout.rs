@@ -836,15 +836,11 @@ mod tests {
         (Scheme::Int4G128, DataLayout::BlockInterleaved),
     ];
 
-    /// A small deterministic generator (splitmix64).
-    struct Rng(u64);
+    /// The project's seeded generator (blockscale_formats::rng).
+    struct Rng(blockscale_formats::rng::SplitMix64);
     impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
+        fn new(seed: u64) -> Self {
+            Self(blockscale_formats::rng::SplitMix64::new(seed))
         }
         /// Bell-shaped values with rare outliers and some all-zero blocks.
         fn values(&mut self, n: usize, k: usize) -> Vec<f32> {
@@ -853,16 +849,16 @@ mod tests {
                     if (i / 32) % 23 == 5 {
                         return 0.0;
                     }
-                    let u = (self.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                    let u = (self.0.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
                     let v = u * u * u * 8.0 + u;
-                    if self.next().is_multiple_of(97) { v * 40.0 } else { v * (1.0 + (i % 7) as f32) }
+                    if self.0.next_u64().is_multiple_of(97) { v * 40.0 } else { v * (1.0 + (i % 7) as f32) }
                 })
                 .collect()
         }
     }
 
     fn matrix(scheme: Scheme, data: DataLayout, (n, k): (usize, usize), seed: u64) -> QuantizedMatrix {
-        let x = Rng(seed).values(n, k);
+        let x = Rng::new(seed).values(n, k);
         let layout = if scheme.supports_layout(ScaleLayout::Swizzled128x4) {
             ScaleLayout::Swizzled128x4
         } else {
@@ -1064,7 +1060,7 @@ mod tests {
     #[test]
     fn the_mx_shift_centres_the_scales() {
         // Weights near 2^-20 get scales near 2^-22: the shift moves them to about 1.
-        let x: Vec<f32> = Rng(9).values(32, 256).iter().map(|v| v * 2f32.powi(-20)).collect();
+        let x: Vec<f32> = Rng::new(9).values(32, 256).iter().map(|v| v * 2f32.powi(-20)).collect();
         let q = blockscale_cpu::quantize_slice(&x, 32, 256, Scheme::MxFp8E4M3, &QuantizeOptions::default()).unwrap();
         let p = PreparedLayout::new(&q).unwrap();
         assert!((-30..=-15).contains(&p.shift()), "shift {}", p.shift());
