@@ -6,7 +6,8 @@
 
 namespace bs {
 
-// Scheme codes shared with Rust (`params::SchemeCode`).
+// Scheme codes of the kernels' templates (CUDA only: the host picks a kernel by name,
+// crates/blockscale-cuda/src/quantize.rs `scheme_name`).
 enum SchemeCode : uint32_t {
     NVFP4 = 0,
     MXFP4 = 1,
@@ -131,8 +132,8 @@ struct GemvParams {
 };
 
 // GEMV on prepared weights (kernels/gemv/prepared.cu; the layout in
-// crates/blockscale-cuda/src/prepared.rs): y = act(alpha x W^T + bias) for M <= 16, or the
-// gated product of two matrices.
+// crates/blockscale-cuda/src/prepared/layout.rs): y = act(alpha x W^T + bias) for M <= 16,
+// or the gated product of two matrices.
 struct PgemvParams {
     const void* x;                  // M x K bf16 or f16, row stride x_stride elements
     const uint32_t* w[2];           // prepared codes: [0] the plain or gate matrix, [1] up
