@@ -118,7 +118,7 @@ const MAX_M: usize = 64;
 
 /// The largest M an MXFP8 pair takes this kernel at by default. Its scales cost two f32
 /// operations per output every 32 of K, which bounds it near half the FP8 tensor cores'
-/// rate: at M = 128 it took half the dequantize path's time, at M = 512 7% less, at
+/// rate: at M = 128 it took half the dequantize path's time, at M = 512 3-6% less, at
 /// M = 4096 twice as long (H100, N = K = 4096; docs/DECISIONS.md #46).
 const MX_MAX_M: usize = 512;
 
@@ -134,6 +134,7 @@ fn mx_max_m() -> usize {
     *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_MX_WGMMA_MAX_M").unwrap_or(MX_MAX_M))
 }
 
+/// An environment variable as a count, if set and a number.
 fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
