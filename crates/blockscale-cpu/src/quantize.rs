@@ -162,8 +162,8 @@ pub(crate) fn quantize_band<T: Input>(
 fn scale_index(layout: ScaleLayout, i: usize, c: usize, cols: usize) -> usize {
     match layout {
         ScaleLayout::Linear => i * cols + c,
-        // The band starts at a 128-row boundary: swizzled_offset with row i < 128.
-        ScaleLayout::Swizzled128x4 => ((c >> 2) << 9) + (i % 32) * 16 + (i / 32) * 4 + (c & 3),
+        // The band starts at a 128-row boundary: its chunk holds rows i < 128.
+        ScaleLayout::Swizzled128x4 => blockscale_formats::layout::swizzled_offset(i, c, cols),
     }
 }
 

@@ -162,9 +162,7 @@ impl ScaleIndex {
     pub(crate) fn row_base(self, row: usize) -> usize {
         match self {
             Self::Linear { cols } => row * cols,
-            Self::Swizzled128x4 { cols } => {
-                (row / 128) * cols.div_ceil(4) * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4
-            }
+            Self::Swizzled128x4 { cols } => blockscale_formats::layout::swizzled_offset(row, 0, cols),
         }
     }
 
