@@ -192,191 +192,228 @@ fn nvfp4_scales(
     Ok((n, k, layout))
 }
 
+/// Which convention `t` is the main tensor of, if any, and what it takes to decode it.
 fn detect_one(catalog: &Catalog<'_>, t: &TensorEntry, ct: Option<&CtConfig>) -> Result<Option<Found>, CliError> {
-    let name = t.name.as_str();
-    // Native: `{p}.codes` with `{p}.scheme` metadata.
-    if let Some(p) = name.strip_suffix(".codes")
-        && let Some(scheme) = catalog.meta(&format!("{p}.scheme"))
-    {
-        let meta = |key: &str| {
-            catalog
-                .meta(&format!("{p}.{key}"))
-                .ok_or_else(|| err(catalog, name, format!("metadata {p}.{key} is missing")))
-        };
-        let scheme: Scheme = scheme.parse().map_err(|_| err(catalog, name, format!("unknown scheme {scheme:?}")))?;
-        let parse = |key: &str| -> Result<usize, CliError> {
-            meta(key)?.parse().map_err(|_| err(catalog, name, format!("metadata {p}.{key} is not a number")))
-        };
-        let (rows, k) = (parse("rows")?, parse("k")?);
-        let shape = scheme.shape(rows, k).map_err(|e| err(catalog, name, e.to_string()))?;
-        let layout_name = meta("scale_layout")?;
-        let layout = parse_layout(layout_name)
-            .ok_or_else(|| err(catalog, name, format!("unknown scale layout {layout_name:?}")))?;
-        let (cd, cs) = codes_dtype(scheme, rows, k);
-        expect(catalog, name, cd, Some(&cs))?;
-        let scales = format!("{p}.scales");
-        expect(catalog, &scales, scale_dtype(scheme), Some(&scale_shape(&shape, layout)))?;
-        let mut parts = vec![name.to_owned(), scales.clone()];
-        let global_name = format!("{p}.global_encode");
-        let global = if scheme.has_global_scale() {
-            scalar_f32(catalog, &global_name)?;
-            parts.push(global_name.clone());
-            GlobalSource::EncodeTensor(global_name)
-        } else {
-            GlobalSource::None
-        };
-        return Ok(Some(Found {
-            convention: Convention::Native,
-            output: p.to_owned(),
-            main: name.to_owned(),
-            parts,
-            format: scheme.name().into(),
-            rows,
-            k,
-            out_shape: vec![rows, k],
-            decode: Decode::Matrix { scheme, scales, layout, global, transpose_experts: None },
-        }));
-    }
-    // ModelOpt NVFP4: U8 `weight` + `weight_scale` + `weight_scale_2`.
-    if let Some(p) = name.strip_suffix(".weight")
-        && t.dtype == Dtype::U8
-        && catalog.get(&format!("{p}.weight_scale_2")).is_some()
-    {
-        let (scales, ws2) = (format!("{p}.weight_scale"), format!("{p}.weight_scale_2"));
-        let (rows, k, layout) = nvfp4_scales(catalog, t, &scales)?;
-        scalar_f32(catalog, &ws2)?;
-        let mut parts = vec![name.to_owned(), scales.clone(), ws2.clone()];
-        parts.extend(optional(catalog, format!("{p}.input_scale")));
-        return Ok(Some(Found {
-            convention: Convention::Modelopt,
-            output: name.to_owned(),
-            main: name.to_owned(),
-            parts,
-            format: Scheme::NvFp4.name().into(),
-            rows,
-            k,
-            out_shape: vec![rows, k],
-            decode: Decode::Matrix {
-                scheme: Scheme::NvFp4,
-                scales,
-                layout,
-                global: GlobalSource::DecodeTensor(ws2),
-                transpose_experts: None,
-            },
-        }));
-    }
-    // compressed-tensors: I32 `weight_packed` (INT4 pack-quantized), or U8 FP4 pairs with
-    // `weight_global_scale` (nvfp4-pack-quantized) or without (mxfp4-pack-quantized).
-    if let Some(p) = name.strip_suffix(".weight_packed") {
-        if t.dtype == Dtype::I32 {
-            return packed_int4(catalog, t, p).map(Some);
+    // The conventions' names are disjoint but for `.weight`, where the side tensors tell
+    // ModelOpt NVFP4 (`weight_scale_2`), DeepSeek (`weight_scale_inv`) and scaled FP8
+    // (`weight_scale`) apart: the first that matches decides, in this order.
+    for probe in [native, modelopt_nvfp4, compressed_tensors_packed, gpt_oss_mxfp4, deepseek_fp8] {
+        if let Some(found) = probe(catalog, t)? {
+            return Ok(Some(found));
         }
-        if t.dtype != Dtype::U8 {
-            return Err(err(
-                catalog,
-                name,
-                format!("is {:?}, expected U8 (FP4 pairs) or I32 (pack-quantized INT4 words)", t.dtype),
-            ));
-        }
-        let (scales, g) = (format!("{p}.weight_scale"), format!("{p}.weight_global_scale"));
-        if catalog.get(&g).is_none() {
-            return mxfp4_packed(catalog, t, p).map(Some);
-        }
-        let (rows, k, layout) = nvfp4_scales(catalog, t, &scales)?;
-        scalar_f32(catalog, &g)?;
-        let mut parts = vec![name.to_owned(), scales.clone(), g.clone()];
-        parts.extend(optional(catalog, format!("{p}.input_global_scale")));
-        return Ok(Some(Found {
-            convention: Convention::CompressedTensors,
-            output: format!("{p}.weight"),
-            main: name.to_owned(),
-            parts,
-            format: Scheme::NvFp4.name().into(),
-            rows,
-            k,
-            out_shape: vec![rows, k],
-            decode: Decode::Matrix {
-                scheme: Scheme::NvFp4,
-                scales,
-                layout,
-                global: GlobalSource::EncodeTensor(g),
-                transpose_experts: None,
-            },
-        }));
-    }
-    // gpt-oss MXFP4: `{p}_blocks` U8 [..., out, K/32, 16] + `{p}_scales` U8 [..., out, K/32].
-    if let Some(p) = name.strip_suffix("_blocks")
-        && catalog.get(&format!("{p}_scales")).is_some()
-    {
-        let scales = format!("{p}_scales");
-        expect(catalog, name, Dtype::U8, None)?;
-        let d = &t.shape;
-        if d.len() < 3 || d[d.len() - 1] != 16 {
-            return Err(err(catalog, name, format!("has shape {d:?}, expected [..., out, K/32, 16]")));
-        }
-        let lead = &d[..d.len() - 1];
-        expect(catalog, &scales, Dtype::U8, Some(lead))?;
-        // Checked: a zero dimension lets the header declare any other (no bytes to match).
-        let too_large = || err(catalog, name, format!("has shape {d:?}, too large"));
-        let k = d[d.len() - 2].checked_mul(32).ok_or_else(too_large)?;
-        let out = d[d.len() - 3];
-        let rows = d[..d.len() - 2].iter().try_fold(1usize, |a, &x| a.checked_mul(x)).ok_or_else(too_large)?;
-        let (out_shape, transpose) = if d.len() == 4 {
-            (vec![d[0], k, out], Some(d[0]))
-        } else {
-            (d[..d.len() - 2].iter().copied().chain([k]).collect(), None)
-        };
-        return Ok(Some(Found {
-            convention: Convention::GptOss,
-            output: p.to_owned(),
-            main: name.to_owned(),
-            parts: vec![name.to_owned(), scales.clone()],
-            format: Scheme::MxFp4.name().into(),
-            rows,
-            k,
-            out_shape,
-            decode: Decode::Matrix {
-                scheme: Scheme::MxFp4,
-                scales,
-                layout: ScaleLayout::Linear,
-                global: GlobalSource::None,
-                transpose_experts: transpose,
-            },
-        }));
-    }
-    // DeepSeek FP8: F8_E4M3 `weight` + F32 `weight_scale_inv` [ceil(N/128), ceil(K/128)].
-    if let Some(p) = name.strip_suffix(".weight")
-        && catalog.get(&format!("{p}.weight_scale_inv")).is_some()
-    {
-        let scales = format!("{p}.weight_scale_inv");
-        expect(catalog, name, Dtype::F8_E4M3, None)?;
-        if t.shape.len() != 2 {
-            return Err(err(catalog, name, format!("has shape {:?}, expected [N, K]", t.shape)));
-        }
-        let (rows, k) = (t.shape[0], t.shape[1]);
-        expect(catalog, &scales, Dtype::F32, Some(&[rows.div_ceil(128), k.div_ceil(128)]))?;
-        return Ok(Some(Found {
-            convention: Convention::Deepseek,
-            output: name.to_owned(),
-            main: name.to_owned(),
-            parts: vec![name.to_owned(), scales.clone()],
-            format: Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128).name().into(),
-            rows,
-            k,
-            out_shape: vec![rows, k],
-            decode: Decode::DeepseekFp8 { scales },
-        }));
     }
     // FP8 `weight` + `weight_scale`: compressed-tensors float-quantized when its config
     // says so (per tensor, per channel or per block), else ModelOpt FP8 (one F32 scale,
     // or one per channel).
-    if let Some(p) = name.strip_suffix(".weight")
+    if let Some(p) = t.name.strip_suffix(".weight")
         && t.dtype == Dtype::F8_E4M3
         && catalog.get(&format!("{p}.weight_scale")).is_some()
     {
         return scaled_fp8(catalog, t, p, ct).map(Some);
     }
     Ok(None)
+}
+
+/// Native: `{p}.codes` with `{p}.scheme` metadata.
+fn native(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, CliError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix(".codes") else {
+        return Ok(None);
+    };
+    let Some(scheme) = catalog.meta(&format!("{p}.scheme")) else {
+        return Ok(None);
+    };
+    let meta = |key: &str| {
+        catalog.meta(&format!("{p}.{key}")).ok_or_else(|| err(catalog, name, format!("metadata {p}.{key} is missing")))
+    };
+    let scheme: Scheme = scheme.parse().map_err(|_| err(catalog, name, format!("unknown scheme {scheme:?}")))?;
+    let parse = |key: &str| -> Result<usize, CliError> {
+        meta(key)?.parse().map_err(|_| err(catalog, name, format!("metadata {p}.{key} is not a number")))
+    };
+    let (rows, k) = (parse("rows")?, parse("k")?);
+    let shape = scheme.shape(rows, k).map_err(|e| err(catalog, name, e.to_string()))?;
+    let layout_name = meta("scale_layout")?;
+    let layout =
+        parse_layout(layout_name).ok_or_else(|| err(catalog, name, format!("unknown scale layout {layout_name:?}")))?;
+    let (cd, cs) = codes_dtype(scheme, rows, k);
+    expect(catalog, name, cd, Some(&cs))?;
+    let scales = format!("{p}.scales");
+    expect(catalog, &scales, scale_dtype(scheme), Some(&scale_shape(&shape, layout)))?;
+    let mut parts = vec![name.to_owned(), scales.clone()];
+    let global_name = format!("{p}.global_encode");
+    let global = if scheme.has_global_scale() {
+        scalar_f32(catalog, &global_name)?;
+        parts.push(global_name.clone());
+        GlobalSource::EncodeTensor(global_name)
+    } else {
+        GlobalSource::None
+    };
+    Ok(Some(Found {
+        convention: Convention::Native,
+        output: p.to_owned(),
+        main: name.to_owned(),
+        parts,
+        format: scheme.name().into(),
+        rows,
+        k,
+        out_shape: vec![rows, k],
+        decode: Decode::Matrix { scheme, scales, layout, global, transpose_experts: None },
+    }))
+}
+
+/// ModelOpt NVFP4: U8 `weight` + `weight_scale` + `weight_scale_2`.
+fn modelopt_nvfp4(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, CliError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix(".weight") else {
+        return Ok(None);
+    };
+    if t.dtype != Dtype::U8 {
+        return Ok(None);
+    }
+    if catalog.get(&format!("{p}.weight_scale_2")).is_none() {
+        return Ok(None);
+    }
+    let (scales, ws2) = (format!("{p}.weight_scale"), format!("{p}.weight_scale_2"));
+    let (rows, k, layout) = nvfp4_scales(catalog, t, &scales)?;
+    scalar_f32(catalog, &ws2)?;
+    let mut parts = vec![name.to_owned(), scales.clone(), ws2.clone()];
+    parts.extend(optional(catalog, format!("{p}.input_scale")));
+    Ok(Some(Found {
+        convention: Convention::Modelopt,
+        output: name.to_owned(),
+        main: name.to_owned(),
+        parts,
+        format: Scheme::NvFp4.name().into(),
+        rows,
+        k,
+        out_shape: vec![rows, k],
+        decode: Decode::Matrix {
+            scheme: Scheme::NvFp4,
+            scales,
+            layout,
+            global: GlobalSource::DecodeTensor(ws2),
+            transpose_experts: None,
+        },
+    }))
+}
+
+/// compressed-tensors: I32 `weight_packed` (INT4 pack-quantized), or U8 FP4 pairs with
+/// `weight_global_scale` (nvfp4-pack-quantized) or without (mxfp4-pack-quantized).
+fn compressed_tensors_packed(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, CliError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix(".weight_packed") else {
+        return Ok(None);
+    };
+    if t.dtype == Dtype::I32 {
+        return packed_int4(catalog, t, p).map(Some);
+    }
+    if t.dtype != Dtype::U8 {
+        return Err(err(
+            catalog,
+            name,
+            format!("is {:?}, expected U8 (FP4 pairs) or I32 (pack-quantized INT4 words)", t.dtype),
+        ));
+    }
+    let (scales, g) = (format!("{p}.weight_scale"), format!("{p}.weight_global_scale"));
+    if catalog.get(&g).is_none() {
+        return mxfp4_packed(catalog, t, p).map(Some);
+    }
+    let (rows, k, layout) = nvfp4_scales(catalog, t, &scales)?;
+    scalar_f32(catalog, &g)?;
+    let mut parts = vec![name.to_owned(), scales.clone(), g.clone()];
+    parts.extend(optional(catalog, format!("{p}.input_global_scale")));
+    Ok(Some(Found {
+        convention: Convention::CompressedTensors,
+        output: format!("{p}.weight"),
+        main: name.to_owned(),
+        parts,
+        format: Scheme::NvFp4.name().into(),
+        rows,
+        k,
+        out_shape: vec![rows, k],
+        decode: Decode::Matrix {
+            scheme: Scheme::NvFp4,
+            scales,
+            layout,
+            global: GlobalSource::EncodeTensor(g),
+            transpose_experts: None,
+        },
+    }))
+}
+
+/// gpt-oss MXFP4: `{p}_blocks` U8 [..., out, K/32, 16] + `{p}_scales` U8 [..., out, K/32].
+fn gpt_oss_mxfp4(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, CliError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix("_blocks") else {
+        return Ok(None);
+    };
+    if catalog.get(&format!("{p}_scales")).is_none() {
+        return Ok(None);
+    }
+    let scales = format!("{p}_scales");
+    expect(catalog, name, Dtype::U8, None)?;
+    let d = &t.shape;
+    if d.len() < 3 || d[d.len() - 1] != 16 {
+        return Err(err(catalog, name, format!("has shape {d:?}, expected [..., out, K/32, 16]")));
+    }
+    let lead = &d[..d.len() - 1];
+    expect(catalog, &scales, Dtype::U8, Some(lead))?;
+    // Checked: a zero dimension lets the header declare any other (no bytes to match).
+    let too_large = || err(catalog, name, format!("has shape {d:?}, too large"));
+    let k = d[d.len() - 2].checked_mul(32).ok_or_else(too_large)?;
+    let out = d[d.len() - 3];
+    let rows = d[..d.len() - 2].iter().try_fold(1usize, |a, &x| a.checked_mul(x)).ok_or_else(too_large)?;
+    let (out_shape, transpose) = if d.len() == 4 {
+        (vec![d[0], k, out], Some(d[0]))
+    } else {
+        (d[..d.len() - 2].iter().copied().chain([k]).collect(), None)
+    };
+    Ok(Some(Found {
+        convention: Convention::GptOss,
+        output: p.to_owned(),
+        main: name.to_owned(),
+        parts: vec![name.to_owned(), scales.clone()],
+        format: Scheme::MxFp4.name().into(),
+        rows,
+        k,
+        out_shape,
+        decode: Decode::Matrix {
+            scheme: Scheme::MxFp4,
+            scales,
+            layout: ScaleLayout::Linear,
+            global: GlobalSource::None,
+            transpose_experts: transpose,
+        },
+    }))
+}
+
+/// DeepSeek FP8: F8_E4M3 `weight` + F32 `weight_scale_inv` [ceil(N/128), ceil(K/128)].
+fn deepseek_fp8(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, CliError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix(".weight") else {
+        return Ok(None);
+    };
+    if catalog.get(&format!("{p}.weight_scale_inv")).is_none() {
+        return Ok(None);
+    }
+    let scales = format!("{p}.weight_scale_inv");
+    expect(catalog, name, Dtype::F8_E4M3, None)?;
+    if t.shape.len() != 2 {
+        return Err(err(catalog, name, format!("has shape {:?}, expected [N, K]", t.shape)));
+    }
+    let (rows, k) = (t.shape[0], t.shape[1]);
+    expect(catalog, &scales, Dtype::F32, Some(&[rows.div_ceil(128), k.div_ceil(128)]))?;
+    Ok(Some(Found {
+        convention: Convention::Deepseek,
+        output: name.to_owned(),
+        main: name.to_owned(),
+        parts: vec![name.to_owned(), scales.clone()],
+        format: Scheme::Fp8Block(blockscale::Fp8Tile::Tile128x128).name().into(),
+        rows,
+        k,
+        out_shape: vec![rows, k],
+        decode: Decode::DeepseekFp8 { scales },
+    }))
 }
 
 /// The float scale tensor `name`: F32, BF16 or F16.
