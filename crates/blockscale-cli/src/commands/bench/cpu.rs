@@ -48,8 +48,18 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
     let threads = rayon::current_num_threads();
     // 10 quantize, 3 dequantize, 2 x 2 GEMM, 2 x 3 GEMV.
     let mut progress = Progress::new(10 + 3 + 4 + 6);
-    let mut cases = Vec::new();
+    let mut cases = conversions(&shapes, budget, &mut progress)?;
+    cases.extend(gemms(&shapes, budget, &mut progress)?);
+    cases.extend(gemvs(&shapes, budget, &mut progress)?);
+    progress.finish();
+    let setup = setup(&shapes, budget, threads);
+    Ok(Report { backend: "cpu", quick, machine: cpu_machine(), setup, cases })
+}
 
+/// Quantize (every scheme) and dequantize cases on a `shapes.quant` bf16 matrix, against
+/// a one-thread memcpy of it.
+fn conversions(shapes: &Shapes, budget: Budget, progress: &mut Progress) -> Result<Vec<Case>, CliError> {
+    let mut cases = Vec::new();
     let (rows, k) = shapes.quant;
     let n = rows * k;
     let x: Vec<bf16> = values(n, 0x5eed).map(bf16::from_f32).collect();
@@ -120,6 +130,13 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
         cases.push(Case::new(name, t, Work::Elements(n as f64), Some(bytes), &copy));
     }
 
+    Ok(cases)
+}
+
+/// GEMM cases (NVFP4 and MXFP8 pairs, M = N = K = `shapes.gemm`) against dequantizing to
+/// f32 and ndarray's sgemm.
+fn gemms(shapes: &Shapes, budget: Budget, progress: &mut Progress) -> Result<Vec<Case>, CliError> {
+    let mut cases = Vec::new();
     let size = shapes.gemm;
     let a = matrix(size, size, 3);
     let b = matrix(size, size, 5);
@@ -147,6 +164,13 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
     }
     drop((a, b));
 
+    Ok(cases)
+}
+
+/// GEMV cases (MXFP4 and NVFP4 weights of `shapes.gemv`, bf16 activations) against
+/// ndarray's mat-vec, with and without the dequantization to f32.
+fn gemvs(shapes: &Shapes, budget: Budget, progress: &mut Progress) -> Result<Vec<Case>, CliError> {
+    let mut cases = Vec::new();
     let (wn, wk) = shapes.gemv;
     let w = matrix(wn, wk, 11);
     let xv: Vec<bf16> = values(wk, 7).map(bf16::from_f32).collect();
@@ -187,9 +211,13 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
         cases.push(Case::new(format!("{label} [vs f32 weights ready]"), t, flops, None, &ready));
         cases.insert(cases.len() - 1, Case::new(label, t, flops, None, &anchor));
     }
-    progress.finish();
+    Ok(cases)
+}
 
-    let setup = vec![
+/// The report's description of the shapes, threads and timing.
+fn setup(shapes: &Shapes, budget: Budget, threads: usize) -> Vec<String> {
+    let ((rows, k), size, (wn, wk)) = (shapes.quant, shapes.gemm, shapes.gemv);
+    vec![
         format!(
             "quantize/dequantize: {rows} x {k} bf16 (seeded bell-shaped values, 1 in 1024 scaled by {VALUES_AMAX}); \
              swizzled scales for NVFP4/MX, linear for FP8 block and INT4; quantize allocates its output, \
@@ -205,8 +233,7 @@ pub fn run(quick: bool) -> Result<Report, CliError> {
              the memcpy anchor is sampled before each case it anchors, best over the run",
             budget.min_runs, budget.seconds
         ),
-    ];
-    Ok(Report { backend: "cpu", quick, machine: cpu_machine(), setup, cases })
+    ]
 }
 
 /// A `rows x cols` f32 matrix of [`values`].
