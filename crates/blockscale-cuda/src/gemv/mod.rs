@@ -345,15 +345,7 @@ fn run_plain<I: GemvInput, O: DeviceElement>(
     let w = sides[0].w;
     let (n, k) = (w.shape().rows, w.shape().k);
     let m = x.rows;
-    if let Some(other) = sides.get(1) {
-        let v = other.w;
-        if v.shape() != w.shape() || v.scale_layout() != w.scale_layout() || v.data_layout() != w.data_layout() {
-            return Err(CudaError::GatedMismatch {
-                gate: (w.scheme(), w.shape().rows, w.shape().k),
-                up: (v.scheme(), v.shape().rows, v.shape().k),
-            });
-        }
-    }
+    check_gated_pair(sides)?;
     let checks: Vec<_> = sides.iter().map(|s| (s.alpha, s.epilogue)).collect();
     check_request(&x, (n, k), &checks, &out)?;
     let (x_ptr, g_x) = x.data.device_ptr(stream);
@@ -373,22 +365,11 @@ fn run_plain<I: GemvInput, O: DeviceElement>(
         out_stride: out_stride as u64,
         partial: ws_ptr,
         m: m as u32,
-        n: n as u32,
-        k: k as u32,
-        scale_cols: w.shape().scale_cols as u32,
-        swizzled: (w.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
-        interleaved: (w.data_layout() == DataLayout::BlockInterleaved) as u32,
-        tiles: (w.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)) as u32,
         // Read by the `_m16` kernels, which take either type.
         act_f16: (I::SUFFIX == "f16") as u32,
         out_kind: O::OUT_KIND,
         gated: gated as u32,
-        splits: plan.splits as u32,
-        steps_per_split: plan.steps_per_split as u32,
-        // 16-byte copies when every weight row starts 16-byte aligned (cudarc's
-        // allocations are 256-byte aligned).
-        ch16: w.shape().row_bytes.is_multiple_of(16) as u32,
-        ..GemvParams::default()
+        ..weight_params(w, &plan)
     };
     let mut guards = Vec::with_capacity(6);
     for (i, side) in sides.iter().enumerate() {
@@ -407,13 +388,60 @@ fn run_plain<I: GemvInput, O: DeviceElement>(
         }
     }
 
+    launch_plain(dev, &kernel, &plan, &params, m * n)?;
+    drop((g_x, g_ws, g_out, guards));
+    Ok(())
+}
+
+/// A gated pair's two matrices agree in shape and layouts.
+fn check_gated_pair(sides: &[PlainSide<'_>]) -> Result<(), CudaError> {
+    let [gate, up] = sides else { return Ok(()) };
+    let (w, v) = (gate.w, up.w);
+    if v.shape() != w.shape() || v.scale_layout() != w.scale_layout() || v.data_layout() != w.data_layout() {
+        return Err(CudaError::GatedMismatch {
+            gate: (w.scheme(), w.shape().rows, w.shape().k),
+            up: (v.scheme(), v.shape().rows, v.shape().k),
+        });
+    }
+    Ok(())
+}
+
+/// The parameters the weights `w` and the plan decide (pointers and the rest default).
+fn weight_params(w: &DeviceQuantized, plan: &Plan) -> GemvParams {
+    GemvParams {
+        n: w.shape().rows as u32,
+        k: w.shape().k as u32,
+        scale_cols: w.shape().scale_cols as u32,
+        swizzled: (w.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
+        interleaved: (w.data_layout() == DataLayout::BlockInterleaved) as u32,
+        tiles: (w.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)) as u32,
+        splits: plan.splits as u32,
+        steps_per_split: plan.steps_per_split as u32,
+        // 16-byte copies when every weight row starts 16-byte aligned (cudarc's
+        // allocations are 256-byte aligned).
+        ch16: w.shape().row_bytes.is_multiple_of(16) as u32,
+        ..GemvParams::default()
+    }
+}
+
+/// Queues the general kernel with `params` and, with K split, its reduction over the
+/// `outputs` = M x N results. Only for [`run_plain`], which validated every buffer
+/// `params` points at and holds their guards across this call.
+fn launch_plain(
+    dev: &Device,
+    kernel: &crate::device::Kernel,
+    plan: &Plan,
+    params: &GemvParams,
+    outputs: usize,
+) -> Result<(), CudaError> {
+    let stream = dev.stream();
     let config = LaunchConfig {
         grid_dim: (plan.tiles as u32, plan.splits as u32, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: plan.smem as u32,
     };
     let mut launch = stream.launch_builder(&kernel.func);
-    launch.arg(&params);
+    launch.arg(params);
     // SAFETY: `params` matches `GemvParams`. The weights are validated DeviceQuantized
     // buffers (codes and scales of the sizes their shape implies; gate and up checked
     // equal in shape and layouts); the kernel reads rows below N and scale columns below
@@ -421,18 +449,18 @@ fn run_plain<I: GemvInput, O: DeviceElement>(
     // K at their stride with 16-byte aligned rows, the output for M x N at its stride,
     // the bias for N values, the workspace for the split-K partials; the dynamic shared
     // memory is what gemv.cu lays out (it traps otherwise). The guards keep every
-    // buffer alive and ordered until the launch is queued on this device's stream.
+    // buffer alive and ordered until the launch is queued on this device's stream (the
+    // caller holds them past this call).
     unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the GEMV"))?;
     if plan.splits > 1 {
         let reduce = dev.function("gemv_reduce")?;
-        let config = dev.grid_stride((m * n) as u64, &reduce);
+        let config = dev.grid_stride(outputs as u64, &reduce);
         let mut launch = stream.launch_builder(&reduce.func);
-        launch.arg(&params);
+        launch.arg(params);
         // SAFETY: as above: the reduction reads the partials the GEMV wrote into the
         // workspace (splits x mats x M x N f32) and writes the checked output.
         unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the GEMV reduction"))?;
     }
-    drop((g_x, g_ws, g_out, guards));
     Ok(())
 }
 
