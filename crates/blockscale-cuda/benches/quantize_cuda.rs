@@ -26,12 +26,11 @@ use common::time;
 use half::bf16;
 
 fn input(dev: &Device, rows: usize, k: usize) -> CudaSlice<bf16> {
-    let mut s = 0x5eed_u64;
+    let mut rng = blockscale_formats::rng::SplitMix64::new(0x5eed);
     let host: Vec<bf16> = (0..rows * k)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let u = ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
-            bf16::from_f32(u * if (s >> 20) & 1023 == 0 { 20.0 } else { 1.0 })
+            let u = rng.uniform_f32(-1.0, 1.0);
+            bf16::from_f32(u * if rng.below(1024) == 0 { 20.0 } else { 1.0 })
         })
         .collect();
     dev.stream().clone_htod(&host).unwrap()

@@ -39,7 +39,7 @@ struct Case {
 }
 
 fn run_case<O: DeviceElement + cpu::Output>(dev: &Device, c: &Case, seed: u64) {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed | 1);
     let xa = data(&mut rng, c.m, c.k, c.a, c.exact);
     let xb = data(&mut rng, c.n, c.k, c.b, c.exact);
     // Hopper takes either layout (A Linear exercises the other one); SM120 reads both
@@ -332,7 +332,7 @@ impl<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output
         activation: Activation,
         seed: u64,
     ) -> Self {
-        let mut rng = Rng(seed | 1);
+        let mut rng = Rng::new(seed | 1);
         let qw = weights(&mut rng, (n, k), scheme, ScaleLayout::Swizzled128x4, interleaved, exact);
         let x: Vec<I> = activations(&mut rng, m, k, exact);
         let bias: Vec<f32> = (0..n).map(|_| rng.value()).collect();
@@ -546,7 +546,7 @@ fn weight_only_prepared_replays_in_a_cuda_graph_and_checks_its_inputs() {
     let Some(dev) = hopper() else { return };
     // M = 40, K = 4096 on 64 rows: one tile, split K (partial sums, last-CTA reduction).
     let (m, n, k) = (40, 64, 4096);
-    let mut rng = Rng(15);
+    let mut rng = Rng::new(15);
     let qw = weights(&mut rng, (n, k), Scheme::MxFp4, ScaleLayout::Swizzled128x4, false, false);
     let x: Vec<bf16> = activations(&mut rng, m, k, false);
     let dx = dev.stream().clone_htod(&x).unwrap();
@@ -604,7 +604,7 @@ fn weight_only_prepared_replays_in_a_cuda_graph_and_checks_its_inputs() {
 fn nan_blocks_propagate_like_the_reference() {
     let Some(dev) = hopper() else { return };
     let (m, n, k) = (40, 48, 128);
-    let mut rng = Rng(77);
+    let mut rng = Rng::new(77);
     for scheme in [Scheme::NvFp4, Scheme::MxFp8E4M3] {
         let mut xa: Vec<f32> = (0..m * k).map(|_| rng.value()).collect();
         xa[5 * k + 17] = f32::NAN; // row 5
@@ -627,7 +627,7 @@ fn nan_blocks_propagate_like_the_reference() {
 fn gemm_into_replays_in_a_cuda_graph() {
     let Some(dev) = hopper() else { return };
     let (m, n, k) = (96, 136, 256);
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let xa: Vec<f32> = (0..m * k).map(|_| rng.value()).collect();
     let xb: Vec<f32> = (0..n * k).map(|_| rng.value()).collect();
     let o = QuantizeOptions::default().with_scale_layout(ScaleLayout::Swizzled128x4);

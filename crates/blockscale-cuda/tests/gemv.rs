@@ -147,7 +147,7 @@ fn run_case<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Out
     c: &Case,
     seed: u64,
 ) {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed | 1);
     let inp = inputs::<I>(c, &mut rng);
     let (want, t, alpha) = reference::<I, O>(c, &inp, c.activation);
 
@@ -225,7 +225,7 @@ fn every_scheme_matches_the_reference() {
 
 /// Weights of a shape (their values do not matter), for asking how it is launched.
 fn of_shape(dev: &Device, scheme: Scheme, interleaved: bool, n: usize, k: usize, prepared: bool) -> Held {
-    Held::new(dev, &weights(&mut Rng(1), (n, k), scheme, ScaleLayout::Linear, interleaved, false), prepared)
+    Held::new(dev, &weights(&mut Rng::new(1), (n, k), scheme, ScaleLayout::Linear, interleaved, false), prepared)
 }
 
 /// Long K with few rows takes the split-K path (partials reduced in split order); many
@@ -271,7 +271,7 @@ fn run_gated<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Ou
     acts: (Activation, Activation),
     seed: u64,
 ) {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed | 1);
     let gate = inputs::<I>(c, &mut rng);
     let mut up = inputs::<I>(c, &mut rng);
     up.x.clone_from(&gate.x);
@@ -363,7 +363,7 @@ fn gated_matches_two_references() {
 fn non_finite_inputs_propagate_like_the_reference() {
     let Some(dev) = device() else { return };
     let (m, n, k) = (4, 70, 256);
-    let mut rng = Rng(77);
+    let mut rng = Rng::new(77);
     for scheme in [Scheme::NvFp4, Scheme::MxFp8E4M3, Scheme::MxFp8E5M2, Scheme::Fp8Block(Fp8Tile::Row1x128)] {
         // Poisoned weight blocks (NaN in row 5, Inf in row 9) and NaN / Inf activations.
         let mut xw: Vec<f32> = (0..n * k).map(|_| rng.value()).collect();
@@ -405,7 +405,7 @@ fn non_finite_inputs_propagate_like_the_reference() {
 fn results_do_not_change_from_run_to_run() {
     let Some(dev) = device() else { return };
     // Split-K (N = 64, K = 8192) and gated: the sums are added in a fixed order.
-    let mut rng = Rng(31);
+    let mut rng = Rng::new(31);
     let (m, n, k) = (8, 64, 8192);
     let w = weights(&mut rng, (n, k), Scheme::MxFp4, ScaleLayout::Swizzled128x4, false, false);
     let x = activations::<bf16>(&mut rng, m, k, false);
@@ -434,7 +434,7 @@ fn gemv_into_replays_in_a_cuda_graph() {
     let Some(dev) = device() else { return };
     // N = 96, K = 4096: split-K, so the graph holds the GEMV and its reduction.
     let (m, n, k) = (2, 96, 4096);
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let w = weights(&mut rng, (n, k), Scheme::NvFp4, ScaleLayout::Swizzled128x4, false, false);
     let x = activations::<bf16>(&mut rng, m, k, false);
     let dx = upload_x(&dev, &x, m, k, k);

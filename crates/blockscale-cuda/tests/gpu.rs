@@ -21,13 +21,8 @@ use ndarray::Array2;
 
 /// Seeded data with ties, zeros, outliers, subnormal-scale blocks and (if asked) NaN/Inf.
 fn data(n: usize, seed: u64, specials: bool) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
+    let mut rng = blockscale_formats::rng::SplitMix64::new(seed);
+    let mut next = move || rng.next_u64();
     (0..n)
         .map(|i| {
             let r = next();

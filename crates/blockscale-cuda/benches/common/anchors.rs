@@ -16,13 +16,8 @@ use super::time;
 
 /// `len` seeded values uniform in [-1, 1), converted by `from_f32`, on the device.
 fn random_values<T: DeviceRepr>(dev: &Device, len: usize, seed: u64, from_f32: fn(f32) -> T) -> CudaSlice<T> {
-    let mut s = seed;
-    let host: Vec<T> = (0..len)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
-        })
-        .collect();
+    let mut rng = blockscale_formats::rng::SplitMix64::new(seed);
+    let host: Vec<T> = (0..len).map(|_| from_f32(rng.uniform_f32(-1.0, 1.0))).collect();
     dev.stream().clone_htod(&host).unwrap()
 }
 
@@ -35,14 +30,9 @@ pub fn random_f16(dev: &Device, len: usize, seed: u64) -> CudaSlice<f16> {
 }
 
 pub fn random_u8(dev: &Device, len: usize, seed: u64) -> CudaSlice<u8> {
-    let mut s = seed;
+    let mut rng = blockscale_formats::rng::SplitMix64::new(seed);
     // E4M3 codes with |x| <= 1 (no NaN): sign bit, exponent field below 8.
-    let host: Vec<u8> = (0..len)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 33) as u8) & 0xbf
-        })
-        .collect();
+    let host: Vec<u8> = (0..len).map(|_| ((rng.next_u64() >> 33) as u8) & 0xbf).collect();
     dev.stream().clone_htod(&host).unwrap()
 }
 

@@ -27,13 +27,14 @@ pub fn hopper() -> Option<Device> {
     Some(dev)
 }
 
-pub struct Rng(pub u64);
+/// The tests' data: the project's seeded generator (blockscale_formats::rng).
+pub struct Rng(blockscale_formats::rng::SplitMix64);
 impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(blockscale_formats::rng::SplitMix64::new(seed))
+    }
     pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.next_u64()
     }
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
