@@ -98,6 +98,29 @@ pub struct Found {
 }
 
 impl Found {
+    /// A 2-D block-scaled matrix of `scheme` (`parts[0]` its codes), dequantized to
+    /// `output` of shape `[rows, k]` with its scales as `(tensor, layout, global)`.
+    fn matrix(
+        convention: Convention,
+        output: String,
+        parts: Vec<String>,
+        scheme: Scheme,
+        (rows, k): (usize, usize),
+        (scales, layout, global): (String, ScaleLayout, GlobalSource),
+    ) -> Self {
+        Self {
+            convention,
+            output,
+            main: parts[0].clone(),
+            parts,
+            format: scheme.name().into(),
+            rows,
+            k,
+            out_shape: vec![rows, k],
+            decode: Decode::Matrix { scheme, scales, layout, global, transpose_experts: None },
+        }
+    }
+
     /// Storage bits per weight, scales included.
     pub fn bits_per_weight(&self, catalog: &Catalog<'_>) -> f64 {
         let bytes: usize = self.parts.iter().filter_map(|p| catalog.get(p)).map(|(_, t)| t.nbytes()).sum();
@@ -248,17 +271,7 @@ fn native(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found>, CliEr
     } else {
         GlobalSource::None
     };
-    Ok(Some(Found {
-        convention: Convention::Native,
-        output: p.to_owned(),
-        main: name.to_owned(),
-        parts,
-        format: scheme.name().into(),
-        rows,
-        k,
-        out_shape: vec![rows, k],
-        decode: Decode::Matrix { scheme, scales, layout, global, transpose_experts: None },
-    }))
+    Ok(Some(Found::matrix(Convention::Native, p.to_owned(), parts, scheme, (rows, k), (scales, layout, global))))
 }
 
 /// ModelOpt NVFP4: U8 `weight` + `weight_scale` + `weight_scale_2`.
@@ -278,23 +291,15 @@ fn modelopt_nvfp4(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found
     scalar_f32(catalog, &ws2)?;
     let mut parts = vec![name.to_owned(), scales.clone(), ws2.clone()];
     parts.extend(optional(catalog, format!("{p}.input_scale")));
-    Ok(Some(Found {
-        convention: Convention::Modelopt,
-        output: name.to_owned(),
-        main: name.to_owned(),
+    let global = GlobalSource::DecodeTensor(ws2);
+    Ok(Some(Found::matrix(
+        Convention::Modelopt,
+        name.to_owned(),
         parts,
-        format: Scheme::NvFp4.name().into(),
-        rows,
-        k,
-        out_shape: vec![rows, k],
-        decode: Decode::Matrix {
-            scheme: Scheme::NvFp4,
-            scales,
-            layout,
-            global: GlobalSource::DecodeTensor(ws2),
-            transpose_experts: None,
-        },
-    }))
+        Scheme::NvFp4,
+        (rows, k),
+        (scales, layout, global),
+    )))
 }
 
 /// compressed-tensors: I32 `weight_packed` (INT4 pack-quantized), or U8 FP4 pairs with
@@ -322,23 +327,16 @@ fn compressed_tensors_packed(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<O
     scalar_f32(catalog, &g)?;
     let mut parts = vec![name.to_owned(), scales.clone(), g.clone()];
     parts.extend(optional(catalog, format!("{p}.input_global_scale")));
-    Ok(Some(Found {
-        convention: Convention::CompressedTensors,
-        output: format!("{p}.weight"),
-        main: name.to_owned(),
+    let global = GlobalSource::EncodeTensor(g);
+    let output = format!("{p}.weight");
+    Ok(Some(Found::matrix(
+        Convention::CompressedTensors,
+        output,
         parts,
-        format: Scheme::NvFp4.name().into(),
-        rows,
-        k,
-        out_shape: vec![rows, k],
-        decode: Decode::Matrix {
-            scheme: Scheme::NvFp4,
-            scales,
-            layout,
-            global: GlobalSource::EncodeTensor(g),
-            transpose_experts: None,
-        },
-    }))
+        Scheme::NvFp4,
+        (rows, k),
+        (scales, layout, global),
+    )))
 }
 
 /// gpt-oss MXFP4: `{p}_blocks` U8 [..., out, K/32, 16] + `{p}_scales` U8 [..., out, K/32].
@@ -513,23 +511,8 @@ fn mxfp4_packed(catalog: &Catalog<'_>, t: &TensorEntry, p: &str) -> Result<Found
     }
     let mut parts = vec![name.to_owned(), scales.clone()];
     parts.extend(optional(catalog, format!("{p}.input_global_scale")));
-    Ok(Found {
-        convention: Convention::CompressedTensors,
-        output: format!("{p}.weight"),
-        main: name.to_owned(),
-        parts,
-        format: Scheme::MxFp4.name().into(),
-        rows,
-        k,
-        out_shape: vec![rows, k],
-        decode: Decode::Matrix {
-            scheme: Scheme::MxFp4,
-            scales,
-            layout: ScaleLayout::Linear,
-            global: GlobalSource::None,
-            transpose_experts: None,
-        },
-    })
+    let scale = (scales, ScaleLayout::Linear, GlobalSource::None);
+    Ok(Found::matrix(Convention::CompressedTensors, format!("{p}.weight"), parts, Scheme::MxFp4, (rows, k), scale))
 }
 
 /// compressed-tensors pack-quantized INT4: I32 `{p}.weight_packed` [N, ceil(K/8)],
