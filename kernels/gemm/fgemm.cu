@@ -251,6 +251,23 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     // split); tile_at's order puts them tiles_nm apart.
     const bool clustered = p.splits > 1;
     auto tile_of = [&](uint32_t t) { return tile_at<TM>(p, clustered ? (t % p.splits) * tiles_nm + t / p.splits : t); };
+    // The producers' walk over the CTA's blocks: body(it, tile, i) for block i of each of
+    // its tiles, `it` counting blocks as the ring does.
+    auto each_block = [&](auto&& body) {
+        uint32_t it = 0;
+#pragma unroll 1
+        for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const Tile tl = tile_of(t);
+#pragma unroll 1
+            for (uint32_t i = 0; i < tl.count; ++i, ++it) body(it, tl, i);
+        }
+    };
+    // Waits until the consumers have released the stage block `it` refills.
+    auto wait_free = [&](uint32_t it) {
+        if (it >= (uint32_t)kDepth) mbar_wait(&empty[it % kDepth], ((it / kDepth) - 1u) & 1u);
+    };
+    // A stage's scale area (after its two tiles).
+    auto scale_area = [&](uint32_t st) { return smem + st * kStage + kActTile + kTile; };
 
     // MX: each stage's scale bytes landed (the copying warp's 32 lanes).
     __shared__ uint64_t landed[F::kMx ? kDepth : 1];
@@ -290,7 +307,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
 #pragma unroll 1
                 for (; i < tl.count; ++i, ++it) {
                     const uint32_t st = it % kDepth;
-                    if (it >= (uint32_t)kDepth) mbar_wait(&empty[st], ((it / kDepth) - 1u) & 1u);
+                    wait_free(it);
                     mbar_expect_tx(&full[st], kActTile + kTile);
                     tma_tile(smem + st * kStage + kActTile, tb, 128u * (tl.s0 + i), BN * tl.n, &full[st], weights);
                     tma_tile(smem + st * kStage, ta, 128u * (tl.s0 + i), TM * tl.m, &full[st], acts);
@@ -305,28 +322,22 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
                 // counted on `landed` (the warp runs ahead as the TMA thread does).
                 asm volatile("griddepcontrol.wait;" ::: "memory");
                 constexpr uint32_t kAll = TM + 128;
-                uint32_t it = 0;
-#pragma unroll 1
-                for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-                    const Tile tl = tile_of(t);
-#pragma unroll 1
-                    for (uint32_t i = 0; i < tl.count; ++i, ++it) {
-                        const uint32_t st = it % kDepth, col = 4u * (tl.s0 + i);
-                        if (it >= (uint32_t)kDepth) mbar_wait(&empty[st], ((it / kDepth) - 1u) & 1u);
-                        uint8_t* dst = smem + st * kStage + kActTile + kTile + Sh::kActFloats;
+                each_block([&](uint32_t it, const Tile& tl, uint32_t i) {
+                    const uint32_t st = it % kDepth, col = 4u * (tl.s0 + i);
+                    wait_free(it);
+                    uint8_t* dst = scale_area(st) + Sh::kActFloats;
 #pragma unroll 2
-                        for (uint32_t at = lane; at < kAll; at += 32u) {
-                            const bool act = at < (uint32_t)TM;
-                            const uint32_t row = act ? TM * tl.m + at : BN * tl.n + (at - TM);
-                            const bool live = row < (act ? p.m : p.n);
-                            const bool swizzled = (fp.swizzled >> (act ? 0 : 1)) & 1u;
-                            const uint8_t* src = static_cast<const uint8_t*>(act ? fp.sa : fp.sb);
-                            const uint64_t off = live ? mx_scale_offset(row, col, fp.scale_cols, swizzled) : 0u;
-                            cp_async4(dst + 4u * at, src + off, live ? 4u : 0u);
-                        }
-                        cp_async_arrive(&landed[st]);
+                    for (uint32_t at = lane; at < kAll; at += 32u) {
+                        const bool act = at < (uint32_t)TM;
+                        const uint32_t row = act ? TM * tl.m + at : BN * tl.n + (at - TM);
+                        const bool live = row < (act ? p.m : p.n);
+                        const bool swizzled = (fp.swizzled >> (act ? 0 : 1)) & 1u;
+                        const uint8_t* src = static_cast<const uint8_t*>(act ? fp.sa : fp.sb);
+                        const uint64_t off = live ? mx_scale_offset(row, col, fp.scale_cols, swizzled) : 0u;
+                        cp_async4(dst + 4u * at, src + off, live ? 4u : 0u);
                     }
-                }
+                    cp_async_arrive(&landed[st]);
+                });
             }
         } else if (warp > kConsumerWarps + 1 && F::kMx) {
             if constexpr (F::kMx) {
@@ -335,25 +346,19 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
                 // block's bytes have landed; then the stage's arrival. The consumers decode
                 // their two weight rows' bytes themselves.
                 const uint32_t me = threadIdx.x - (kConsumerWarps + 2) * 32;
-                uint32_t it = 0;
-#pragma unroll 1
-                for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-                    const uint32_t count = tile_of(t).count;
-#pragma unroll 1
-                    for (uint32_t i = 0; i < count; ++i, ++it) {
-                        const uint32_t st = it % kDepth;
-                        mbar_wait(&landed[st], (it / kDepth) & 1u);
-                        const uint8_t* src = smem + st * kStage + kActTile + kTile + Sh::kActFloats;
-                        float* dst = reinterpret_cast<float*>(smem + st * kStage + kActTile + kTile);
+                each_block([&](uint32_t it, const Tile&, uint32_t) {
+                    const uint32_t st = it % kDepth;
+                    mbar_wait(&landed[st], (it / kDepth) & 1u);
+                    const uint8_t* src = scale_area(st) + Sh::kActFloats;
+                    float* dst = reinterpret_cast<float*>(scale_area(st));
 #pragma unroll
-                        for (uint32_t at = me; at < (uint32_t)TM; at += kConverters) {
-                            const uint32_t v = *reinterpret_cast<const uint32_t*>(src + 4u * at);
+                    for (uint32_t at = me; at < (uint32_t)TM; at += kConverters) {
+                        const uint32_t v = *reinterpret_cast<const uint32_t*>(src + 4u * at);
 #pragma unroll
-                            for (uint32_t q = 0; q < 4; ++q) dst[q * TM + at] = ue8m0_select((v >> (8u * q)) & 0xffu);
-                        }
-                        bar_arrive(&full[st]);
+                        for (uint32_t q = 0; q < 4; ++q) dst[q * TM + at] = ue8m0_select((v >> (8u * q)) & 0xffu);
                     }
-                }
+                    bar_arrive(&full[st]);
+                });
             }
         } else if (warp == kConsumerWarps + 1) {
             // The scales: activation row r's at float r of the stage's scale area (zero
@@ -363,26 +368,20 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
             asm volatile("griddepcontrol.wait;" ::: "memory");
             const float* sa = static_cast<const float*>(fp.sa);
             const float* sb = static_cast<const float*>(fp.sb);
-            uint32_t it = 0;
-#pragma unroll 1
-            for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const Tile tl = tile_of(t);
-#pragma unroll 1
-                for (uint32_t i = 0; i < tl.count; ++i, ++it) {
-                    const uint32_t st = it % kDepth, kb = tl.s0 + i;
-                    if (it >= (uint32_t)kDepth) mbar_wait(&empty[st], ((it / kDepth) - 1u) & 1u);
-                    float* sc = reinterpret_cast<float*>(smem + st * kStage + kActTile + kTile);
+            each_block([&](uint32_t it, const Tile& tl, uint32_t i) {
+                const uint32_t st = it % kDepth, kb = tl.s0 + i;
+                wait_free(it);
+                float* sc = reinterpret_cast<float*>(scale_area(st));
 #pragma unroll
-                    for (int r = 0; r < TM / 32; ++r) {
-                        const uint32_t row = TM * tl.m + (uint32_t)lane + 32u * r;
-                        const bool live = row < p.m;
-                        const uint32_t src_row = live ? (fp.a_tiles ? row / 128u : row) : 0u;
-                        cp_async4(sc + lane + 32 * r, sa + (uint64_t)src_row * S + kb, live ? 4u : 0u);
-                    }
-                    if (lane == 0) cp_async4(sc + kScaleW, sb + (uint64_t)tl.n * S + kb, 4u);
-                    cp_async_arrive(&full[st]);
+                for (int r = 0; r < TM / 32; ++r) {
+                    const uint32_t row = TM * tl.m + (uint32_t)lane + 32u * r;
+                    const bool live = row < p.m;
+                    const uint32_t src_row = live ? (fp.a_tiles ? row / 128u : row) : 0u;
+                    cp_async4(sc + lane + 32 * r, sa + (uint64_t)src_row * S + kb, live ? 4u : 0u);
                 }
-            }
+                if (lane == 0) cp_async4(sc + kScaleW, sb + (uint64_t)tl.n * S + kb, 4u);
+                cp_async_arrive(&full[st]);
+            });
         }
         // The consumers' two cluster barriers count every thread of the cluster.
         if (clustered) {
@@ -433,7 +432,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     auto promote = [&](uint32_t u, float (&sums)[J][4]) {
         fence_acc(sums);
         const uint32_t n = u / U, q = u % U, st = n % kDepth;
-        const float* sc = reinterpret_cast<const float*>(smem + st * kStage + kActTile + kTile);
+        const float* sc = reinterpret_cast<const float*>(scale_area(st));
         float w0, w1;
         const float* as = sc;
         if constexpr (F::kMx) {
