@@ -275,6 +275,46 @@ impl Backend {
             _ => Err(other_backend(self)),
         }
     }
+
+    /// [`Backend::gemm`] on weights [`Backend::prepare`] made (on this backend): quantized
+    /// activations `a` (`m x k`, NVFP4 or MX, e.g. quantized per step by the engine)
+    /// times prepared weights (`n x k`). On a GPU the activations are decoded to bf16
+    /// exactly on their way into the kernel and the weights in registers inside its main
+    /// loop (`blockscale::cuda::gemm_prepared`); on the CPU it is [`Backend::gemm`].
+    ///
+    /// ```
+    /// use blockscale::ndarray::Array2;
+    /// use blockscale::{Backend, Epilogue, QuantizeOptions, Scheme};
+    ///
+    /// let backend = Backend::cuda_if_available(0)?;
+    /// let opts = QuantizeOptions::default();
+    /// let w = Array2::from_shape_fn((256, 512), |(r, c)| ((r * 7 + c) % 13) as f32 - 6.0);
+    /// let prepared = backend.prepare(&backend.quantize(w.view(), Scheme::MxFp4, &opts)?)?;
+    /// let x = Array2::from_shape_fn((40, 512), |(r, c)| ((r + c) % 5) as f32 * 0.25);
+    /// let a = backend.quantize(x.view(), Scheme::MxFp8E4M3, &opts)?;
+    /// let y = backend.gemm_prepared::<f32>(&a, &prepared, &Epilogue::default())?;
+    /// assert_eq!(y.dim(), (40, 256));
+    /// # Ok::<(), blockscale::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Backend::gemm`]; on the GPU FP8 block pairs (they read the weights' checkpoint
+    /// layout: use [`Backend::gemm`]); weights prepared on the other backend
+    /// ([`Error::Unsupported`]).
+    pub fn gemm_prepared<O: Element>(
+        &self,
+        a: &QuantizedMatrix,
+        w: &Prepared,
+        epilogue: &Epilogue<'_>,
+    ) -> Result<Array2<O>, Error> {
+        match (self, w) {
+            (Self::Cpu, Prepared::Cpu(q)) => self.gemm(a, q, epilogue),
+            #[cfg(feature = "cuda")]
+            (Self::Cuda(dev), Prepared::Cuda(p)) => Ok(blockscale_cuda::gemm_prepared_host(dev, a, p, epilogue)?),
+            #[cfg(feature = "cuda")]
+            _ => Err(other_backend(self)),
+        }
+    }
 }
 
 /// Weights prepared on one backend, used on another.
@@ -286,8 +326,8 @@ fn other_backend(backend: &Backend) -> Error {
     }
 }
 
-/// Weights prepared by [`Backend::prepare`] for [`Backend::gemv_prepared`] and
-/// [`Backend::gemm_weight_only_prepared`].
+/// Weights prepared by [`Backend::prepare`] for [`Backend::gemv_prepared`],
+/// [`Backend::gemm_weight_only_prepared`] and [`Backend::gemm_prepared`].
 #[derive(Debug)]
 pub enum Prepared {
     /// The CPU's: the matrix itself.

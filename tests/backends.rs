@@ -256,6 +256,10 @@ fn cuda_direct(
     use blockscale::cuda;
     let epi = p.epilogue();
     let k = p.b.k();
+    if let (Some(blockscale::Prepared::Cuda(w)), Some(a)) = (prepared, a) {
+        let r = cuda::gemm_prepared_host::<f32>(dev, a, w, &epi);
+        return r.map(|a| a.into_raw_vec_and_offset().0).map_err(|e| e.to_string());
+    }
     if let (Some(blockscale::Prepared::Cuda(w)), Some(x), None) = (prepared, x, row) {
         let r = match x {
             Values::Bf16(v) => cuda::gemm_weight_only_prepared_host::<_, f32>(
@@ -390,14 +394,18 @@ fn within_loose_bound(name: &str, p: &Product, got: &[f32], row: Option<usize>) 
 
 #[test]
 fn gemm_and_gemm_weight_only_agree_with_the_golden_cases() {
-    // Weight-only cases also through `gemm_weight_only_prepared` on weights prepared
-    // once (on the GPU: the fused kernel's layout; f32 activations are refused there).
+    // Every case also on weights prepared once (on the GPU: the fused kernels' layout):
+    // weight-only through `gemm_weight_only_prepared` (f32 activations are refused
+    // there), pairs through `gemm_prepared`.
     let (mut ran, mut exact, mut prepared_ran) = (0, 0, 0);
     for backend in backends() {
         for f in golden_files().iter().filter(|f| kind(f) == "gemm") {
             let p = Product::read(f);
             let epi = p.epilogue();
-            let prepared = p.a.is_none().then(|| backend.prepare(&p.b).unwrap());
+            // Pairs too (`gemm_prepared`), but FP8 block pairs, which read the checkpoint
+            // layout on the GPU.
+            let fp8_pair = p.a.as_ref().is_some_and(|a| matches!(a.scheme(), blockscale::Scheme::Fp8Block(_)));
+            let prepared = (!fp8_pair).then(|| backend.prepare(&p.b).unwrap());
             for use_prepared in [false, true] {
                 if use_prepared && prepared.is_none() {
                     continue;
@@ -405,7 +413,8 @@ fn gemm_and_gemm_weight_only_agree_with_the_golden_cases() {
                 let how = if use_prepared { " prepared" } else { "" };
                 let name = format!("{}{how} [{}]", case_name(f), backend.name());
                 let got = match (&p.a, &p.x, prepared.as_ref().filter(|_| use_prepared)) {
-                    (Some(a), _, _) => backend.gemm::<f32>(a, &p.b, &epi),
+                    (Some(a), _, Some(w)) => backend.gemm_prepared::<f32>(a, w, &epi),
+                    (Some(a), _, None) => backend.gemm::<f32>(a, &p.b, &epi),
                     (None, Some(x), None) => with_values!(x, |v| backend.gemm_weight_only::<_, f32>(
                         ArrayView2::from_shape((p.m, p.b.k()), &v[..]).unwrap(),
                         &p.b,
@@ -432,7 +441,7 @@ fn gemm_and_gemm_weight_only_agree_with_the_golden_cases() {
         }
     }
     assert!(
-        ran >= 22 && exact >= 4 && prepared_ran >= 8,
+        ran >= 30 && exact >= 6 && prepared_ran >= 16,
         "only {ran} GEMM cases ran ({exact} exact, {prepared_ran} prepared)"
     );
 }

@@ -34,6 +34,7 @@
 // into the workspace before the GEMM: 16 KiB per tile and slab that one bulk copy brings.
 // (That 4-byte permutation is why the activations cannot come straight from a TMA
 // tensor copy; 4-byte cp.async from the producer warpgroup measured 3x slower.)
+#include "../quant/decode.cuh"
 #include "wgmma.cuh"
 
 namespace bs {
@@ -436,10 +437,11 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
 // chunk c of the row (zero past M and K) and writing the tile's chunk c, swizzled, whose
 // word t is natural pair 8 t + c: word c % 4 of chunk 2 t + c / 4, fetched from the lane
 // that read it (HALF, INT4-G32's order: pair 16 (c / 4) + c % 4 + 4 t, word c % 4 of
-// chunk 4 (c / 4) + t). p.x: the M x K bf16 activations (row stride p.x_stride); p.out: the
-// tiles, [M tile][slab][128 rows][128 B]. The grid covers whole warps of the work.
-template <bool HALF>
-__device__ __forceinline__ void acts(const PgemmParams& p) {
+// chunk 4 (c / 4) + t). `load(row, k)` gives the eight bf16 activations of row `row` from
+// K element `k` (inside M and K); p.out: the tiles, [M tile][slab][128 rows][128 B]. The
+// grid covers whole warps of the work.
+template <bool HALF, class Load>
+__device__ __forceinline__ void acts(const PgemmParams& p, Load load) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     const uint32_t S = p.slabs;
     const uint64_t rows = (uint64_t)(p.m + BM - 1) / BM * BM;
@@ -458,10 +460,7 @@ __device__ __forceinline__ void acts(const PgemmParams& p) {
         // K is a multiple of the schemes' blocks (16 or 32): a chunk of 8 lies wholly
         // inside or past it.
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (live && row < p.m && k < p.k) {
-            const uint16_t* x = reinterpret_cast<const uint16_t*>(p.x);
-            v = *reinterpret_cast<const uint4*>(x + (uint64_t)row * p.x_stride + k);
-        }
+        if (live && row < p.m && k < p.k) v = load(row, k);
         uint32_t out[4];
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
@@ -480,15 +479,52 @@ __device__ __forceinline__ void acts(const PgemmParams& p) {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// bf16 activations: p.x, M x K with row stride p.x_stride.
+template <bool HALF>
+__device__ __forceinline__ void acts_bf16(const PgemmParams& p) {
+    acts<HALF>(p, [&](uint32_t row, uint32_t k) {
+        const uint16_t* x = reinterpret_cast<const uint16_t*>(p.x);
+        return *reinterpret_cast<const uint4*>(x + (uint64_t)row * p.x_stride + k);
+    });
+}
+
+// Quantized activations (NVFP4 or MX, `a`: M x K in their checkpoint layout) for the
+// pairs on prepared weights: each value decoded as the dequantize kernels do (value
+// times block scale, a.post = 1) and rounded once to bf16, which is exact for NVFP4
+// and MX elements whose scaled value lies in bf16's range.
+template <uint32_t S>
+__device__ __forceinline__ void acts_quantized(const DequantParams& a, const PgemmParams& p) {
+    acts<false>(p, [&](uint32_t row, uint32_t k) {
+        float v[8];
+        decode8<S>(a, row, k, v);
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = (uint32_t)to_bf16_bits(v[2 * i]) | ((uint32_t)to_bf16_bits(v[2 * i + 1]) << 16);
+        return make_uint4(w[0], w[1], w[2], w[3]);
+    });
+}
+
 }  // namespace wgemm
 }  // namespace bs
 
+using bs::DequantParams;
 using bs::PgemmParams;
 
-extern "C" __global__ void __launch_bounds__(256) wgemm_acts(const PgemmParams p) { bs::wgemm::acts<false>(p); }
+extern "C" __global__ void __launch_bounds__(256) wgemm_acts(const PgemmParams p) { bs::wgemm::acts_bf16<false>(p); }
 extern "C" __global__ void __launch_bounds__(256) wgemm_acts_half(const PgemmParams p) {
-    bs::wgemm::acts<true>(p);
+    bs::wgemm::acts_bf16<true>(p);
 }
+#define BS_WGEMM_ACTS(name, scheme)                                                                  \
+    extern "C" __global__ void __launch_bounds__(256) wgemm_acts_##name(const DequantParams a,       \
+                                                                        const PgemmParams p) {      \
+        bs::wgemm::acts_quantized<bs::scheme>(a, p);                                                 \
+    }
+BS_WGEMM_ACTS(nvfp4, NVFP4)
+BS_WGEMM_ACTS(mxfp4, MXFP4)
+BS_WGEMM_ACTS(mxfp6_e2m3, MXFP6_E2M3)
+BS_WGEMM_ACTS(mxfp6_e3m2, MXFP6_E3M2)
+BS_WGEMM_ACTS(mxfp8_e4m3, MXFP8_E4M3)
+BS_WGEMM_ACTS(mxfp8_e5m2, MXFP8_E5M2)
 
 #define BS_WGEMM(name, traits)                                                                                  \
     extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1) wgemm_##name(const PgemmParams p) {    \

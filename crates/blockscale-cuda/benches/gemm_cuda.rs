@@ -7,7 +7,8 @@
 //! Run on a GPU machine: `gpu-bundle/run.sh bench` (the `cargo xtask bench --backend
 //! cuda` flow), with cuBLAS on the library path. Operands are quantized from random
 //! bf16 data on the device with swizzled scales (what quantize writes for NVFP4 and MX);
-//! outputs are bf16. Times are CUDA-event medians (7 repetitions of 10 launches after
+//! outputs are bf16. The NVFP4 and MX pairs are also timed on prepared weights
+//! (`gemm_prepared`, rows "... prepared"). Times are CUDA-event medians (7 repetitions of 10 launches after
 //! 3 warm-up launches); products up to M = 512 on prepared weights are also replayed
 //! from a CUDA graph (its own cuBLAS anchor beside). `BLOCKSCALE_BENCH_FILTER=text` keeps
 //! the cases whose label contains `text`, `BLOCKSCALE_BENCH_WEIGHT_ONLY=1` runs only the
@@ -26,8 +27,8 @@ use blockscale_cuda::cudarc::cublas::{CudaBlas, Gemm};
 use blockscale_cuda::cudarc::driver::{DevicePtr, DevicePtrMut};
 use blockscale_cuda::{
     Device, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized, PreparedWeights, QuantizeOptions,
-    gemm_into, gemm_weight_only_into, gemm_weight_only_prepared_into, gemm_weight_only_prepared_workspace_size,
-    gemm_weight_only_workspace_size, gemm_workspace_size, quantize,
+    gemm_into, gemm_prepared_into, gemm_prepared_workspace_size, gemm_weight_only_into, gemm_weight_only_prepared_into,
+    gemm_weight_only_prepared_workspace_size, gemm_weight_only_workspace_size, gemm_workspace_size, quantize,
 };
 use blockscale_formats::{Fp8Tile, ScaleLayout, Scheme};
 use common::anchors::{LtFp8, bf16_gemm_config, device_and_blas, random_bf16, random_f16, random_u8};
@@ -137,22 +138,38 @@ fn main() {
             ("fp8-block 1x128 x 128x128", Scheme::Fp8Block(Fp8Tile::Row1x128), Scheme::Fp8Block(Fp8Tile::Tile128x128)),
         ];
         for (name, sa, sb) in pairs {
-            let label = format!("{name} {shape}");
-            if !label.contains(&filter) {
+            let plain = format!("{name} {shape}").contains(&filter);
+            // The same pair on prepared weights (`gemm_prepared`; FP8 block pairs read
+            // the checkpoint layout).
+            let prepared = !matches!(sb, Scheme::Fp8Block(_)) && format!("{name} prepared {shape}").contains(&filter);
+            if !plain && !prepared {
                 continue;
             }
             let (a, b) = (quantized(&dev, m, k, sa, 3), quantized(&dev, n, k, sb, 4));
-            // A pair this device's tier has no kernel for is reported, not timed.
-            match gemm_workspace_size::<bf16>(&dev, &a, &b, n) {
-                Ok(bytes) => dev.reserve_workspace(bytes).unwrap(),
-                Err(e) => {
-                    println!("| {name:<34} | n/a: {e}");
-                    continue;
+            if plain {
+                // A pair this device's tier has no kernel for is reported, not timed.
+                match gemm_workspace_size::<bf16>(&dev, &a, &b, n) {
+                    Ok(bytes) => {
+                        dev.reserve_workspace(bytes).unwrap();
+                        let call = || gemm_into(&dev, &a, &b, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
+                        row(name, flop, time(dev.stream(), 10, call), &an);
+                    }
+                    Err(e) => println!("| {name:<34} | n/a: {e}"),
                 }
             }
-            let call = || gemm_into(&dev, &a, &b, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
-            let t = time(dev.stream(), 10, call);
-            row(name, flop, t, &an);
+            if prepared {
+                let pw = PreparedWeights::from_device(&dev, b).unwrap();
+                let label = format!("{name} prepared");
+                match gemm_prepared_workspace_size::<bf16>(&dev, &a, &pw, n) {
+                    Ok(bytes) => {
+                        dev.reserve_workspace(bytes).unwrap();
+                        let call =
+                            || gemm_prepared_into(&dev, &a, &pw, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
+                        row(&label, flop, time(dev.stream(), 10, call), &an);
+                    }
+                    Err(e) => println!("| {label:<34} | n/a: {e}"),
+                }
+            }
         }
     }
     if std::env::var("BLOCKSCALE_BENCH_DEEPSEEK").map_or(true, |v| v != "0") && !shapes.is_empty() {

@@ -67,18 +67,7 @@ pub(crate) fn launch_dequantize(
     let stream = dev.stream();
     let (data_ptr, g_data) = q.data().device_ptr(stream);
     let (scales_ptr, g_scales) = q.scales().ptr(stream);
-    let params = DequantParams {
-        data: data_ptr,
-        scales: scales_ptr,
-        out: out_ptr,
-        row_stride: row_stride as u64,
-        rows: shape.rows as u32,
-        k: shape.k as u32,
-        scale_cols: shape.scale_cols as u32,
-        swizzled: (q.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
-        interleaved: (q.data_layout() == DataLayout::BlockInterleaved) as u32,
-        post,
-    };
+    let params = dequant_params(q, (data_ptr, scales_ptr), out_ptr, row_stride, post);
     let kernel = dev.function(&format!("dequantize_{}_{suffix}", scheme_name(q.scheme())))?;
     // One thread per 8 values (dequantize.cu).
     let config = dev.grid_stride((shape.rows * shape.k / 8) as u64, &kernel);
@@ -90,6 +79,31 @@ pub(crate) fn launch_dequantize(
     unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the dequantize kernel"))?;
     drop((g_data, g_scales));
     Ok(())
+}
+
+/// The decoding kernels' parameters (`DequantParams`) for `q`, whose codes and scales
+/// are at the device addresses `(data, scales)`, writing rows of `row_stride` elements
+/// at `out_ptr` (0 for kernels that write elsewhere) times `post`.
+pub(crate) fn dequant_params(
+    q: &DeviceQuantized,
+    (data, scales): (u64, u64),
+    out_ptr: u64,
+    row_stride: usize,
+    post: f32,
+) -> DequantParams {
+    let shape = q.shape();
+    DequantParams {
+        data,
+        scales,
+        out: out_ptr,
+        row_stride: row_stride as u64,
+        rows: shape.rows as u32,
+        k: shape.k as u32,
+        scale_cols: shape.scale_cols as u32,
+        swizzled: (q.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
+        interleaved: (q.data_layout() == DataLayout::BlockInterleaved) as u32,
+        post,
+    }
 }
 
 /// Host convenience: copies a quantized matrix to the device, dequantizes it there and

@@ -363,6 +363,25 @@ pub(crate) unsafe fn launch_dependent<P: cudarc::driver::DeviceRepr>(
     unsafe { launch_dependent_args(stream, func, config, 1, &mut args) }
 }
 
+/// [`launch_dependent`] for a kernel of two parameters.
+///
+/// # Safety
+/// As [`launch_dependent`], for each of the two parameters.
+pub(crate) unsafe fn launch_dependent2<P, Q>(
+    stream: &CudaStream,
+    func: &CudaFunction,
+    config: LaunchConfig,
+    params: (&P, &Q),
+) -> Result<(), cudarc::driver::DriverError>
+where
+    P: cudarc::driver::DeviceRepr,
+    Q: cudarc::driver::DeviceRepr,
+{
+    let mut args = [params.0 as *const P as *mut std::ffi::c_void, params.1 as *const Q as *mut std::ffi::c_void];
+    // SAFETY: the caller's guarantee.
+    unsafe { launch_dependent_args(stream, func, config, 1, &mut args) }
+}
+
 /// [`launch_dependent`] for a kernel of three parameters, in clusters of `cluster` CTAs
 /// along x (1: no clusters).
 ///

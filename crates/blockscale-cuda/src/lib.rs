@@ -45,8 +45,9 @@ pub use dequantize::{dequantize, dequantize_host, dequantize_into};
 pub use device::{Arch, Device};
 pub use error::CudaError;
 pub use gemm::{
-    DeviceEpilogue, DeviceMatrixMut, gemm, gemm_host, gemm_into, gemm_weight_only, gemm_weight_only_host,
-    gemm_weight_only_into, gemm_weight_only_prepared, gemm_weight_only_prepared_host, gemm_weight_only_prepared_into,
+    DeviceEpilogue, DeviceMatrixMut, gemm, gemm_host, gemm_into, gemm_prepared, gemm_prepared_host, gemm_prepared_into,
+    gemm_prepared_workspace_size, gemm_weight_only, gemm_weight_only_host, gemm_weight_only_into,
+    gemm_weight_only_prepared, gemm_weight_only_prepared_host, gemm_weight_only_prepared_into,
     gemm_weight_only_prepared_workspace_size, gemm_weight_only_workspace_size, gemm_workspace_size,
 };
 pub use gemv::{

@@ -15,9 +15,10 @@ mod common;
 use blockscale_cpu as cpu;
 use blockscale_cuda::{
     Activation, Arch, CudaError, Device, DeviceElement, DeviceEpilogue, DeviceMatrix, DeviceMatrixMut, DeviceQuantized,
-    Epilogue, GemvInput, PreparedWeights, gemm, gemm_into, gemm_weight_only, gemm_weight_only_into,
-    gemm_weight_only_prepared, gemm_weight_only_prepared_into, gemm_weight_only_prepared_workspace_size,
-    gemm_weight_only_workspace_size, gemm_workspace_size,
+    Epilogue, GemvInput, PreparedWeights, gemm, gemm_into, gemm_prepared, gemm_prepared_into,
+    gemm_prepared_workspace_size, gemm_weight_only, gemm_weight_only_into, gemm_weight_only_prepared,
+    gemm_weight_only_prepared_into, gemm_weight_only_prepared_workspace_size, gemm_weight_only_workspace_size,
+    gemm_workspace_size,
 };
 use blockscale_formats::{Fp8Tile, NonFinite, QuantizeOptions, ScaleLayout, Scheme};
 use common::device;
@@ -597,6 +598,137 @@ fn weight_only_prepared_replays_in_a_cuda_graph_and_checks_its_inputs() {
     assert!(matches!(
         gemm_weight_only_prepared::<bf16, f32>(&dev, xm, &pw, &DeviceEpilogue::default().with_bias(&short_bias)),
         Err(CudaError::BiasLength { expected: 64, actual: 63 })
+    ));
+}
+
+/// A quantized pair on prepared weights (`gemm_prepared`): the activations decoded to
+/// bf16 exactly into the workspace, the weights in registers (the `wgmma` kernel on
+/// Hopper up to M = 1024, `mma.sync` with `BLOCKSCALE_GEMM_WGMMA=0` up to 256), or both
+/// decoded to bf16 for CUTLASS above. Every route multiplies the same exact bf16 values
+/// with f32 sums: exact data give the reference's bits, random data the BF16 bound.
+fn run_prepared_pair<O: DeviceElement + cpu::Output>(
+    dev: &Device,
+    (a, b): (Scheme, Scheme),
+    (m, n, k): (usize, usize, usize),
+    exact: bool,
+    activation: Activation,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed | 1);
+    let (xa, xb) = (data(&mut rng, m, k, a, exact), data(&mut rng, n, k, b, exact));
+    let a_layout = if seed.is_multiple_of(2) { ScaleLayout::Swizzled128x4 } else { ScaleLayout::Linear };
+    let (qa, qb) = (quantize(&xa, m, k, a, a_layout, exact), quantize(&xb, n, k, b, ScaleLayout::Linear, exact));
+    let bias: Vec<f32> = (0..n).map(|_| rng.value()).collect();
+    let alpha = if exact || a == Scheme::NvFp4 { None } else { Some(0.75f32) };
+    let with_bias = !exact && !seed.is_multiple_of(3);
+    let mut host_epi = Epilogue { alpha, ..Default::default() }.with_activation(activation);
+    if with_bias {
+        host_epi = host_epi.with_bias(&bias[..]);
+    }
+    let want = cpu::gemm_reference::<O>(&qa, &qb, &host_epi).unwrap();
+
+    let da = DeviceQuantized::from_host(dev, &qa).unwrap();
+    let pw = PreparedWeights::from_host(dev, &qb).unwrap();
+    assert_eq!(pw.unprepared_reason(), None, "{b:?}: these weights must take the prepared layout");
+    let dbias = dev.stream().clone_htod(&bias).unwrap();
+    let mut epi = DeviceEpilogue { alpha, ..Default::default() }.with_activation(activation);
+    if with_bias {
+        epi = epi.with_bias(&dbias);
+    }
+    let fresh = gemm_prepared::<O>(dev, &da, &pw, &epi).unwrap();
+    let stride = n + 3;
+    dev.reserve_workspace(gemm_prepared_workspace_size::<O>(dev, &da, &pw, stride).unwrap()).unwrap();
+    let mut d = poisoned::<O>(dev, m, stride);
+    gemm_prepared_into(dev, &da, &pw, &epi, DeviceMatrixMut { data: &mut d, rows: m, cols: n, row_stride: stride })
+        .unwrap();
+    let got = read_back(dev, &d, m, n, stride);
+    let what = format!(
+        "prepared pair {a:?} x {b:?} {m}x{n}x{k} {} bias={with_bias} {activation:?} -> {}",
+        if exact { "exact" } else { "random" },
+        O::SUFFIX
+    );
+    assert_same_bits(dev, &fresh, &got, &format!("{what}: allocating and _into differ"));
+    if exact {
+        compare(&got, &want, None, &what);
+    } else {
+        let alpha_eff = host_epi.alpha_quantized(qa.global_scale(), qb.global_scale());
+        let rel = relative_bound(false, k, 1, 0);
+        let t: Vec<f64> =
+            abs_products(&raw_values(&qa), &raw_values(&qb), m, n, k).into_iter().map(|t| t * rel).collect();
+        compare(&got, &want, Some((&t, alpha_eff as f64, slope(activation))), &what);
+    }
+}
+
+#[test]
+fn pairs_on_prepared_weights_match_the_reference() {
+    let Some(dev) = hopper() else { return };
+    let pairs = PAIRS.iter().filter(|(a, _)| !matches!(a, Scheme::Fp8Block(_)));
+    let mut seed = 5000;
+    for (i, &pair) in pairs.enumerate() {
+        // M = 1 and 9 (a GEMM tile of one or a few rows), 65 and 300 (one and three
+        // 128-row tiles), 1100 (above the wgmma kernel: CUTLASS on bf16 operands); N
+        // ragged against the 128-row tile; K = 4096 on few tiles splits K.
+        for (j, &(m, n, k)) in
+            [(1, 40, 224), (9, 72, 224), (65, 200, 352), (300, 130, 224), (40, 64, 4096), (1100, 96, 128)]
+                .iter()
+                .enumerate()
+        {
+            for exact in [true, false] {
+                seed += 1;
+                let act = if exact { Activation::Identity } else { ACTS[(i + j) % 4] };
+                match (i + j) % 3 {
+                    0 => run_prepared_pair::<bf16>(&dev, pair, (m, n, k), exact, act, seed),
+                    1 => run_prepared_pair::<f32>(&dev, pair, (m, n, k), exact, act, seed),
+                    _ => run_prepared_pair::<f16>(&dev, pair, (m, n, k), exact, act, seed),
+                }
+            }
+        }
+    }
+    // More tiles than the GPU holds at once (47 x 3 on 132 persistent CTAs).
+    run_prepared_pair::<bf16>(&dev, (Scheme::MxFp8E4M3, Scheme::MxFp4), (300, 5980, 320), false, Activation::Silu, 91);
+    run_prepared_pair::<f32>(&dev, (Scheme::NvFp4, Scheme::NvFp4), (300, 5980, 320), true, Activation::Identity, 92);
+}
+
+#[test]
+fn pairs_on_prepared_weights_replay_in_a_cuda_graph_and_check_their_inputs() {
+    let Some(dev) = hopper() else { return };
+    let (m, n, k) = (130, 64, 4096);
+    let mut rng = Rng::new(25);
+    let xa = data(&mut rng, m, k, Scheme::MxFp8E4M3, false);
+    let qa = quantize(&xa, m, k, Scheme::MxFp8E4M3, ScaleLayout::Swizzled128x4, false);
+    let qw = weights(&mut rng, (n, k), Scheme::MxFp4, ScaleLayout::Swizzled128x4, false, false);
+    let (da, pw) = (DeviceQuantized::from_host(&dev, &qa).unwrap(), PreparedWeights::from_host(&dev, &qw).unwrap());
+    let epi = DeviceEpilogue::default().with_activation(Activation::GeluErf);
+    let expect = dev.stream().clone_dtoh(&gemm_prepared::<bf16>(&dev, &da, &pw, &epi).unwrap()).unwrap();
+    assert!(gemm_prepared_workspace_size::<bf16>(&dev, &da, &pw, n).unwrap() > 0, "tiles and partial sums");
+    dev.reserve_workspace(gemm_prepared_workspace_size::<bf16>(&dev, &da, &pw, n).unwrap()).unwrap();
+    let mut d = poisoned::<bf16>(&dev, m, n);
+    replay_in_graph(&dev, &mut d, |d| gemm_prepared_into(&dev, &da, &pw, &epi, DeviceMatrixMut::new(d, m, n)), &expect);
+    for _ in 0..3 {
+        let again = dev.stream().clone_dtoh(&gemm_prepared::<bf16>(&dev, &da, &pw, &epi).unwrap()).unwrap();
+        assert!(again.iter().zip(&expect).all(|(a, b)| a.to_bits() == b.to_bits()), "deterministic");
+    }
+    // Typed errors: a pair the rule refuses, K differing, FP8 block on prepared weights,
+    // a short bias.
+    let nv = small_quantized(&dev, 16, k, Scheme::NvFp4);
+    assert!(matches!(gemm_prepared::<f32>(&dev, &nv, &pw, &epi), Err(CudaError::UnsupportedPair { .. })));
+    let short_k = small_quantized(&dev, 16, 256, Scheme::MxFp8E4M3);
+    assert!(matches!(gemm_prepared::<f32>(&dev, &short_k, &pw, &epi), Err(CudaError::KMismatch { a: 256, b: 4096 })));
+    let f8 = Scheme::Fp8Block(Fp8Tile::Tile128x128);
+    let pf8 =
+        PreparedWeights::from_host(&dev, &weights(&mut rng, (n, k), f8, ScaleLayout::Linear, false, false)).unwrap();
+    let af8 = small_quantized(&dev, 16, k, Scheme::Fp8Block(Fp8Tile::Row1x128));
+    let err = gemm_prepared::<f32>(&dev, &af8, &pf8, &epi).unwrap_err();
+    assert!(matches!(err, CudaError::UnsupportedPair { .. }) && err.to_string().contains("gemm"), "{err}");
+    let short_bias = dev.stream().clone_htod(&[0f32; 63]).unwrap();
+    assert!(matches!(
+        gemm_prepared::<f32>(&dev, &da, &pw, &DeviceEpilogue::default().with_bias(&short_bias)),
+        Err(CudaError::BiasLength { expected: 64, actual: 63 })
+    ));
+    // The host convenience refuses before uploading.
+    assert!(matches!(
+        blockscale_cuda::gemm_prepared_host::<f32>(&dev, &qw, &pf8, &Epilogue::default()),
+        Err(CudaError::UnsupportedPair { .. })
     ));
 }
 

@@ -36,8 +36,8 @@ mod prepared;
 mod sm120;
 
 pub use prepared::{
-    gemm_weight_only_prepared, gemm_weight_only_prepared_host, gemm_weight_only_prepared_into,
-    gemm_weight_only_prepared_workspace_size,
+    gemm_prepared, gemm_prepared_host, gemm_prepared_into, gemm_prepared_workspace_size, gemm_weight_only_prepared,
+    gemm_weight_only_prepared_host, gemm_weight_only_prepared_into, gemm_weight_only_prepared_workspace_size,
 };
 
 use std::ffi::{c_int, c_void};
@@ -590,12 +590,12 @@ pub(crate) fn run_rhs<I: DeviceElement, O: DeviceElement>(
 }
 
 /// Checks that a quantized pair multiplies.
-fn check_pair(a: &DeviceQuantized, b: &DeviceQuantized) -> Result<(), CudaError> {
+pub(crate) fn check_pair(a: &DeviceQuantized, b: &DeviceQuantized) -> Result<(), CudaError> {
     check_schemes((a.scheme(), a.shape().k), (b.scheme(), b.shape().k))
 }
 
 /// The pair rule on schemes and K alone (also for host matrices, before any upload).
-fn check_schemes((sa, ka): (Scheme, usize), (sb, kb): (Scheme, usize)) -> Result<(), CudaError> {
+pub(crate) fn check_schemes((sa, ka): (Scheme, usize), (sb, kb): (Scheme, usize)) -> Result<(), CudaError> {
     sa.pairs_with(sb).map_err(|hint| CudaError::UnsupportedPair { a: sa, b: sb, hint })?;
     if ka != kb {
         return Err(CudaError::KMismatch { a: ka, b: kb });
@@ -604,7 +604,7 @@ fn check_schemes((sa, ka): (Scheme, usize), (sb, kb): (Scheme, usize)) -> Result
 }
 
 /// A new contiguous M x N output.
-fn alloc_output<O: DeviceElement>(dev: &Device, m: usize, n: usize) -> Result<CudaSlice<O>, CudaError> {
+pub(crate) fn alloc_output<O: DeviceElement>(dev: &Device, m: usize, n: usize) -> Result<CudaSlice<O>, CudaError> {
     // SAFETY: the GEMM writes every one of the m x n outputs before anything reads them
     // (the values are only meaningful after the queued work; uninitialised f32/f16/bf16
     // bits are valid values).
@@ -694,8 +694,18 @@ pub fn gemm_workspace_size<O: DeviceElement>(
     if fgemm::applies(dev, a, b) {
         return fgemm::workspace_size(dev, a, b);
     }
+    pair_workspace::<O>(dev, a, Rhs::Quantized(b), out_row_stride)
+}
+
+/// The workspace of a quantized pair on the bf16 decode or CUTLASS's FP8 kernel.
+pub(crate) fn pair_workspace<O: DeviceElement>(
+    dev: &Device,
+    a: &DeviceQuantized,
+    b: Rhs<'_>,
+    out_row_stride: usize,
+) -> Result<usize, CudaError> {
     let aligned = (out_row_stride * size_of::<O>()).is_multiple_of(16);
-    Ok(Plan::new::<half::bf16, O>(dev, &Lhs::Quantized(a), Rhs::Quantized(b), aligned)?.total)
+    Ok(Plan::new::<half::bf16, O>(dev, &Lhs::Quantized(a), b, aligned)?.total)
 }
 
 /// The workspace bytes [`gemm_weight_only_into`] needs for these activations, weights,

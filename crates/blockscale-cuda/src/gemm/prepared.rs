@@ -10,12 +10,12 @@
 //! - Larger M on Hopper: the weights decoded to bf16 in the workspace and CUTLASS's BF16
 //!   GEMM (faster there: docs/DECISIONS.md #40 and #42).
 
-use blockscale_formats::{Epilogue, Fp8Tile, Scheme};
+use blockscale_formats::{Epilogue, Fp8Tile, QuantizedMatrix, Scheme};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ndarray::{Array2, ArrayView2};
 
 use super::{DeviceEpilogue, DeviceMatrixMut, check_output, on_device, to_host};
-use crate::buffer::DeviceElement;
+use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::gemv::{GEMV_MAX_ROWS, GemvInput};
 use crate::params::PgemmParams;
 use crate::prepared::{Fast, Inner, PreparedWeights, scale_add, stage_scale_bytes};
@@ -198,8 +198,10 @@ struct Plan {
 }
 
 impl Plan {
-    fn new((m, n, slabs): (usize, usize, usize), slots: usize) -> Self {
-        Self::tiled((m, n, slabs), slots, (TILE_N, TILE_M), 0)
+    /// pgemm's plan: 64 x 128 tiles, `image` bytes of decoded activations first in the
+    /// workspace.
+    fn new((m, n, slabs): (usize, usize, usize), slots: usize, image: usize) -> Self {
+        Self::tiled((m, n, slabs), slots, (TILE_N, TILE_M), image)
     }
 
     /// The wgmma kernel's plan: 128 x 128 tiles on at most `slots` persistent CTAs, the
@@ -230,7 +232,14 @@ impl Plan {
 
 /// The fused kernel and its launch plan: the wgmma kernel where `uses_wgmma` said so
 /// (`wgmma`), pgemm otherwise.
-fn plan(dev: &Device, w: &Fast, m: usize, f16: bool, wgmma: bool) -> Result<(crate::device::Kernel, Plan), CudaError> {
+/// `image` is the workspace bytes the activations take first ([`decoded_bytes`]).
+fn plan(
+    dev: &Device,
+    w: &Fast,
+    (m, image): (usize, usize),
+    f16: bool,
+    wgmma: bool,
+) -> Result<(crate::device::Kernel, Plan), CudaError> {
     let (kernel, plan) = if wgmma {
         let kernel = dev.function_with_threads(&wgmma_name(w.scheme, f16), WG_THREADS, wg_smem_bytes(w.scheme))?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
@@ -238,8 +247,9 @@ fn plan(dev: &Device, w: &Fast, m: usize, f16: bool, wgmma: bool) -> Result<(cra
     } else {
         let kernel = dev.function_with_threads(&kernel_name(w.scheme, f16), THREADS, smem_bytes(w.scheme))?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
-        (kernel, Plan::new((m, w.rows, w.slabs), slots))
+        (kernel, Plan::new((m, w.rows, w.slabs), slots, image))
     };
+    debug_assert!(!wgmma || plan.image == image, "the wgmma plan sizes the tiles as decoded_bytes does");
     if plan.tiles_n * plan.tiles_m > crate::device::GEMV_COUNTERS || plan.tiles_m > 65535 {
         return Err(CudaError::TooLarge { rows: w.rows, k: w.k, limit: "the GEMM's tiles exceed 65536" });
     }
@@ -270,19 +280,61 @@ fn run<I: GemvInput, O: DeviceElement>(
     if x.rows <= GEMV_MAX_ROWS && x.rows > 0 {
         return crate::gemv::gemv_run(dev, x, w.into(), epilogue, out, grow);
     }
-    let wgmma = uses_wgmma(dev, f.scheme, (x.rows, f.rows, f.k), I::SUFFIX == "f16");
+    let f16 = I::SUFFIX == "f16";
+    let wgmma = uses_wgmma(dev, f.scheme, (x.rows, f.rows, f.k), f16);
     if !wgmma && !fused(dev, x.rows) {
         // Large M: bf16 weights in the workspace, CUTLASS's BF16 GEMM.
         super::check_activations(&x)?;
         let alpha = epilogue.alpha_weight_only(f.scheme, f.global_scale) * f.dequant_factor();
         return super::run_rhs(dev, super::Lhs::Activations(x), super::Rhs::Prepared(f), alpha, epilogue, out, grow);
     }
-    let stream = dev.stream();
-    let (m, n, k) = (x.rows, f.rows, f.k);
-    if x.k != k {
-        return Err(CudaError::KMismatch { a: x.k, b: k });
+    if x.k != f.k {
+        return Err(CudaError::KMismatch { a: x.k, b: f.k });
     }
-    let alpha = epilogue.alpha_weight_only(f.scheme, f.global_scale) * f.layout_factor();
+    let stream = dev.stream();
+    let (x_ptr, g_x) = x.data.device_ptr(stream);
+    crate::checks::check_matrix::<I>(x.rows, x.k, x.row_stride, x.data.len(), x_ptr, "activations")?;
+    let alpha = epilogue.alpha_weight_only(f.scheme, f.global_scale);
+    let acts = Acts::Plain { ptr: x_ptr, stride: x.row_stride, f16 };
+    launch_fused(dev, f, (acts, x.rows), Route { wgmma, grow }, alpha, epilogue, out)?;
+    drop(g_x);
+    Ok(())
+}
+
+/// Where the fused kernels' activations come from.
+#[derive(Clone, Copy)]
+enum Acts<'a> {
+    /// bf16 or f16 (`f16`) rows at `ptr`, `stride` elements apart, already checked.
+    Plain { ptr: u64, stride: usize, f16: bool },
+    /// NVFP4 or MX activations in their checkpoint layout, decoded to bf16 into the
+    /// workspace on the way (the pairs on prepared weights).
+    Quantized(&'a DeviceQuantized),
+}
+
+/// Which fused kernel runs (`wgmma`: wgemm.cu, else pgemm.cu) and whether the
+/// workspace may grow.
+#[derive(Clone, Copy)]
+struct Route {
+    wgmma: bool,
+    grow: bool,
+}
+
+/// Checks the epilogue and output and queues the fused GEMM on `f` for `m` rows of
+/// `acts`: the activation tiles (wgmma) or decoded activations (pgemm, quantized
+/// activations) into the workspace first, the split-K reduction after. `alpha` is the
+/// user's; the layout's factor is applied here.
+fn launch_fused<O: DeviceElement>(
+    dev: &Device,
+    f: &Fast,
+    (acts, m): (Acts<'_>, usize),
+    route: Route,
+    alpha: f32,
+    epilogue: &DeviceEpilogue<'_>,
+    out: DeviceMatrixMut<'_, O>,
+) -> Result<(), CudaError> {
+    let stream = dev.stream();
+    let (n, k) = (f.rows, f.k);
+    let alpha = alpha * f.layout_factor();
     if !alpha.is_finite() {
         return Err(CudaError::InvalidAlpha(alpha));
     }
@@ -292,11 +344,10 @@ fn run<I: GemvInput, O: DeviceElement>(
         return Err(CudaError::BiasLength { expected: n, actual: bias.len() });
     }
     check_output(&out, m, n)?;
-    let (x_ptr, g_x) = x.data.device_ptr(stream);
-    crate::checks::check_matrix::<I>(m, k, x.row_stride, x.data.len(), x_ptr, "activations")?;
-
-    let (kernel, plan) = plan(dev, f, m, I::SUFFIX == "f16", wgmma)?;
-    let mut scratch = dev.scratch_for(plan.workspace, grow && plan.workspace > 0)?;
+    let wgmma = route.wgmma;
+    let f16 = matches!(acts, Acts::Plain { f16: true, .. });
+    let (kernel, plan) = plan(dev, f, (m, decoded_bytes(acts, m, k, wgmma)), f16, wgmma)?;
+    let mut scratch = dev.scratch_for(plan.workspace, route.grow && plan.workspace > 0)?;
     let (ws_ptr, g_ws) = crate::device::scratch_ptr(&mut scratch.workspace, plan.workspace > 0, stream);
     let out_stride = out.row_stride;
     let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
@@ -309,6 +360,11 @@ fn run<I: GemvInput, O: DeviceElement>(
         }
         None => (0, None),
     };
+    let (x_ptr, x_stride) = match acts {
+        Acts::Plain { ptr, stride, .. } => (ptr, stride),
+        // Decoded into the workspace below.
+        Acts::Quantized(_) => (ws_ptr, k),
+    };
     let mut params = PgemmParams {
         x: x_ptr,
         w: w_ptr,
@@ -316,7 +372,7 @@ fn run<I: GemvInput, O: DeviceElement>(
         bias: bias_ptr,
         out: out_ptr,
         partial: ws_ptr + plan.image as u64,
-        x_stride: x.row_stride as u64,
+        x_stride: x_stride as u64,
         out_stride: out_stride as u64,
         alpha,
         scale_add: scale_add(f.scheme, f.shift),
@@ -329,20 +385,45 @@ fn run<I: GemvInput, O: DeviceElement>(
         splits: plan.splits as u32,
         slabs_per_split: plan.slabs_per_split as u32,
     };
+    // Whole 8-element chunks: K is a multiple of every scheme's block, 16 at the least.
+    debug_assert!(k % 16 == 0, "the weights hold whole blocks along K");
     if wgmma {
-        // The activations in the wgmma kernel's tile order, into the workspace (whole
-        // 8-element chunks: K is a multiple of every scheme's block, 16 at the least).
-        debug_assert!(k % 16 == 0, "the weights hold whole blocks along K");
-        let acts = dev.function(wgmma_acts_name(f.scheme))?;
+        // The activations in the wgmma kernel's tile order, into the workspace.
         let tiles = PgemmParams { out: ws_ptr, ..params };
         // Eight threads per (row, slab).
-        let config = dev.grid_stride((plan.tiles_m * WG_TILE * f.slabs * 8) as u64, &acts);
-        // SAFETY: `tiles` matches `PgemmParams`; the kernel reads the checked activations
-        // (M rows of K at their stride, nothing past K) and writes tiles_m x slabs tiles of
-        // WG_ACT_TILE bytes at the start of the workspace, which the plan sized for them.
-        unsafe { crate::device::launch_dependent(stream, &acts.func, config, &tiles) }
-            .map_err(CudaError::driver("launching the wgmma GEMM's activation tiling"))?;
+        let items = (plan.tiles_m * WG_TILE * f.slabs * 8) as u64;
+        match acts {
+            Acts::Plain { .. } => {
+                let tiling = dev.function(wgmma_acts_name(f.scheme))?;
+                let config = dev.grid_stride(items, &tiling);
+                // SAFETY: `tiles` matches `PgemmParams`; the kernel reads the checked
+                // activations (M rows of K at their stride, nothing past K) and writes
+                // tiles_m x slabs tiles of WG_ACT_TILE bytes at the start of the
+                // workspace, which the plan sized for them.
+                unsafe { crate::device::launch_dependent(stream, &tiling.func, config, &tiles) }
+            }
+            Acts::Quantized(a) => {
+                let tiling = dev.function(&format!("wgemm_acts_{}", crate::quantize::scheme_name(a.scheme())))?;
+                let config = dev.grid_stride(items, &tiling);
+                let (a_data, g_ad) = a.data().device_ptr(stream);
+                let (a_scales, g_as) = a.scales().ptr(stream);
+                let source = crate::dequantize::dequant_params(a, (a_data, a_scales), 0, 0, 1.0);
+                // SAFETY: `source` matches `DequantParams` and describes `a`, a validated
+                // DeviceQuantized of M x K (its codes and scales have the sizes its shape
+                // implies); `tiles` matches `PgemmParams` and its output is the
+                // workspace's tiles_m x slabs tiles of WG_ACT_TILE bytes, as above. The
+                // guards keep `a` alive until the launch is queued.
+                let queued =
+                    unsafe { crate::device::launch_dependent2(stream, &tiling.func, config, (&source, &tiles)) };
+                drop((g_ad, g_as));
+                queued
+            }
+        }
+        .map_err(CudaError::driver("launching the wgmma GEMM's activation tiling"))?;
         params.x = ws_ptr;
+    } else if let Acts::Quantized(a) = acts {
+        // pgemm reads bf16 rows: the activations decoded as `dequantize` does.
+        crate::dequantize::launch_dequantize(dev, a, ws_ptr, k, "bf16", 1.0)?;
     }
     let config = if wgmma {
         // Persistent: each CTA takes tiles ctas apart (wgemm.cu `tile_at`).
@@ -361,15 +442,17 @@ fn run<I: GemvInput, O: DeviceElement>(
     // SAFETY: `params` matches `PgemmParams`. The prepared codes and scales hold whole
     // pairs of 4-group units (128 rows) and a multiple of 4 slabs, so every copy of the
     // grid's tiles is inside them; the activations were checked for M rows of K at a
-    // stride keeping rows 16-byte aligned (pgemm zero-fills past M and K; the wgmma
-    // kernel reads instead the tiles written by the launch above, whole tiles of slabs
-    // the weights hold), the output for M x N at its stride, the bias for N values, the
-    // workspace for the split-K partial sums; the dynamic shared memory is what pgemm.cu
-    // or wgemm.cu lays out (each traps if given less). Before its griddepcontrol.wait the
-    // kernel reads only the prepared weights. The guards keep every buffer alive and
-    // ordered until the launch is queued on this device's stream.
+    // stride keeping rows 16-byte aligned, or decoded into the workspace at the start
+    // (K a multiple of 16: rows of 32-byte multiples) (pgemm zero-fills past M and K; the
+    // wgmma kernel reads instead the tiles written by the launch above, whole tiles of
+    // slabs the weights hold), the output for M x N at its stride, the bias for N values,
+    // the workspace for the split-K partial sums after the activations; the dynamic
+    // shared memory is what pgemm.cu or wgemm.cu lays out (each traps if given less).
+    // Before its griddepcontrol.wait the kernel reads only the prepared weights. The
+    // guards keep every buffer alive and ordered until the launch is queued on this
+    // device's stream.
     unsafe { crate::device::launch_dependent(stream, &kernel.func, config, &params) }
-        .map_err(CudaError::driver("launching the weight-only GEMM on prepared weights"))?;
+        .map_err(CudaError::driver("launching the GEMM on prepared weights"))?;
     if plan.splits > 1 {
         let reduce = dev.function("pgemm_reduce")?;
         let config = dev.grid_stride((m * n) as u64, &reduce);
@@ -379,8 +462,18 @@ fn run<I: GemvInput, O: DeviceElement>(
         unsafe { crate::device::launch_dependent(stream, &reduce.func, config, &params) }
             .map_err(CudaError::driver("launching the GEMM's split-K reduction"))?;
     }
-    drop((g_x, g_ws, g_out, g_w, g_s, g_b));
+    drop((g_ws, g_out, g_w, g_s, g_b));
     Ok(())
+}
+
+/// Workspace bytes the activations take before the partial sums: the wgmma kernel's
+/// tiles, or quantized activations decoded to bf16 rows for pgemm (256-byte aligned).
+fn decoded_bytes(acts: Acts<'_>, m: usize, k: usize, wgmma: bool) -> usize {
+    match (acts, wgmma) {
+        (_, true) => m.div_ceil(WG_TILE) * (k / 64) * WG_ACT_TILE,
+        (Acts::Quantized(_), false) => (m * k * 2).next_multiple_of(256),
+        (Acts::Plain { .. }, false) => 0,
+    }
 }
 
 /// Weight-only GEMM on prepared weights: activations `x` (M x K bf16 or f16 on the
@@ -450,7 +543,7 @@ pub fn gemm_weight_only_prepared_workspace_size<I: GemvInput, O: DeviceElement>(
             if !wgmma && !fused(dev, x.rows) {
                 super::weight_only_workspace::<I, O>(dev, x, super::Rhs::Prepared(f), out_row_stride)
             } else {
-                Ok(plan(dev, f, x.rows, f16, wgmma)?.1.workspace)
+                Ok(plan(dev, f, (x.rows, 0), f16, wgmma)?.1.workspace)
             }
         }
     }
@@ -478,6 +571,146 @@ pub fn gemm_weight_only_prepared_host<I: GemvInput, O: DeviceElement>(
     to_host(dev, &y, m, n)
 }
 
+/// Where a quantized pair on prepared weights runs, after checking the pair: `None` for
+/// the bf16 decode of both operands and CUTLASS's BF16 GEMM (Hopper, M above the
+/// wgmma kernel's range), `Some(wgmma)` for the fused kernels.
+fn pair_route(dev: &Device, a: &DeviceQuantized, f: &Fast) -> Result<Option<bool>, CudaError> {
+    super::check_schemes((a.scheme(), a.shape().k), (f.scheme, f.k))?;
+    if matches!(f.scheme, Scheme::Fp8Block(_)) {
+        return Err(CudaError::UnsupportedPair {
+            a: a.scheme(),
+            b: f.scheme,
+            hint: "FP8 block pairs run on the FP8 tensor cores from the checkpoint layout: multiply them with gemm",
+        });
+    }
+    let m = a.shape().rows;
+    let wgmma = dev.arch() == crate::Arch::Sm90 && m <= wgmma_max_m(f.scheme, false) && wgmma_enabled();
+    Ok((wgmma || fused(dev, m)).then_some(wgmma))
+}
+
+/// Checks and queues a quantized pair on prepared weights.
+fn run_pair<O: DeviceElement>(
+    dev: &Device,
+    a: &DeviceQuantized,
+    w: &PreparedWeights,
+    epilogue: &DeviceEpilogue<'_>,
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
+    let f = match &w.inner {
+        // Kept in its checkpoint layout: the pair GEMM.
+        Inner::Plain { w, .. } => {
+            super::check_pair(a, w)?;
+            let alpha = epilogue.alpha_quantized(a.global_scale(), w.global_scale());
+            return super::run(dev, super::Lhs::<half::bf16>::Quantized(a), w, alpha, epilogue, out, grow);
+        }
+        Inner::Fast(f) => f,
+    };
+    let alpha = epilogue.alpha_quantized(a.global_scale(), f.global_scale);
+    match pair_route(dev, a, f)? {
+        Some(wgmma) => {
+            launch_fused(dev, f, (Acts::Quantized(a), a.shape().rows), Route { wgmma, grow }, alpha, epilogue, out)
+        }
+        None => {
+            let (lhs, rhs) = (super::Lhs::<half::bf16>::Quantized(a), super::Rhs::Prepared(f));
+            super::run_rhs(dev, lhs, rhs, alpha * f.dequant_factor(), epilogue, out, grow)
+        }
+    }
+}
+
+/// The GEMM of quantized activations `a` (M x K: NVFP4 or MX, on the device) and
+/// prepared weights `w` (N x K), into a new contiguous M x N buffer of `O`: the pairs of
+/// [`gemm`](super::gemm) (NVFP4 x NVFP4, any MX x any MX) on the weights the GEMV and
+/// the weight-only GEMM read. The activations are decoded to bf16 exactly on their way
+/// into the fused kernel's workspace (they are small next to the weights); the weights
+/// are decoded in registers inside the main loop, as in
+/// [`gemm_weight_only_prepared`]. Weights kept in their checkpoint layout run
+/// [`gemm`](super::gemm). Grows the device's workspace if needed; nothing is waited for.
+///
+/// ```no_run
+/// use blockscale_cuda::{Device, DeviceEpilogue, DeviceQuantized, PreparedWeights, gemm_prepared};
+/// # fn f(dev: &Device, a: &DeviceQuantized, w: &PreparedWeights) -> Result<(), blockscale_cuda::CudaError> {
+/// let d = gemm_prepared::<half::bf16>(dev, a, w, &DeviceEpilogue::default())?; // M x N
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`CudaError::UnsupportedPair`] (also for FP8 block, whose pairs read the checkpoint
+/// layout: use [`gemm`](super::gemm)), [`CudaError::KMismatch`],
+/// [`CudaError::BiasLength`], [`CudaError::InvalidAlpha`], [`CudaError::TooLarge`],
+/// [`CudaError::OutOfMemory`], [`CudaError::Cutlass`], [`CudaError::Driver`].
+pub fn gemm_prepared<O: DeviceElement>(
+    dev: &Device,
+    a: &DeviceQuantized,
+    w: &PreparedWeights,
+    epilogue: &DeviceEpilogue<'_>,
+) -> Result<CudaSlice<O>, CudaError> {
+    let (m, n) = (a.shape().rows, w.shape().0);
+    let mut out = super::alloc_output::<O>(dev, m, n)?;
+    run_pair(dev, a, w, epilogue, DeviceMatrixMut::new(&mut out, m, n), true)?;
+    Ok(out)
+}
+
+/// [`gemm_prepared`] into caller memory: allocates nothing and never synchronizes
+/// (reserve [`gemm_prepared_workspace_size`] first when it is not zero), so it can be
+/// captured in a CUDA graph.
+///
+/// # Errors
+/// As [`gemm_prepared`], plus [`CudaError::OutputShape`], [`CudaError::StrideTooSmall`],
+/// [`CudaError::BufferLength`] for the output and [`CudaError::WorkspaceTooSmall`].
+pub fn gemm_prepared_into<O: DeviceElement>(
+    dev: &Device,
+    a: &DeviceQuantized,
+    w: &PreparedWeights,
+    epilogue: &DeviceEpilogue<'_>,
+    out: DeviceMatrixMut<'_, O>,
+) -> Result<(), CudaError> {
+    run_pair(dev, a, w, epilogue, out, false)
+}
+
+/// Workspace bytes [`gemm_prepared_into`] needs for these operands and output type with
+/// an output row stride of `out_row_stride` elements. Reserve it with
+/// [`Device::reserve_workspace`] before capturing a graph.
+///
+/// # Errors
+/// As [`gemm_prepared`].
+pub fn gemm_prepared_workspace_size<O: DeviceElement>(
+    dev: &Device,
+    a: &DeviceQuantized,
+    w: &PreparedWeights,
+    out_row_stride: usize,
+) -> Result<usize, CudaError> {
+    let f = match &w.inner {
+        Inner::Plain { w, .. } => return super::gemm_workspace_size::<O>(dev, a, w, out_row_stride),
+        Inner::Fast(f) => f,
+    };
+    let m = a.shape().rows;
+    match pair_route(dev, a, f)? {
+        Some(wgmma) => {
+            Ok(plan(dev, f, (m, decoded_bytes(Acts::Quantized(a), m, f.k, wgmma)), false, wgmma)?.1.workspace)
+        }
+        None => super::pair_workspace::<O>(dev, a, super::Rhs::Prepared(f), out_row_stride),
+    }
+}
+
+/// Host convenience for [`gemm_prepared`]: copies `a` and the bias over, runs the product
+/// and copies the M x N result back (waiting for it).
+///
+/// # Errors
+/// As [`gemm_prepared`].
+pub fn gemm_prepared_host<O: DeviceElement>(
+    dev: &Device,
+    a: &QuantizedMatrix,
+    w: &PreparedWeights,
+    epilogue: &Epilogue<'_>,
+) -> Result<Array2<O>, CudaError> {
+    // The pair rule first, before anything is uploaded.
+    super::check_schemes((a.scheme(), a.shape().k), (w.scheme(), w.shape().1))?;
+    let da = DeviceQuantized::from_host(dev, a)?;
+    let y = on_device(dev, epilogue, |epi| gemm_prepared::<O>(dev, &da, w, epi))?;
+    to_host(dev, &y, a.shape().rows, w.shape().0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,14 +719,20 @@ mod tests {
     fn small_m_splits_k_to_fill_the_gpu() {
         // M = 128, N = K = 4096: 32 x 2 tiles on 396 slots (three CTAs an SM): 6 splits
         // of 12 slabs (the last 4).
-        let p = Plan::new((128, 4096, 64), 396);
+        let p = Plan::new((128, 4096, 64), 396, 0);
         assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.slabs_per_split), (32, 2, 6, 12));
         assert_eq!(p.workspace, 6 * 128 * 4096 * 4);
         // M = 4096: 2048 CTAs, no split.
-        let big = Plan::new((4096, 4096, 64), 396);
+        let big = Plan::new((4096, 4096, 64), 396, 0);
         assert_eq!((big.tiles_m, big.splits, big.workspace), (64, 1, 0));
         // K = 512 (8 slabs): never split.
-        assert_eq!(Plan::new((32, 256, 8), 396).splits, 1);
+        assert_eq!(Plan::new((32, 256, 8), 396, 0).splits, 1);
+        // Quantized activations on pgemm: their bf16 rows first, the partial sums after.
+        let plain = Acts::Plain { ptr: 0, stride: 4096, f16: false };
+        assert_eq!(decoded_bytes(plain, 128, 4096, false), 0);
+        assert_eq!(decoded_bytes(plain, 128, 4096, true), 64 * 16384);
+        let q = Plan::new((128, 4096, 64), 396, 128 * 4096 * 2);
+        assert_eq!((q.image, q.workspace), (128 * 4096 * 2, 128 * 4096 * 2 + 6 * 128 * 4096 * 4));
     }
 
     #[test]
