@@ -182,27 +182,6 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[TM / 8][4], uint64_t a, uin
 #endif
 }
 
-// Every thread of the cluster (those of warps at different places too: the non-aligned
-// form): arrive with release, wait with acquire semantics at cluster scope.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-
-// Eight f32 at shared address `saddr` of this CTA, read from the same place in CTA `rank`
-// of the cluster.
-__device__ __forceinline__ void load_peer8(uint32_t saddr, uint32_t rank, float (&v)[8]) {
-    uint32_t peer;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(saddr), "r"(rank));
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
-                 : "r"(peer)
-                 : "memory");
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7])
-                 : "r"(peer + 16u)
-                 : "memory");
-}
-
 // wgmma.wait_group n for n known once the caller's loop is unrolled (at most 3).
 __device__ __forceinline__ void wg_wait_upto(int n) {
     switch (n) {
@@ -248,9 +227,9 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     const uint32_t tiles_nm = tiles_n * ((p.m + TM - 1) / TM);
     const uint32_t tiles = tiles_nm * p.splits;
     // With K split, the splits of a tile are one cluster of consecutive CTAs (rank =
-    // split); tile_at's order puts them tiles_nm apart.
+    // split, tile_at's order).
     const bool clustered = p.splits > 1;
-    auto tile_of = [&](uint32_t t) { return tile_at<TM>(p, clustered ? (t % p.splits) * tiles_nm + t / p.splits : t); };
+    auto tile_of = [&](uint32_t t) { return tile_at<TM>(p, t); };
     // The producers' walk over the CTA's blocks: body(it, tile, i) for block i of each of
     // its tiles, `it` counting blocks as the ring does.
     auto each_block = [&](auto&& body) {
@@ -508,39 +487,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
             }
             continue;
         }
-        // Split K: once every split's sums are in its shared memory, CTA `split` of the
-        // cluster adds its share of the tile's rows from all of them through distributed
-        // shared memory, in split order, and writes those outputs; the second barrier
-        // keeps each CTA's sums in place until every peer has read them.
-        cluster_sync();
-        const uint32_t share = (TM / 8u + p.splits - 1u) / p.splits * 8u;
-        const uint32_t r0 = min((uint32_t)TM, tl.split * share), r1 = min((uint32_t)TM, r0 + share);
-        auto peers = [&](uint32_t r, uint32_t col, float (&v)[8]) {
-            const uint32_t at = smem_u32(tile_sums + r * BN + col);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) v[e] = 0.0f;
-            // kB splits' sums loaded before any is added (as registers allow).
-            constexpr uint32_t kB = TM == 64 ? 4u : 2u;
-            for (uint32_t sp0 = 0; sp0 < p.splits; sp0 += kB) {
-                float w[kB][8];
-#pragma unroll
-                for (uint32_t b = 0; b < kB; ++b)
-                    if (sp0 + b < p.splits) load_peer8(at, sp0 + b, w[b]);
-#pragma unroll
-                for (uint32_t b = 0; b < kB; ++b)
-                    if (sp0 + b < p.splits) {
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) v[e] = __fadd_rn(v[e], w[b][e]);
-                    }
-            }
-        };
-        switch (act) {
-            case 1: store_rows<1, TM>(p, m0, n0, 0, peers, r0, r1); break;
-            case 2: store_rows<2, TM>(p, m0, n0, 0, peers, r0, r1); break;
-            case 3: store_rows<3, TM>(p, m0, n0, 0, peers, r0, r1); break;
-            default: store_rows<0, TM>(p, m0, n0, 0, peers, r0, r1); break;
-        }
-        cluster_sync();
+        store_split<TM, TM == 64 ? 4u : 2u>(p, tile_sums, m0, n0, tl.split, act);
     }
 }
 

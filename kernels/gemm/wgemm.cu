@@ -5,7 +5,8 @@
 //
 // Work split. A tile is 128 weight rows (two 4-group units of the layout) by 128
 // activation rows over a range of 64-element K slabs (K splits when the tiles leave SMs
-// idle; pgemm_reduce then adds the partial sums in split order). One CTA an SM takes
+// idle: the splits of a tile are one cluster of CTAs, which adds their sums through
+// distributed shared memory in split order, wgmma.cuh `store_split`). One CTA an SM takes
 // tiles gridDim.x apart (persistent). Warpgroup 2 is the producer: its thread 0 copies
 // each slab's codes, scales and activation tile into a ring of six stages with bulk
 // copies, completion counted in bytes on the stage's `full` barrier, and refills a stage
@@ -153,6 +154,8 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     const int lane = threadIdx.x & 31;
     const uint32_t S = p.slabs;
     const uint32_t tiles = (p.n + BN - 1) / BN * ((p.m + BM - 1) / BM) * p.splits;
+    // With K split, the splits of a tile are one cluster of consecutive CTAs (rank =
+    // split, tile_at's order; the grid is one CTA per tile and split).
 
     init_ring(full, empty, 1);  // the producer's expect_tx
     __syncthreads();
@@ -163,6 +166,8 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
 #if BS_WGEMM_ARCH
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(producer_regs<T>()) : "memory");
 #endif
+        // (With K split, the consumers' cluster barriers wait for the non-exited threads
+        // of the cluster only: the producers leave without arriving.)
         if (warp != kConsumerWarps || lane != 0) return;
         const uint64_t policy = evict_first_policy();
         // The layout holds whole pairs of units: every tile's units are inside it.
@@ -264,8 +269,11 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
             }
         consumers_sync();
         const uint32_t n0 = (uint32_t)BN * tl.n, m0 = (uint32_t)BM * tl.m;
-        switch (p.splits > 1 ? -1 : (int)p.activation) {
-            case -1: store_tile<-1>(p, tile_sums, m0, n0, tl.split); break;
+        if (p.splits > 1) {
+            store_split<BM, 1u>(p, tile_sums, m0, n0, tl.split, (int)p.activation);
+            return;
+        }
+        switch ((int)p.activation) {
             case 1: store_tile<1>(p, tile_sums, m0, n0, 0); break;
             case 2: store_tile<2>(p, tile_sums, m0, n0, 0); break;
             case 3: store_tile<3>(p, tile_sums, m0, n0, 0); break;

@@ -1,8 +1,8 @@
 // What the Hopper wgmma GEMMs share (wgemm.cu: weight-only on prepared weights; fgemm.cu:
 // FP8 block pairs): the CTA shape (two consumer warpgroups, one producer warpgroup, 128 x
 // 128 output tiles), shared-memory matrix descriptors, the wgmma fences, the consumers'
-// barrier, the persistent tile order and the epilogue that writes a tile from its sums in
-// shared memory.
+// barrier, the persistent tile order, the epilogue that writes a tile from its sums in
+// shared memory and the split-K reduction across a cluster.
 #pragma once
 
 #include "../gemv/prepared.cuh"
@@ -171,9 +171,71 @@ __device__ __forceinline__ void store_tile(const PgemmParams& p, const float* su
     });
 }
 
+// Every thread of the cluster (those of warps at different places too: the non-aligned
+// form): arrive with release, wait with acquire semantics at cluster scope.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// Eight f32 at shared address `saddr` of this CTA, read from the same place in CTA `rank`
+// of the cluster.
+__device__ __forceinline__ void load_peer8(uint32_t saddr, uint32_t rank, float (&v)[8]) {
+    uint32_t peer;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(saddr), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                 : "r"(peer)
+                 : "memory");
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7])
+                 : "r"(peer + 16u)
+                 : "memory");
+}
+
+// Split K across a cluster (its CTAs are the splits of one tile, rank = split): once
+// every split's sums are in its shared memory (`sums`, [activation row][weight row]),
+// CTA `split` adds its share of the tile's rows from all of them through distributed
+// shared memory, in split order, and writes those outputs with activation `act`; the
+// second barrier keeps each CTA's sums in place until every peer has read them. Every
+// consumer thread of the cluster calls it; the cluster's other threads arrive on the
+// same two barriers (cluster_sync twice) or have exited (a cluster barrier waits for
+// the non-exited threads only). KB peers' sums are loaded before any is added (as the
+// caller's registers allow).
+template <int ROWS, uint32_t KB>
+__device__ __forceinline__ void store_split(const PgemmParams& p, const float* sums, uint32_t m0, uint32_t n0,
+                                            uint32_t split, int act) {
+    cluster_sync();
+    const uint32_t share = (ROWS / 8u + p.splits - 1u) / p.splits * 8u;
+    const uint32_t r0 = min((uint32_t)ROWS, split * share), r1 = min((uint32_t)ROWS, r0 + share);
+    auto peers = [&](uint32_t r, uint32_t col, float (&v)[8]) {
+        const uint32_t at = smem_u32(sums + r * BN + col);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = 0.0f;
+        for (uint32_t sp0 = 0; sp0 < p.splits; sp0 += KB) {
+            float w[KB][8];
+#pragma unroll
+            for (uint32_t b = 0; b < KB; ++b)
+                if (sp0 + b < p.splits) load_peer8(at, sp0 + b, w[b]);
+#pragma unroll
+            for (uint32_t b = 0; b < KB; ++b)
+                if (sp0 + b < p.splits) {
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) v[e] = __fadd_rn(v[e], w[b][e]);
+                }
+        }
+    };
+    switch (act) {
+        case 1: store_rows<1, ROWS>(p, m0, n0, 0, peers, r0, r1); break;
+        case 2: store_rows<2, ROWS>(p, m0, n0, 0, peers, r0, r1); break;
+        case 3: store_rows<3, ROWS>(p, m0, n0, 0, peers, r0, r1); break;
+        default: store_rows<0, ROWS>(p, m0, n0, 0, peers, r0, r1); break;
+    }
+    cluster_sync();
+}
+
 // Which tile the CTA's k-th turn takes, and its K range: tiles in order of weight tile
-// first (the CTAs running at once share activation tiles in L2), then activation tile,
-// then K split.
+// first (the CTAs running at once share activation tiles in L2), then activation tile;
+// with K split, the splits of a tile are consecutive (one cluster: rank = split).
 struct Tile {
     uint32_t n, m, split, s0, count;
 };
@@ -181,9 +243,10 @@ template <int ROWS = BM>
 __device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
     const uint32_t tiles_n = (p.n + BN - 1) / BN, tiles_m = (p.m + ROWS - 1) / ROWS;
     Tile r;
-    r.n = t % tiles_n;
-    r.m = (t / tiles_n) % tiles_m;
-    r.split = t / tiles_n / tiles_m;
+    r.split = t % p.splits;
+    const uint32_t tile = t / p.splits;
+    r.n = tile % tiles_n;
+    r.m = (tile / tiles_n) % tiles_m;
     r.s0 = r.split * p.slabs_per_split;
     const uint32_t s1 = min(p.slabs, r.s0 + p.slabs_per_split);
     r.count = s1 > r.s0 ? s1 - r.s0 : 0u;

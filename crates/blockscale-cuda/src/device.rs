@@ -363,6 +363,73 @@ pub(crate) unsafe fn launch_dependent<P: cudarc::driver::DeviceRepr>(
     unsafe { launch_dependent_args(stream, func, config, 1, &mut args) }
 }
 
+/// The largest cluster the kernels are launched in (the portable limit).
+pub(crate) const MAX_CLUSTER: usize = 8;
+
+/// How many clusters of s CTAs of `kernel` (named `name`, CTAs of `threads` threads and
+/// `smem` bytes of shared memory) the device holds at once, for s up to [`MAX_CLUSTER`] (index s; the driver's occupancy
+/// query, made once per device name, SM count and kernel; 0 where the query fails, which
+/// keeps that size out of the plan).
+pub(crate) fn active_clusters(
+    dev: &Device,
+    kernel: &Kernel,
+    name: &str,
+    (threads, smem): (u32, usize),
+) -> [usize; MAX_CLUSTER + 1] {
+    use cudarc::driver::sys;
+    type Key = (String, u32, String);
+    static CACHE: std::sync::Mutex<Vec<(Key, [usize; MAX_CLUSTER + 1])>> = std::sync::Mutex::new(Vec::new());
+    let key = (dev.name().to_string(), dev.sm_count(), name.to_string());
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, n)) = cache.iter().find(|(k, _)| *k == key) {
+        return *n;
+    }
+    let mut counts = [0usize; MAX_CLUSTER + 1];
+    for (size, count) in counts.iter_mut().enumerate().skip(1) {
+        // SAFETY: CUlaunchAttribute is plain data; all zero is valid, overwritten below.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: size as u32, y: 1, z: 1 };
+        let config = sys::CUlaunchConfig {
+            gridDimX: size as u32,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem as u32,
+            hStream: dev.stream().cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY: `config` and `attr` outlive the call, a query that launches nothing;
+        // the function is a loaded kernel of this device's context.
+        let ok =
+            unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, kernel.func.cu_function(), &config) }.result().is_ok();
+        *count = if ok { n.max(0) as usize } else { 0 };
+    }
+    cache.push((key, counts));
+    counts
+}
+
+/// [`launch_dependent`] in clusters of `cluster` CTAs along x (1: no clusters).
+///
+/// # Safety
+/// As [`launch_dependent`]; the grid's x is a multiple of `cluster` (at most
+/// [`MAX_CLUSTER`]) and the kernel expects the clusters.
+pub(crate) unsafe fn launch_dependent_in_clusters<P: cudarc::driver::DeviceRepr>(
+    stream: &CudaStream,
+    func: &CudaFunction,
+    config: LaunchConfig,
+    cluster: u32,
+    params: &P,
+) -> Result<(), cudarc::driver::DriverError> {
+    let mut args = [params as *const P as *mut std::ffi::c_void];
+    // SAFETY: the caller's guarantee.
+    unsafe { launch_dependent_args(stream, func, config, cluster, &mut args) }
+}
+
 /// [`launch_dependent`] for a kernel of two parameters.
 ///
 /// # Safety

@@ -700,7 +700,7 @@ fn pairs_on_prepared_weights_replay_in_a_cuda_graph_and_check_their_inputs() {
     let (da, pw) = (DeviceQuantized::from_host(&dev, &qa).unwrap(), PreparedWeights::from_host(&dev, &qw).unwrap());
     let epi = DeviceEpilogue::default().with_activation(Activation::GeluErf);
     let expect = dev.stream().clone_dtoh(&gemm_prepared::<bf16>(&dev, &da, &pw, &epi).unwrap()).unwrap();
-    assert!(gemm_prepared_workspace_size::<bf16>(&dev, &da, &pw, n).unwrap() > 0, "tiles and partial sums");
+    assert!(gemm_prepared_workspace_size::<bf16>(&dev, &da, &pw, n).unwrap() > 0, "the activation tiles");
     dev.reserve_workspace(gemm_prepared_workspace_size::<bf16>(&dev, &da, &pw, n).unwrap()).unwrap();
     let mut d = poisoned::<bf16>(&dev, m, n);
     replay_in_graph(&dev, &mut d, |d| gemm_prepared_into(&dev, &da, &pw, &epi, DeviceMatrixMut::new(d, m, n)), &expect);

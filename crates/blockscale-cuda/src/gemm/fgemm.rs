@@ -182,8 +182,7 @@ fn fills_waves(m: usize, n: usize, slots: usize) -> bool {
 /// What a CTA's fixed costs (pipeline fill, epilogue, its share of a reduction) weigh
 /// in K blocks, in the plan's count of waves x (blocks a split + this).
 const SPLIT_COST_BLOCKS: usize = 4;
-/// The largest cluster the kernel is launched in (the portable limit).
-const MAX_CLUSTER: usize = 8;
+use crate::device::MAX_CLUSTER;
 
 /// How the kernel is launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,53 +220,6 @@ impl Plan {
     }
 }
 
-/// How many clusters of s CTAs of `kernel` (named `name`, `smem` bytes of shared memory)
-/// the device holds at once, for s up to [`MAX_CLUSTER`] (index s; the driver's occupancy
-/// query, made once per device name, SM count and kernel; 0 where the query fails, which
-/// keeps that size out of the plan).
-fn active_clusters(
-    dev: &Device,
-    kernel: &crate::device::Kernel,
-    name: &'static str,
-    smem: usize,
-) -> [usize; MAX_CLUSTER + 1] {
-    use cudarc::driver::sys;
-    type Key = (String, u32, &'static str);
-    static CACHE: std::sync::Mutex<Vec<(Key, [usize; MAX_CLUSTER + 1])>> = std::sync::Mutex::new(Vec::new());
-    let key = (dev.name().to_string(), dev.sm_count(), name);
-    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, n)) = cache.iter().find(|(k, _)| *k == key) {
-        return *n;
-    }
-    let mut counts = [0usize; MAX_CLUSTER + 1];
-    for (size, count) in counts.iter_mut().enumerate().skip(1) {
-        // SAFETY: CUlaunchAttribute is plain data; all zero is valid, overwritten below.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: size as u32, y: 1, z: 1 };
-        let config = sys::CUlaunchConfig {
-            gridDimX: size as u32,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: THREADS,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: smem as u32,
-            hStream: dev.stream().cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        let mut n: std::ffi::c_int = 0;
-        // SAFETY: `config` and `attr` outlive the call, a query that launches nothing;
-        // the function is a loaded kernel of this device's context.
-        let ok =
-            unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, kernel.func.cu_function(), &config) }.result().is_ok();
-        *count = if ok { n.max(0) as usize } else { 0 };
-    }
-    cache.push((key, counts));
-    counts
-}
-
 /// The kernel for these operands, its tile height and shared memory, and its plan.
 fn plan(
     dev: &Device,
@@ -279,7 +231,7 @@ fn plan(
     let tm = tile_m(m, n, slots);
     let (name, bytes) = (format.kernel_name(tm), smem(tm, format.is_mx()));
     let kernel = dev.function_with_threads(name, THREADS, bytes)?;
-    let counts = active_clusters(dev, &kernel, name, bytes);
+    let counts = crate::device::active_clusters(dev, &kernel, name, (THREADS, bytes));
     let active = |s: usize| counts[s];
     let plan = Plan::new((m, n, k / BLOCK_K), slots, tm, &active);
     Ok((kernel, tm, bytes, plan))

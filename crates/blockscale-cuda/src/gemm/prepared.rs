@@ -16,6 +16,7 @@ use ndarray::{Array2, ArrayView2};
 
 use super::{DeviceEpilogue, DeviceMatrixMut, check_output, on_device, to_host};
 use crate::buffer::{DeviceElement, DeviceQuantized};
+use crate::device::MAX_CLUSTER;
 use crate::gemv::{GEMV_MAX_ROWS, GemvInput};
 use crate::params::PgemmParams;
 use crate::prepared::{Fast, Inner, PreparedWeights, scale_add, stage_scale_bytes};
@@ -205,11 +206,25 @@ impl Plan {
     }
 
     /// The wgmma kernel's plan: 128 x 128 tiles on at most `slots` persistent CTAs, the
-    /// activation tiles first in the workspace.
-    fn wgmma((m, n, slabs): (usize, usize, usize), slots: usize) -> Self {
+    /// activation tiles first in the workspace. K splits only while the tiles leave slots
+    /// idle, each split of at least [`MIN_SPLIT_SLABS`] slabs, the splits of a tile one
+    /// cluster of at most [`MAX_CLUSTER`] CTAs, as many as the GPU holds every tile's
+    /// cluster at once (`active(s)`: clusters of s CTAs resident at once). The splits add
+    /// their sums in the cluster: the workspace holds only the activation tiles.
+    fn wgmma((m, n, slabs): (usize, usize, usize), slots: usize, active: &dyn Fn(usize) -> usize) -> Self {
         let image = m.div_ceil(WG_TILE) * slabs * WG_ACT_TILE;
-        let plan = Self::tiled((m, n, slabs), slots, (WG_TILE_N, WG_TILE), image);
-        Self { ctas: plan.ctas.min(slots), ..plan }
+        let (tiles_n, tiles_m) = (n.div_ceil(WG_TILE_N), m.div_ceil(WG_TILE));
+        let tiles = tiles_n * tiles_m;
+        let most = if tiles < slots { (slots / tiles).min(slabs / MIN_SPLIT_SLABS).clamp(1, MAX_CLUSTER) } else { 1 };
+        // s splits of an even number of slabs (the pair-scaled schemes' scale steps).
+        let split = |s: usize| {
+            let per = slabs.div_ceil(s).next_multiple_of(2);
+            (slabs.div_ceil(per), per)
+        };
+        let (splits, slabs_per_split) =
+            (2..=most).rev().map(split).find(|&(s, _)| s > 1 && active(s) >= tiles).unwrap_or((1, slabs));
+        let ctas = if splits > 1 { tiles * splits } else { tiles.min(slots) };
+        Self { tiles_n, tiles_m, splits, slabs_per_split, image, ctas, workspace: image }
     }
 
     fn tiled(
@@ -241,9 +256,11 @@ fn plan(
     wgmma: bool,
 ) -> Result<(crate::device::Kernel, Plan), CudaError> {
     let (kernel, plan) = if wgmma {
-        let kernel = dev.function_with_threads(&wgmma_name(w.scheme, f16), WG_THREADS, wg_smem_bytes(w.scheme))?;
+        let (name, smem) = (wgmma_name(w.scheme, f16), wg_smem_bytes(w.scheme));
+        let kernel = dev.function_with_threads(&name, WG_THREADS, smem)?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
-        (kernel, Plan::wgmma((m, w.rows, w.slabs), slots))
+        let counts = crate::device::active_clusters(dev, &kernel, &name, (WG_THREADS, smem));
+        (kernel, Plan::wgmma((m, w.rows, w.slabs), slots, &|s| counts[s]))
     } else {
         let kernel = dev.function_with_threads(&kernel_name(w.scheme, f16), THREADS, smem_bytes(w.scheme))?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
@@ -439,6 +456,7 @@ fn launch_fused<O: DeviceElement>(
             shared_mem_bytes: smem_bytes(f.scheme) as u32,
         }
     };
+    let cluster = if wgmma { plan.splits as u32 } else { 1 };
     // SAFETY: `params` matches `PgemmParams`. The prepared codes and scales hold whole
     // pairs of 4-group units (128 rows) and a multiple of 4 slabs, so every copy of the
     // grid's tiles is inside them; the activations were checked for M rows of K at a
@@ -446,14 +464,17 @@ fn launch_fused<O: DeviceElement>(
     // (K a multiple of 16: rows of 32-byte multiples) (pgemm zero-fills past M and K; the
     // wgmma kernel reads instead the tiles written by the launch above, whole tiles of
     // slabs the weights hold), the output for M x N at its stride, the bias for N values,
-    // the workspace for the split-K partial sums after the activations; the dynamic
-    // shared memory is what pgemm.cu or wgemm.cu lays out (each traps if given less).
+    // the workspace for pgemm's split-K partial sums after the activations (the wgmma
+    // kernel adds its splits in the cluster); the dynamic shared memory is what pgemm.cu
+    // or wgemm.cu lays out (each traps if given less).
     // Before its griddepcontrol.wait the kernel reads only the prepared weights. The
     // guards keep every buffer alive and ordered until the launch is queued on this
-    // device's stream.
-    unsafe { crate::device::launch_dependent(stream, &kernel.func, config, &params) }
+    // device's stream. With K split on the wgmma kernel, the splits of a tile are one
+    // cluster (at most MAX_CLUSTER): the grid is one CTA per tile and split, a multiple
+    // of the cluster, as wgemm.cu's tile order expects.
+    unsafe { crate::device::launch_dependent_in_clusters(stream, &kernel.func, config, cluster, &params) }
         .map_err(CudaError::driver("launching the GEMM on prepared weights"))?;
-    if plan.splits > 1 {
+    if plan.splits > 1 && !wgmma {
         let reduce = dev.function("pgemm_reduce")?;
         let config = dev.grid_stride((m * n) as u64, &reduce);
         // SAFETY: as above: the reduction reads the partial sums the GEMM wrote into the
@@ -737,19 +758,32 @@ mod tests {
 
     #[test]
     fn wgmma_plan_tiles_128_by_128_on_persistent_ctas() {
-        // M = 128, N = K = 4096 on 132 SMs: 32 tiles, 4 splits of 16 slabs, 128 CTAs; the
-        // workspace holds one 128-row block of activation tiles (64 slabs of 16 KiB),
-        // then the partial sums.
-        let p = Plan::wgmma((128, 4096, 64), 132);
+        // One CTA an SM: 132 / s clusters of s CTAs at once (real GPUs hold fewer of the
+        // larger ones: their GPCs do not divide evenly).
+        let ideal = |s: usize| 132 / s;
+        // M = 128, N = K = 4096 on 132 SMs: 32 tiles, 4 splits of 16 slabs (clusters of
+        // 4), 128 CTAs; the workspace holds one 128-row block of activation tiles (64
+        // slabs of 16 KiB) and nothing else (the splits add their sums in the cluster).
+        let p = Plan::wgmma((128, 4096, 64), 132, &ideal);
         assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.slabs_per_split, p.ctas), (32, 1, 4, 16, 128));
-        assert_eq!(p.image, 64 * 16384);
-        assert_eq!(p.workspace, 64 * 16384 + 4 * 128 * 4096 * 4);
+        assert_eq!((p.image, p.workspace), (64 * 16384, 64 * 16384));
+        // If only 30 clusters of 4 fit at once: 3 splits (of 22, 22 and 20 slabs).
+        let p = Plan::wgmma((128, 4096, 64), 132, &|s| if s == 4 { 30 } else { ideal(s) });
+        assert_eq!((p.splits, p.slabs_per_split, p.ctas), (3, 22, 96));
+        // No cluster fits: no split.
+        assert_eq!(Plan::wgmma((128, 4096, 64), 132, &|_| 0).splits, 1);
+        // M = 128, N = 7168, K = 2048: 56 tiles, 2 splits of 16 slabs.
+        let p = Plan::wgmma((128, 7168, 32), 132, &ideal);
+        assert_eq!((p.splits, p.slabs_per_split, p.ctas), (2, 16, 112));
+        // A single tile splits into a cluster of at most 8, each split at least 8 slabs.
+        assert_eq!(Plan::wgmma((64, 128, 256), 132, &ideal).splits, 8);
+        assert_eq!(Plan::wgmma((64, 128, 24), 132, &ideal).splits, 3);
         // M = 300, N = 28672: 224 x 3 tiles on 132 CTAs, no split.
-        let q = Plan::wgmma((300, 28672, 128), 132);
+        let q = Plan::wgmma((300, 28672, 128), 132, &ideal);
         assert_eq!((q.tiles_n, q.tiles_m, q.splits, q.ctas), (224, 3, 1, 132));
         assert_eq!((q.image, q.workspace), (3 * 128 * 16384, 3 * 128 * 16384));
         // N = 130: two tiles.
-        assert_eq!(Plan::wgmma((64, 130, 4), 132).tiles_n, 2);
+        assert_eq!(Plan::wgmma((64, 130, 4), 132, &ideal).tiles_n, 2);
     }
 
     #[test]
