@@ -895,6 +895,9 @@ fn gemm_sanitizer_smoke() {
     run_weight_only::<f32, f32>(&dev, Scheme::Int4G32, true, (5, 40, 64), 65, false, Activation::GeluErf, 950);
     run_weight_only::<bf16, bf16>(&dev, Scheme::NvFp4, false, (20, 40, 64), 64, false, Activation::Identity, 951);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::NvFp4, (70, 72, 1024), false, Activation::Silu, 952);
+    // A pair on prepared weights: the activations decoded into the tiles, K split in a
+    // cluster (one tile, two splits).
+    run_prepared_pair::<bf16>(&dev, (Scheme::MxFp8E4M3, Scheme::MxFp4), (70, 72, 1024), false, Activation::Silu, 959);
     run_weight_only_prepared::<f16, f32>(&dev, Scheme::Int4G32, (130, 40, 256), false, Activation::Identity, 953);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::Int4G128, (70, 40, 640), false, Activation::Silu, 955);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::Int4G32, (70, 40, 320), false, Activation::GeluErf, 956);

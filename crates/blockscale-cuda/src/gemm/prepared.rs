@@ -9,6 +9,12 @@
 //!   same decode into `mma.sync`.
 //! - Larger M on Hopper: the weights decoded to bf16 in the workspace and CUTLASS's BF16
 //!   GEMM (faster there: docs/DECISIONS.md #40 and #42).
+//!
+//! Quantized pairs on the same weights ([`gemm_prepared`]: NVFP4 or MX activations) take
+//! the same kernels, the activations decoded to bf16 on their way into the workspace:
+//! the wgmma kernel's tiling decodes them (Hopper, any M up to 1024), pgemm reads them
+//! decoded (SM120), CUTLASS's BF16 GEMM takes both operands decoded above
+//! (docs/DECISIONS.md #47).
 
 use blockscale_formats::{Epilogue, Fp8Tile, QuantizedMatrix, Scheme};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};

@@ -623,7 +623,7 @@ impl PreparedLayout {
     pub fn k(&self) -> usize {
         self.k
     }
-    /// Row groups of 16 (padded to a multiple of [`GROUP_ALIGN`]).
+    /// Row groups of 16 (padded to a multiple of 8, the layout's `GROUP_ALIGN`).
     pub fn row_groups(&self) -> usize {
         self.row_groups
     }
