@@ -1,7 +1,8 @@
 // Dequantization kernels: every value is (value(code) * block_scale) * post in f32
 // (post is NVFP4's decode factor, 1 otherwise), NaN made canonical, then rounded once to
 // the output type; the same steps as blockscale-cpu's kernels. One chunk of 8 values per
-// thread per grid-stride step.
+// thread per grid-stride step. (Also the decode of quantized activations before the
+// GEMV and pgemm: the pairs on prepared weights.)
 
 #include "../common/convert.cuh"
 #include "../common/params.cuh"
@@ -41,6 +42,11 @@ __device__ __forceinline__ void store8<BF16Out>(void* base, uint64_t at, const f
 
 template <typename Out, uint32_t S>
 __device__ void dequantize_chunks(const DequantParams& p) {
+    // Launched as a dependent (programmatic dependent launch): wait for the kernel that
+    // wrote the codes, then let the next kernel launch at once (it waits in turn, with
+    // griddepcontrol.wait, for this grid to finish before reading what it writes).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const uint32_t chunks_per_row = p.k / 8;
     const uint64_t total = (uint64_t)p.rows * chunks_per_row;
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;

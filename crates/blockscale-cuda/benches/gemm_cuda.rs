@@ -278,6 +278,17 @@ fn weight_only(dev: &Device, blas: &CudaBlas, filter: &str) {
                     // replayed from a CUDA graph.
                     row(&format!("bf16 x {name} prepared (graph)"), flop, graph_time(dev, 10, |_| call()), &an_graph);
                 }
+                if matches!(scheme, Scheme::NvFp4 | Scheme::MxFp4) {
+                    // The pair on the same prepared weights (`gemm_prepared`): NVFP4
+                    // activations with NVFP4 weights, MXFP8 E4M3 with MXFP4.
+                    let (act, sa) =
+                        if scheme == Scheme::NvFp4 { ("nvfp4", Scheme::NvFp4) } else { ("mxfp8", Scheme::MxFp8E4M3) };
+                    let qa = quantize(dev, xm, sa, &QuantizeOptions::default()).unwrap();
+                    let bytes = gemm_prepared_workspace_size::<bf16>(dev, &qa, &pw, n).unwrap();
+                    dev.reserve_workspace(bytes).unwrap();
+                    let call = || gemm_prepared_into(dev, &qa, &pw, &epi, DeviceMatrixMut::new(&mut d, m, n)).unwrap();
+                    row(&format!("{act} x {name} prepared pair"), flop, time(stream, 10, call), &an);
+                }
                 if m <= 512 && matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_)) {
                     // f16 activations (W4A16 checkpoints often run them): the same weights.
                     let xh = random_f16(dev, m * k, 1);

@@ -1,7 +1,7 @@
 //! Dequantization on the device.
 
 use blockscale_formats::{DataLayout, QuantizedMatrix, ScaleLayout};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use ndarray::Array2;
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
@@ -71,12 +71,12 @@ pub(crate) fn launch_dequantize(
     let kernel = dev.function(&format!("dequantize_{}_{suffix}", scheme_name(q.scheme())))?;
     // One thread per 8 values (dequantize.cu).
     let config = dev.grid_stride((shape.rows * shape.k / 8) as u64, &kernel);
-    let mut launch = stream.launch_builder(&kernel.func);
-    launch.arg(&params);
     // SAFETY: `params` matches `DequantParams`; `q` was built by `quantize` or
     // `from_host` (a validated QuantizedMatrix), so its codes and scales have the sizes
     // its shape implies; the caller guarantees the output's size, stride and alignment.
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the dequantize kernel"))?;
+    // The kernel reads nothing before its griddepcontrol.wait.
+    unsafe { crate::device::launch_dependent(stream, &kernel.func, config, &params) }
+        .map_err(CudaError::driver("launching the dequantize kernel"))?;
     drop((g_data, g_scales));
     Ok(())
 }

@@ -708,6 +708,18 @@ fn pairs_on_prepared_weights_replay_in_a_cuda_graph_and_check_their_inputs() {
         let again = dev.stream().clone_dtoh(&gemm_prepared::<bf16>(&dev, &da, &pw, &epi).unwrap()).unwrap();
         assert!(again.iter().zip(&expect).all(|(a, b)| a.to_bits() == b.to_bits()), "deterministic");
     }
+    // M = 8: the GEMV, the activations decoded after its split-K partials.
+    let a8 = quantize(&xa[..8 * k], 8, k, Scheme::MxFp8E4M3, ScaleLayout::Linear, false);
+    let da8 = DeviceQuantized::from_host(&dev, &a8).unwrap();
+    let expect8 = dev.stream().clone_dtoh(&gemm_prepared::<bf16>(&dev, &da8, &pw, &epi).unwrap()).unwrap();
+    dev.reserve_workspace(gemm_prepared_workspace_size::<bf16>(&dev, &da8, &pw, n).unwrap()).unwrap();
+    let mut d8 = poisoned::<bf16>(&dev, 8, n);
+    replay_in_graph(
+        &dev,
+        &mut d8,
+        |d| gemm_prepared_into(&dev, &da8, &pw, &epi, DeviceMatrixMut::new(d, 8, n)),
+        &expect8,
+    );
     // Typed errors: a pair the rule refuses, K differing, FP8 block on prepared weights,
     // a short bias.
     let nv = small_quantized(&dev, 16, k, Scheme::NvFp4);

@@ -12,9 +12,9 @@
 //!
 //! Quantized pairs on the same weights ([`gemm_prepared`]: NVFP4 or MX activations) take
 //! the same kernels, the activations decoded to bf16 on their way into the workspace:
-//! the wgmma kernel's tiling decodes them (Hopper, any M up to 1024), pgemm reads them
-//! decoded (SM120), CUTLASS's BF16 GEMM takes both operands decoded above
-//! (docs/DECISIONS.md #47).
+//! the GEMV up to M = 16, the wgmma kernel's tiling decodes them (Hopper, M up to 1024),
+//! pgemm reads them decoded (SM120), CUTLASS's BF16 GEMM takes both operands decoded
+//! above (docs/DECISIONS.md #47).
 
 use blockscale_formats::{Epilogue, Fp8Tile, QuantizedMatrix, Scheme};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
@@ -598,10 +598,21 @@ pub fn gemm_weight_only_prepared_host<I: GemvInput, O: DeviceElement>(
     to_host(dev, &y, m, n)
 }
 
-/// Where a quantized pair on prepared weights runs, after checking the pair: `None` for
-/// the bf16 decode of both operands and CUTLASS's BF16 GEMM (Hopper, M above the
-/// wgmma kernel's range), `Some(wgmma)` for the fused kernels.
-fn pair_route(dev: &Device, a: &DeviceQuantized, f: &Fast) -> Result<Option<bool>, CudaError> {
+/// Where a quantized pair on prepared weights runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PairRoute {
+    /// Up to 16 rows: the GEMV on the prepared weights, the activations decoded into
+    /// its workspace.
+    Gemv,
+    /// The fused kernels: the wgmma one (`true`) or pgemm.
+    Fused(bool),
+    /// Both operands decoded to bf16 and CUTLASS's BF16 GEMM (Hopper, M above the wgmma
+    /// kernel's range).
+    Cutlass,
+}
+
+/// Checks the pair and picks its route.
+fn pair_route(dev: &Device, a: &DeviceQuantized, f: &Fast) -> Result<PairRoute, CudaError> {
     super::check_schemes((a.scheme(), a.shape().k), (f.scheme, f.k))?;
     if matches!(f.scheme, Scheme::Fp8Block(_)) {
         return Err(CudaError::UnsupportedPair {
@@ -611,8 +622,11 @@ fn pair_route(dev: &Device, a: &DeviceQuantized, f: &Fast) -> Result<Option<bool
         });
     }
     let m = a.shape().rows;
+    if m <= GEMV_MAX_ROWS {
+        return Ok(PairRoute::Gemv);
+    }
     let wgmma = dev.arch() == crate::Arch::Sm90 && m <= wgmma_max_m(f.scheme, false) && wgmma_enabled();
-    Ok((wgmma || fused(dev, m)).then_some(wgmma))
+    Ok(if wgmma || fused(dev, m) { PairRoute::Fused(wgmma) } else { PairRoute::Cutlass })
 }
 
 /// Checks and queues a quantized pair on prepared weights.
@@ -635,10 +649,14 @@ fn run_pair<O: DeviceElement>(
     };
     let alpha = epilogue.alpha_quantized(a.global_scale(), f.global_scale);
     match pair_route(dev, a, f)? {
-        Some(wgmma) => {
+        PairRoute::Gemv => {
+            let side = crate::gemv::FastSide { w: f, alpha, epilogue };
+            crate::gemv::run_quantized(dev, a, side, out, grow)
+        }
+        PairRoute::Fused(wgmma) => {
             launch_fused(dev, f, (Acts::Quantized(a), a.shape().rows), Route { wgmma, grow }, alpha, epilogue, out)
         }
-        None => {
+        PairRoute::Cutlass => {
             let (lhs, rhs) = (super::Lhs::<half::bf16>::Quantized(a), super::Rhs::Prepared(f));
             super::run_rhs(dev, lhs, rhs, alpha * f.dequant_factor(), epilogue, out, grow)
         }
@@ -649,9 +667,9 @@ fn run_pair<O: DeviceElement>(
 /// prepared weights `w` (N x K), into a new contiguous M x N buffer of `O`: the pairs of
 /// [`gemm`](super::gemm) (NVFP4 x NVFP4, any MX x any MX) on the weights the GEMV and
 /// the weight-only GEMM read. The activations are decoded to bf16 exactly on their way
-/// into the fused kernel's workspace (they are small next to the weights); the weights
-/// are decoded in registers inside the main loop, as in
-/// [`gemm_weight_only_prepared`]. Weights kept in their checkpoint layout run
+/// into the kernels' workspace (they are small next to the weights); the weights are
+/// decoded in registers inside the main loop, as in [`gemm_weight_only_prepared`] (M up
+/// to 16: the GEMV). Weights kept in their checkpoint layout run
 /// [`gemm`](super::gemm). Grows the device's workspace if needed; nothing is waited for.
 ///
 /// ```no_run
@@ -713,10 +731,11 @@ pub fn gemm_prepared_workspace_size<O: DeviceElement>(
     };
     let m = a.shape().rows;
     match pair_route(dev, a, f)? {
-        Some(wgmma) => {
+        PairRoute::Gemv => crate::gemv::quantized_workspace_size(dev, m, f),
+        PairRoute::Fused(wgmma) => {
             Ok(plan(dev, f, (m, decoded_bytes(Acts::Quantized(a), m, f.k, wgmma)), false, wgmma)?.1.workspace)
         }
-        None => super::pair_workspace::<O>(dev, a, super::Rhs::Prepared(f), out_row_stride),
+        PairRoute::Cutlass => super::pair_workspace::<O>(dev, a, super::Rhs::Prepared(f), out_row_stride),
     }
 }
 

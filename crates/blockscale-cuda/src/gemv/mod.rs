@@ -44,6 +44,7 @@ impl GemvInput for bf16 {}
 impl GemvInput for f16 {}
 
 mod prepared;
+pub(crate) use prepared::{FastSide, quantized_workspace_size, run_quantized};
 
 /// The weights a GEMV reads: a matrix in its checkpoint / quantize layout, or one
 /// prepared once for the fast kernels ([`PreparedWeights`]; a prepared matrix that had
@@ -281,6 +282,12 @@ fn check_request<I: GemvInput, O: DeviceElement>(
     if x.k != k {
         return Err(CudaError::KMismatch { a: x.k, b: k });
     }
+    check_shape_and_epilogue((n, k), sides)?;
+    check_output(out, m, n)
+}
+
+/// The weights' size limits and each side's bias length and alpha.
+fn check_shape_and_epilogue((n, k): (usize, usize), sides: &[(f32, &DeviceEpilogue<'_>)]) -> Result<(), CudaError> {
     // The kernels keep row and per-step byte counts in 32 bits (gemv.cu, FastCopies;
     // interleaved weights move 64 N bytes per step; prepared.cu likewise).
     if n >= 1 << 26 || k >= 1 << 28 {
@@ -296,7 +303,7 @@ fn check_request<I: GemvInput, O: DeviceElement>(
             return Err(CudaError::InvalidAlpha(alpha));
         }
     }
-    check_output(out, m, n)
+    Ok(())
 }
 
 /// Checks everything and queues the GEMV on the kernels the weights' layout takes.

@@ -4,8 +4,8 @@ use blockscale_formats::{Fp8Tile, Scheme};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::{GemvInput, check_request};
-use crate::buffer::DeviceElement;
-use crate::gemm::{DeviceEpilogue, DeviceMatrixMut};
+use crate::buffer::{DeviceElement, DeviceQuantized};
+use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, check_output};
 use crate::params::PgemvParams;
 use crate::prepared::{Fast, scale_add, stage_scale_bytes};
 use crate::quantize::DeviceMatrix;
@@ -21,10 +21,10 @@ const WARPS: usize = 4;
 const MAX_TILES: usize = crate::device::GEMV_COUNTERS;
 
 /// One side of a GEMV on prepared weights.
-pub(super) struct FastSide<'a> {
-    pub(super) w: &'a Fast,
-    pub(super) alpha: f32,
-    pub(super) epilogue: &'a DeviceEpilogue<'a>,
+pub(crate) struct FastSide<'a> {
+    pub(crate) w: &'a Fast,
+    pub(crate) alpha: f32,
+    pub(crate) epilogue: &'a DeviceEpilogue<'a>,
 }
 
 /// Stages of each warp's ring (`depth<MT>()`): 4 for M <= 8, 3 for M <= 16.
@@ -133,6 +133,32 @@ pub(super) fn workspace_size(dev: &Device, m: usize, w: &Fast, gated: bool) -> R
     Ok(prepare(dev, w, m, gated, false)?.1.workspace)
 }
 
+/// Where the prepared GEMV's activations come from.
+#[derive(Clone, Copy)]
+enum Acts<'a> {
+    /// bf16 or f16 (`f16`) rows at `ptr`, `stride` elements apart, already checked.
+    Plain { ptr: u64, stride: usize, f16: bool },
+    /// NVFP4 or MX activations (the pairs on prepared weights), decoded to bf16 rows in
+    /// the workspace after the split-K partials.
+    Quantized(&'a DeviceQuantized),
+}
+
+/// Workspace bytes of the GEMV's own plan (`plan`) and, for quantized activations, of
+/// their bf16 rows after it: (where they start, the total).
+fn decoded_at(plan: usize, quantized: bool, (m, k): (usize, usize)) -> (usize, usize) {
+    if quantized {
+        let at = plan.next_multiple_of(256);
+        (at, at + m * k * 2)
+    } else {
+        (0, plan)
+    }
+}
+
+/// Workspace bytes of the GEMV of `m` rows of quantized activations (`K = w.k`) on `w`.
+pub(crate) fn quantized_workspace_size(dev: &Device, m: usize, w: &Fast) -> Result<usize, CudaError> {
+    Ok(decoded_at(workspace_size(dev, m, w, false)?, true, (m, w.k)).1)
+}
+
 /// Checks and queues the GEMV on prepared weights.
 pub(super) fn run<I: GemvInput, O: DeviceElement>(
     dev: &Device,
@@ -141,9 +167,7 @@ pub(super) fn run<I: GemvInput, O: DeviceElement>(
     out: DeviceMatrixMut<'_, O>,
     grow: bool,
 ) -> Result<(), CudaError> {
-    let stream = dev.stream();
     let w = sides[0].w;
-    let (n, k, m) = (w.rows, w.k, x.rows);
     if let Some(other) = sides.get(1) {
         let v = other.w;
         if (v.scheme, v.rows, v.k) != (w.scheme, w.rows, w.k) {
@@ -152,19 +176,66 @@ pub(super) fn run<I: GemvInput, O: DeviceElement>(
     }
     let alphas: Vec<f32> = sides.iter().map(|s| s.alpha * s.w.layout_factor()).collect();
     let checks: Vec<_> = sides.iter().zip(&alphas).map(|(s, &a)| (a, s.epilogue)).collect();
-    check_request(&x, (n, k), &checks, &out)?;
-    let (x_ptr, g_x) = x.data.device_ptr(stream);
-    crate::checks::check_matrix::<I>(m, k, x.row_stride, x.data.len(), x_ptr, "activations")?;
+    check_request(&x, (w.rows, w.k), &checks, &out)?;
+    let (x_ptr, g_x) = x.data.device_ptr(dev.stream());
+    crate::checks::check_matrix::<I>(x.rows, w.k, x.row_stride, x.data.len(), x_ptr, "activations")?;
+    let acts = Acts::Plain { ptr: x_ptr, stride: x.row_stride, f16: I::SUFFIX == "f16" };
+    launch(dev, (acts, x.rows), sides, &alphas, out, grow)?;
+    drop(g_x);
+    Ok(())
+}
 
+/// Checks and queues the GEMV of quantized activations `a` (NVFP4 or MX, at most 16
+/// rows, K checked against `side`'s weights by the caller) on prepared weights:
+/// `side.alpha` is the pair's.
+pub(crate) fn run_quantized<O: DeviceElement>(
+    dev: &Device,
+    a: &DeviceQuantized,
+    side: FastSide<'_>,
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
+    let m = a.shape().rows;
+    super::check_rows(m)?;
+    let alpha = side.alpha * side.w.layout_factor();
+    super::check_shape_and_epilogue((side.w.rows, side.w.k), &[(alpha, side.epilogue)])?;
+    check_output(&out, m, side.w.rows)?;
+    launch(dev, (Acts::Quantized(a), m), &[side], &[alpha], out, grow)
+}
+
+/// Plans and queues the checked GEMV: the quantized activations' decode into the
+/// workspace first, where there are any.
+fn launch<O: DeviceElement>(
+    dev: &Device,
+    (acts, m): (Acts<'_>, usize),
+    sides: &[FastSide<'_>],
+    alphas: &[f32],
+    out: DeviceMatrixMut<'_, O>,
+    grow: bool,
+) -> Result<(), CudaError> {
+    let stream = dev.stream();
+    let w = sides[0].w;
+    let (n, k) = (w.rows, w.k);
     let gated = sides.len() == 2;
-    let (kernel, plan) = prepare(dev, w, m, gated, I::SUFFIX == "f16")?;
-    let mut scratch = dev.scratch_for(plan.workspace, grow && plan.workspace > 0)?;
+    let f16 = matches!(acts, Acts::Plain { f16: true, .. });
+    let (kernel, plan) = prepare(dev, w, m, gated, f16)?;
+    let (decoded, total) = decoded_at(plan.workspace, matches!(acts, Acts::Quantized(_)), (m, k));
+    let mut scratch = dev.scratch_for(total, grow && total > 0)?;
     let crate::device::Scratch { workspace, counters } = &mut *scratch;
     if plan.splits > 1 && counters.is_none() {
-        return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available: 0 });
+        return Err(CudaError::WorkspaceTooSmall { needed: total, available: 0 });
     }
-    let (ws_ptr, g_ws) = crate::device::scratch_ptr(workspace, plan.workspace > 0, stream);
+    let (ws_ptr, g_ws) = crate::device::scratch_ptr(workspace, total > 0, stream);
     let (cnt_ptr, g_cnt) = crate::device::scratch_ptr(counters, plan.splits > 1, stream);
+    let (x_ptr, x_stride) = match acts {
+        Acts::Plain { ptr, stride, .. } => (ptr, stride),
+        Acts::Quantized(a) => {
+            // bf16 rows of K (a multiple of 16: 16-byte aligned) after the partials.
+            let at = ws_ptr + decoded as u64;
+            crate::dequantize::launch_dequantize(dev, a, at, k, "bf16", 1.0)?;
+            (at, k)
+        }
+    };
     let out_stride = out.row_stride;
     let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
 
@@ -173,7 +244,7 @@ pub(super) fn run<I: GemvInput, O: DeviceElement>(
         out: out_ptr,
         partial: ws_ptr,
         counters: cnt_ptr,
-        x_stride: x.row_stride as u64,
+        x_stride: x_stride as u64,
         out_stride: out_stride as u64,
         m: m as u32,
         n: n as u32,
@@ -222,7 +293,7 @@ pub(super) fn run<I: GemvInput, O: DeviceElement>(
     // nothing writes after PreparedWeights uploaded them.
     unsafe { crate::device::launch_dependent(stream, &kernel.func, config, &params) }
         .map_err(CudaError::driver("launching the GEMV on prepared weights"))?;
-    drop((g_x, g_ws, g_cnt, g_out, guards));
+    drop((g_ws, g_cnt, g_out, guards));
     Ok(())
 }
 
