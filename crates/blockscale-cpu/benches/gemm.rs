@@ -354,15 +354,22 @@ fn gemm_cases(v: &mut Vec<Case>) {
     }
 }
 
-fn cases(reference: bool) -> Vec<Case> {
+/// The cases; with `--only TEXT` naming GEMV (GEMM) cases, the GEMM (GEMV) ones are not
+/// built (their setup is most of a run's time).
+fn cases(reference: bool, only: Option<&str>) -> Vec<Case> {
+    let builds = |kind: &str| only.is_none_or(|t| !t.contains("gem") || t.contains(kind));
     let mut v = Vec::new();
     let src: &'static [u8] = Box::leak(vec![1u8; 64 << 20].into_boxed_slice());
     let dst = Mutex::new(vec![0u8; 64 << 20]);
     v.push(case("memcpy 64 MiB (anchor)", 0.0, false, move || dst.lock().unwrap().copy_from_slice(black_box(src))));
     peak_cases(&mut v);
-    gemv_cases(&mut v);
-    batch_and_cold_cases(&mut v);
-    gemm_cases(&mut v);
+    if builds("gemv") {
+        gemv_cases(&mut v);
+        batch_and_cold_cases(&mut v);
+    }
+    if builds("gemm") {
+        gemm_cases(&mut v);
+    }
     if reference {
         let (a, b) = (data(2048, 2048, 3), data(2048, 2048, 5));
         for scheme in [Scheme::NvFp4, Scheme::MxFp8E4M3] {
@@ -431,7 +438,7 @@ fn main() {
     let reference = args.iter().any(|a| a == "--reference");
     // `--only TEXT`: keep the anchor, and the cases (with their baselines) naming TEXT.
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
-    let mut cases = cases(reference);
+    let mut cases = cases(reference, only.as_deref());
     if let Some(text) = only {
         cases.retain(|c| c.macs == 0.0 || c.name.starts_with("peak") || c.name.contains(&text));
     }

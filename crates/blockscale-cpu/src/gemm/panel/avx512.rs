@@ -4,7 +4,10 @@
 //! multiplies them with four activation bytes broadcast to every lane. A block's 16
 //! i32 lanes (one per weight row) then take the offset correction as their starting
 //! value, become f32 and meet the rows' scales in one FMA. The decoded block is reused
-//! for up to eight activation rows.
+//! for up to eight activation rows. A single row (the GEMV) may instead walk two or more
+//! panels side by side, each block's activation bytes broadcast once for all of them,
+//! with a software prefetch ahead of each panel's codes: what Intel's cores stream
+//! faster ([`walk`]).
 //!
 //! Scales are decoded in registers: UE8M0 by shifting the byte into an f32 exponent
 //! (0 and 255 patched to 2^-127 and NaN), UE4M3 by shifting it under an f32's exponent
@@ -33,9 +36,27 @@ const MR: usize = 8;
 /// The CPU has AVX-512 F, BW and VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) unsafe fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
+    // SAFETY: the caller's guarantee.
+    unsafe { rows_walking(a, m, p, (p0, p1), buf, walk()) }
+}
+
+/// [`rows`] with the single-row walk `(panels, prefetch)` given (see [`walk`]; the
+/// tests run every walk on any CPU).
+///
+/// # Safety
+/// As [`rows`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn rows_walking(
+    a: &ActRows<'_>,
+    m: usize,
+    p: &Panels,
+    (p0, p1): (usize, usize),
+    buf: &mut [f32],
+    walk: (usize, usize),
+) {
     let block = p.block;
     let (stride, kind) = check_kernel_inputs(a, m, p, p0, p1, buf);
-    let run = Run { a, p, p0, stride, buf: buf.as_mut_ptr() };
+    let run = Run { a, p, p0, stride, buf: buf.as_mut_ptr(), walk };
     // SAFETY: every length the tiles read and write was checked above.
     unsafe {
         match (block, kind) {
@@ -61,6 +82,8 @@ struct Run<'a> {
     /// Floats per activation row of `buf`.
     stride: usize,
     buf: *mut f32,
+    /// Panels side by side and prefetch distance of the single-row tiles ([`walk`]).
+    walk: (usize, usize),
 }
 
 impl Run<'_> {
@@ -70,6 +93,26 @@ impl Run<'_> {
     unsafe fn panels<const BLOCK: usize, const SC: u8>(&self, m: usize, p1: usize) {
         // Blocks of activation rows small enough to stay in cache while every panel
         // of the task passes over them.
+        let np = self.walk.0;
+        if m == 1 && np > 1 {
+            let mut pi = self.p0;
+            // SAFETY: row 0 exists; the caller checked the rest.
+            unsafe {
+                while pi + np <= p1 {
+                    match np {
+                        2 => self.tile1::<BLOCK, SC, 2>(pi),
+                        3 => self.tile1::<BLOCK, SC, 3>(pi),
+                        _ => self.tile1::<BLOCK, SC, 4>(pi),
+                    }
+                    pi += np;
+                }
+                while pi < p1 {
+                    self.tile1::<BLOCK, SC, 1>(pi);
+                    pi += 1;
+                }
+            }
+            return;
+        }
         for i0 in (0..m).step_by(ROW_BLOCK) {
             let i1 = (i0 + ROW_BLOCK).min(m);
             for pi in self.p0..p1 {
@@ -136,6 +179,90 @@ impl Run<'_> {
             let vscale = _mm512_set1_ps(p.vscale);
             for (r, acc_f) in accf.iter().enumerate() {
                 let o = self.buf.add((i0 + r) * self.stride + (pi - self.p0) * ROWS);
+                _mm512_storeu_ps(o, _mm512_mul_ps(*acc_f, vscale));
+            }
+        }
+    }
+}
+
+/// How the single-row kernel walks the panels here: how many panels side by side per
+/// pass over a block's activation bytes (1: the general tile), and how far ahead (bytes)
+/// it prefetches each panel's codes (0: not at all). Intel's cores stream the codes
+/// faster with two panels and a prefetch 512 bytes ahead (the Xeon host of the GPU
+/// machine: MXFP4 4096 x 4096 0.19-0.24 ms against 0.22-0.26, 16384 x 2048 0.35-0.37
+/// against 0.46-0.68; docs/BENCHMARKS.md); AMD's Zen 4 measured the same or up to 3%
+/// slower with them and keeps one panel. Decided once from the CPU's vendor;
+/// `BLOCKSCALE_PANEL_WALK=panels,prefetch` overrides it (for measurements).
+fn walk() -> (usize, usize) {
+    static S: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        let set = std::env::var("BLOCKSCALE_PANEL_WALK").ok().and_then(|v| {
+            let (a, b) = v.split_once(',')?;
+            Some((a.trim().parse::<usize>().ok()?.clamp(1, 4), b.trim().parse::<usize>().ok()?.min(4096)))
+        });
+        set.unwrap_or(if intel() { (2, 512) } else { (1, 0) })
+    })
+}
+
+/// Whether the CPU's vendor string is Intel's.
+fn intel() -> bool {
+    let id = __cpuid(0);
+    let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
+    vendor == b"GenuineIntel"
+}
+
+impl Run<'_> {
+    /// Panels `pi..pi + NP` times activation row 0 (the GEMV): each block's activation
+    /// bytes broadcast once for the NP panels, whose codes stream side by side, each
+    /// `walk.1` bytes ahead in the prefetcher. The same operations per panel as
+    /// [`Self::tile`] with one row, in the same order: the same bits.
+    ///
+    /// # Safety
+    /// `pi + NP <= p1`, and the lengths [`rows`] checks.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(&self, pi: usize) {
+        let (a, p) = (self.a, self.p);
+        let k = p.k;
+        let (cols, groups) = (k / BLOCK, BLOCK / 8);
+        let pf = self.walk.1;
+        // SAFETY (this function): as `tile` with one activation row, for each of the NP
+        // panels; a prefetch is a hint, valid for any address.
+        unsafe {
+            let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(p.unsigned.as_ptr().cast()));
+            let low = _mm512_set1_epi8(0x0f);
+            let wbase: [*const u8; NP] = core::array::from_fn(|j| p.codes.as_ptr().add((pi + j) * (k / 8) * 64));
+            let mut accf = [_mm512_setzero_ps(); NP];
+            let mut bq = [_mm512_setzero_si512(); 8];
+            for b in 0..cols {
+                let q = a.q.as_ptr().add(b * BLOCK).cast::<i32>();
+                for (g, v) in bq.iter_mut().enumerate().take(2 * groups) {
+                    *v = _mm512_set1_epi32(q.add(g).read_unaligned());
+                }
+                let corr = _mm512_set1_epi32(*a.corr.get_unchecked(b));
+                let d = _mm512_set1_ps(*a.d.get_unchecked(b * BLOCK / a.dblock));
+                for (j, acc_f) in accf.iter_mut().enumerate() {
+                    let s = scales16::<SC>(p, ((pi + j) * cols + b) * ROWS);
+                    let w = wbase[j].add(b * groups * 64);
+                    if pf > 0 {
+                        for g in 0..groups {
+                            _mm_prefetch::<_MM_HINT_T0>(w.add(pf + g * 64).cast());
+                        }
+                    }
+                    let mut acc = corr;
+                    for g in 0..groups {
+                        let v = _mm512_loadu_si512(w.add(g * 64).cast());
+                        let lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
+                        let hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16::<4>(v), low));
+                        acc = _mm512_dpbusd_epi32(acc, lo, bq[2 * g]);
+                        acc = _mm512_dpbusd_epi32(acc, hi, bq[2 * g + 1]);
+                    }
+                    *acc_f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(s, d), *acc_f);
+                }
+            }
+            let vscale = _mm512_set1_ps(p.vscale);
+            for (j, acc_f) in accf.iter().enumerate() {
+                let o = self.buf.add((pi + j - self.p0) * ROWS);
                 _mm512_storeu_ps(o, _mm512_mul_ps(*acc_f, vscale));
             }
         }

@@ -382,3 +382,38 @@ proptest! {
         check(&w, &x, m, "proptest");
     }
 }
+
+/// The AVX-512 kernel's single-row walks (several panels per pass, prefetching; the
+/// one this CPU's vendor takes is in `avx512::walk`) give the portable kernel's bits,
+/// with a ragged last group of panels.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_single_row_walk_gives_the_portable_bits() {
+    if !vnni_available() {
+        eprintln!("SKIPPED: no AVX-512 VNNI here");
+        return;
+    }
+    let mut rng = SplitMix64::new(11);
+    for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
+        let b = if kind == Kind::Nvfp4 { 16 } else { 32 };
+        for (n, k) in [(16 * 7 + 3, 8 * b), (16 * 4, 2 * b), (5, b)] {
+            let w = Weights::new(kind, n, k, false, &mut rng);
+            let p = Panels::pack(&w.nibble(), w.format());
+            let x: Vec<f32> = (0..k).map(|_| rng.uniform_f32(-1.0, 1.0) * 4.0).collect();
+            let acts = Acts::new(&x, 1, &p);
+            let rows = acts.rows(0, 1, k, p.block);
+            let panels = p.panels();
+            let mut want = vec![0f32; panels * ROWS];
+            portable::rows(&rows, 1, &p, 0, panels, &mut want);
+            for walk in [(1, 0), (2, 0), (2, 512), (3, 64), (4, 1024)] {
+                let mut got = vec![f32::NAN; panels * ROWS];
+                // SAFETY: the CPU has AVX-512 F, BW and VNNI (checked above); the buffers
+                // hold every panel's rows.
+                unsafe { avx512::rows_walking(&rows, 1, &p, (0, panels), &mut got, walk) };
+                let (g, e): (Vec<u32>, Vec<u32>) =
+                    got.iter().zip(&want).map(|(a, b)| (a.to_bits(), b.to_bits())).unzip();
+                assert_eq!(g, e, "{kind:?} {n}x{k} walk {walk:?}");
+            }
+        }
+    }
+}
