@@ -24,6 +24,11 @@ enum SchemeCode : uint32_t {
 // INT4 in groups of 32 or 128 along K (offset-8 codes, f16 scales).
 __host__ __device__ constexpr bool is_int4(uint32_t s) { return s == INT4_G32 || s == INT4_G128; }
 
+// Elements per block along K: 16 (NVFP4), 128 (FP8 block, INT4-G128), 32 otherwise.
+__host__ __device__ constexpr uint32_t block_of(uint32_t s) {
+    return s == NVFP4 ? 16u : (s == FP8_BLOCK_1X128 || s == FP8_BLOCK_128X128 || s == INT4_G128) ? 128u : 32u;
+}
+
 struct QuantParams {
     const void* input;        // rows x k values, row stride `row_stride` elements
     uint8_t* data;            // packed codes (row-major, or block-interleaved for INT4)

@@ -1,5 +1,5 @@
 // Reading a quantized matrix in its checkpoint layout, eight values at a time: each
-// scheme's block size, its decoded block scale and its codes' values (exact f32). The
+// block's decoded scale and its codes' values (exact f32). The
 // dequantize kernels and the wgmma GEMM's tiling of quantized activations
 // (kernels/gemm/wgemm.cu) share them, so both decode the same bits the same way.
 #pragma once
@@ -8,19 +8,6 @@
 #include "../common/params.cuh"
 
 namespace bs {
-
-template <uint32_t S>
-struct DequantTraits;
-template <> struct DequantTraits<NVFP4> { static constexpr uint32_t block = 16; };
-template <> struct DequantTraits<MXFP4> { static constexpr uint32_t block = 32; };
-template <> struct DequantTraits<MXFP6_E2M3> { static constexpr uint32_t block = 32; };
-template <> struct DequantTraits<MXFP6_E3M2> { static constexpr uint32_t block = 32; };
-template <> struct DequantTraits<MXFP8_E4M3> { static constexpr uint32_t block = 32; };
-template <> struct DequantTraits<MXFP8_E5M2> { static constexpr uint32_t block = 32; };
-template <> struct DequantTraits<FP8_BLOCK_1X128> { static constexpr uint32_t block = 128; };
-template <> struct DequantTraits<FP8_BLOCK_128X128> { static constexpr uint32_t block = 128; };
-template <> struct DequantTraits<INT4_G32> { static constexpr uint32_t block = 32; };
-template <> struct DequantTraits<INT4_G128> { static constexpr uint32_t block = 128; };
 
 // The decoded scale of (row, block).
 template <uint32_t S>
@@ -73,7 +60,7 @@ __device__ __forceinline__ void load_values(const DequantParams& p, uint32_t row
 template <uint32_t S>
 __device__ __forceinline__ void decode8(const DequantParams& p, uint32_t row, uint32_t col, float v[8]) {
     load_values<S>(p, row, col, v);
-    const float s = block_scale<S>(p, row, col / DequantTraits<S>::block);
+    const float s = block_scale<S>(p, row, col / block_of(S));
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         const float x = __fmul_rn(__fmul_rn(v[i], s), p.post);

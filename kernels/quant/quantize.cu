@@ -97,19 +97,6 @@ __device__ __forceinline__ void nvfp4_scale(float amax, float g, uint32_t recipe
     }
 }
 
-template <uint32_t S>
-struct SchemeTraits;
-template <> struct SchemeTraits<NVFP4> { static constexpr uint32_t block = 16; };
-template <> struct SchemeTraits<MXFP4> { static constexpr uint32_t block = 32; };
-template <> struct SchemeTraits<MXFP6_E2M3> { static constexpr uint32_t block = 32; };
-template <> struct SchemeTraits<MXFP6_E3M2> { static constexpr uint32_t block = 32; };
-template <> struct SchemeTraits<MXFP8_E4M3> { static constexpr uint32_t block = 32; };
-template <> struct SchemeTraits<MXFP8_E5M2> { static constexpr uint32_t block = 32; };
-template <> struct SchemeTraits<FP8_BLOCK_1X128> { static constexpr uint32_t block = 128; };
-template <> struct SchemeTraits<FP8_BLOCK_128X128> { static constexpr uint32_t block = 128; };
-template <> struct SchemeTraits<INT4_G32> { static constexpr uint32_t block = 32; };
-template <> struct SchemeTraits<INT4_G128> { static constexpr uint32_t block = 128; };
-
 // Encodes 8 values of an FP8 128x128 tile (x / s, E4M3) and stores their 8 bytes.
 __device__ __forceinline__ void encode_store_tile8(const QuantParams& p, uint32_t row, uint32_t col, float y[8], float s) {
     uint64_t codes = 0;
@@ -125,7 +112,7 @@ __device__ __forceinline__ void encode_store_tile8(const QuantParams& p, uint32_
 template <uint32_t S>
 __device__ __forceinline__ float block_factor(const QuantParams& p, const float* rcp, uint32_t row, uint32_t col, uint32_t a,
                                              bool leader) {
-    constexpr uint32_t block = SchemeTraits<S>::block;
+    constexpr uint32_t block = block_of(S);
     const bool bad = a >= 0x7f800000u;
     const uint32_t blk = col / block;
     const float amax = float_of(a);
@@ -261,7 +248,7 @@ struct UnitWalker {
 // of 4 adjacent lanes that reduce the block amax with shuffles.
 template <typename In, uint32_t S>
 __device__ void quantize_units(const QuantParams& p) {
-    constexpr uint32_t block = SchemeTraits<S>::block;
+    constexpr uint32_t block = block_of(S);
     constexpr uint32_t unit = block < 32 ? block : 32;
     constexpr uint32_t group = block / unit;
     constexpr int V = unit / 8;
