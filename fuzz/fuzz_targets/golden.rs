@@ -6,8 +6,9 @@
 
 use std::path::Path;
 
+use blockscale::Backend;
 use blockscale_golden::GoldenFile;
-use blockscale_golden::verify::{Backend, verify_file};
+use blockscale_golden::verify::verify_file;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -8,8 +8,8 @@
 //!
 //! - [`GoldenFile`] reads and validates a file; everything wrong with a file is a typed
 //!   [`GoldenError`], never a numeric mismatch or a panic.
-//! - [`verify::verify_file`] recomputes a case with a [`verify::Backend`] and reports
-//!   one [`verify::Outcome`] per check.
+//! - [`verify::verify_file`] recomputes a case with the facade's [`blockscale::Backend`]
+//!   and reports one [`verify::Outcome`] per check.
 //! - The `blockscale-golden` binary (what `cargo xtask verify` runs) does that for a
 //!   directory, printing one line per case and a summary.
 

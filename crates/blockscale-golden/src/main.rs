@@ -5,23 +5,20 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use blockscale::Backend;
 use blockscale_golden::GoldenFile;
-use blockscale_golden::verify::{Backend, Verdict, verify_file};
+use blockscale_golden::verify::{Verdict, verify_file};
 
 const USAGE: &str = "usage: blockscale-golden --backend cpu|cuda|all [--filter TEXT] [--dir DIR]";
 
 fn backends(name: &str) -> Result<Vec<Backend>, String> {
     let cuda = || -> Result<Backend, String> {
-        #[cfg(feature = "cuda")]
-        {
-            blockscale_cuda::Device::new(0)
-                .map(Backend::Cuda)
-                .map_err(|e| format!("the cuda backend cannot run here: {e}"))
-        }
-        #[cfg(not(feature = "cuda"))]
-        {
-            Err("this build has no cuda backend: run `cargo xtask verify --backend cuda`, which builds it".into())
-        }
+        Backend::cuda(0).map_err(|e| match e {
+            blockscale::Error::CudaNotBuilt => {
+                "this build has no cuda backend: run `cargo xtask verify --backend cuda`, which builds it".into()
+            }
+            e => format!("the cuda backend cannot run here: {e}"),
+        })
     };
     match name {
         "cpu" => Ok(vec![Backend::Cpu]),

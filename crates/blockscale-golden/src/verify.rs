@@ -1,41 +1,23 @@
 //! Recomputing every case with a backend and comparing: codes, scales and dequantized
-//! values bit for bit; GEMM bit for bit on exact cases and within the fast path's
-//! documented bound elsewhere.
+//! values bit for bit; GEMM bit for bit on exact cases and within the path's documented
+//! bound elsewhere.
+//!
+//! Every case runs through the facade's [`Backend`], one code path per operation; what
+//! differs between backends (which products are checked, their bounds, the output type)
+//! is data chosen in `product_checks`. blockscale-cpu is called directly only for what
+//! no `Backend` offers: the exact reference GEMMs, and the exact dequantized operands the
+//! bounds are computed from.
 
-use blockscale_cpu::{
-    Activation, Epilogue, GemmOptions, QuantizeOptions, gemm, gemm_reference, gemm_weight_only,
-    gemm_weight_only_reference,
+use blockscale::half::bf16;
+use blockscale::ndarray::{Array2, ArrayView2};
+use blockscale::{
+    Activation, Backend, Element, Epilogue, Fp8Tile, GlobalScale, GlobalScaleSource, Prepared, QuantizeOptions,
+    QuantizedMatrix, ScaleLayout, Scheme, layout,
 };
-use blockscale_formats::{GlobalScale, GlobalScaleSource, QuantizedMatrix, ScaleLayout, Scheme, layout};
-use ndarray::ArrayView2;
 
 use crate::GoldenError;
 use crate::case::{self, Values};
 use crate::file::GoldenFile;
-
-/// A backend to check.
-pub enum Backend {
-    /// blockscale-cpu: quantization (fastest SIMD path), the exact reference GEMM (bit
-    /// for bit) and the fast GEMM (bit for bit on exact cases, within its bound
-    /// elsewhere).
-    Cpu,
-    /// blockscale-cuda on a GPU: quantization and dequantization (bit for bit) and the
-    /// GEMMs (bit for bit on exact cases, within the kernels' documented bound
-    /// elsewhere; docs/KERNELS.md). A GPU with no GEMM kernel reports an error.
-    #[cfg(feature = "cuda")]
-    Cuda(blockscale_cuda::Device),
-}
-
-impl Backend {
-    /// The name printed in reports.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Cpu => "cpu",
-            #[cfg(feature = "cuda")]
-            Self::Cuda(_) => "cuda",
-        }
-    }
-}
 
 /// The verdict on one case and backend path.
 #[derive(Clone, Debug, PartialEq)]
@@ -189,50 +171,26 @@ pub fn quantize_options(file: &GoldenFile, scheme: Scheme) -> Result<QuantizeOpt
     Ok(o)
 }
 
-fn quantize_with(
-    backend: &Backend,
-    input: &Values,
-    rows: usize,
-    k: usize,
-    scheme: Scheme,
-    o: &QuantizeOptions,
-) -> Result<QuantizedMatrix, String> {
-    match backend {
-        Backend::Cpu => {
-            let r = match input {
-                Values::F32(v) => blockscale_cpu::quantize_slice(v, rows, k, scheme, o),
-                Values::F16(v) => blockscale_cpu::quantize_slice(v, rows, k, scheme, o),
-                Values::Bf16(v) => blockscale_cpu::quantize_slice(v, rows, k, scheme, o),
-            };
-            r.map_err(|e| e.to_string())
+/// `$body` with `$x` bound to `$values` as a `$shape` view of its own element type: where
+/// a case's run-time dtype meets the facade's generic calls. ([`Values::read`] checked the
+/// shape, so the view always exists.)
+macro_rules! with_view {
+    ($values:expr, $shape:expr, |$x:ident| $body:expr) => {
+        match $values {
+            Values::F32(v) => {
+                let $x = ArrayView2::from_shape($shape, &v[..]).expect("Values::read checked the shape");
+                $body
+            }
+            Values::F16(v) => {
+                let $x = ArrayView2::from_shape($shape, &v[..]).expect("Values::read checked the shape");
+                $body
+            }
+            Values::Bf16(v) => {
+                let $x = ArrayView2::from_shape($shape, &v[..]).expect("Values::read checked the shape");
+                $body
+            }
         }
-        #[cfg(feature = "cuda")]
-        Backend::Cuda(dev) => {
-            let co = *o;
-            let r = match input {
-                Values::F32(v) => {
-                    blockscale_cuda::quantize_host(dev, ArrayView2::from_shape((rows, k), v).unwrap(), scheme, &co)
-                }
-                Values::F16(v) => {
-                    blockscale_cuda::quantize_host(dev, ArrayView2::from_shape((rows, k), v).unwrap(), scheme, &co)
-                }
-                Values::Bf16(v) => {
-                    blockscale_cuda::quantize_host(dev, ArrayView2::from_shape((rows, k), v).unwrap(), scheme, &co)
-                }
-            };
-            r.map_err(|e| e.to_string())
-        }
-    }
-}
-
-fn dequantize_with(backend: &Backend, q: &QuantizedMatrix) -> Result<Vec<f32>, String> {
-    match backend {
-        Backend::Cpu => Ok(blockscale_cpu::dequantize::<f32>(q).into_raw_vec_and_offset().0),
-        #[cfg(feature = "cuda")]
-        Backend::Cuda(dev) => blockscale_cuda::dequantize_host::<f32>(dev, q)
-            .map(|a| a.into_raw_vec_and_offset().0)
-            .map_err(|e| e.to_string()),
-    }
+    };
 }
 
 fn verify_quantize(file: &GoldenFile, name: &str, backend: &Backend) -> Result<Vec<Outcome>, GoldenError> {
@@ -248,9 +206,13 @@ fn verify_quantize(file: &GoldenFile, name: &str, backend: &Backend) -> Result<V
     };
     let opts = quantize_options(file, scheme)?;
     let label = format!("{name} [{}]", backend.name());
+    let quantize = |layout: ScaleLayout| {
+        let o = opts.with_scale_layout(layout);
+        with_view!(&input, (rows, k), |x| backend.quantize(x, scheme, &o))
+    };
     let mut out = Vec::new();
     // Quantize, linear scales, then swizzled.
-    let q = match quantize_with(backend, &input, rows, k, scheme, &opts.with_scale_layout(ScaleLayout::Linear)) {
+    let q = match quantize(ScaleLayout::Linear) {
         Ok(q) => q,
         Err(e) => return Ok(vec![outcome(format!("{label} quantize"), false, 0, format!("error: {e}"))]),
     };
@@ -267,7 +229,7 @@ fn verify_quantize(file: &GoldenFile, name: &str, backend: &Backend) -> Result<V
     if problem.is_none()
         && let Some(want) = &swizzled
     {
-        match quantize_with(backend, &input, rows, k, scheme, &opts.with_scale_layout(ScaleLayout::Swizzled128x4)) {
+        match quantize(ScaleLayout::Swizzled128x4) {
             Ok(q2) => {
                 problem = first_diff(&case::scale_bytes(q2.scales()), want)
                     .map(|i| scale_place(&golden, ScaleLayout::Swizzled128x4, i))
@@ -279,8 +241,9 @@ fn verify_quantize(file: &GoldenFile, name: &str, backend: &Backend) -> Result<V
     let what = if swizzled.is_some() { "codes, scales (both layouts)" } else { "codes, scales" };
     out.push(outcome(format!("{label} quantize"), problem.is_none(), 0, problem.unwrap_or_else(|| what.into())));
     // Dequantize the golden codes.
-    match dequantize_with(backend, &golden) {
+    match backend.dequantize::<f32>(&golden) {
         Ok(d) => {
+            let d = d.into_raw_vec_and_offset().0;
             let (ok, max, detail) = compare_f32(&d, &dequant, k, scheme.block_size(), None);
             out.push(outcome(
                 format!("{label} dequantize"),
@@ -318,8 +281,128 @@ pub fn activation_name(a: Activation) -> &'static str {
     }
 }
 
-/// A GEMM case, or (`gemv`) a decode case: weight-only, which the cuda backend runs
-/// through its GEMV rather than its GEMM.
+/// What one product check runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    /// The exact reference: blockscale-cpu's `gemm_reference` / `gemm_weight_only_reference`
+    /// (no [`Backend`] operation: the backends run their fast paths).
+    Reference,
+    /// [`Backend::gemm`] of quantized activations, or [`Backend::gemm_weight_only`] of
+    /// high-precision ones, into f32.
+    Gemm {
+        /// The quantized GEMM writes bf16 instead (the SM120 kernels).
+        bf16_out: bool,
+    },
+    /// [`Backend::gemv`] on each row of the activations (it takes one vector).
+    Gemv,
+    /// The weights made once by [`Backend::prepare`], then
+    /// [`Backend::gemm_weight_only_prepared`] on all the rows: on a GPU, up to 16 rows run
+    /// the GEMV's fast kernels on the prepared layout.
+    GemvPrepared,
+}
+
+/// How a product check's result is judged against the golden output: bit for bit on
+/// exact cases, whatever the bound; elsewhere as the bound says.
+#[derive(Clone, Copy, Debug)]
+enum Bound {
+    /// Bit for bit on every case (the exact reference wrote the golden output).
+    Exact,
+    /// blockscale-cpu's fast path (docs/NUMERICS.md): `n u/(1 - n u) sum |a b|` (values
+    /// with every scale), plus the f32 epilogue's roundings, times the activation's slope
+    /// (at most 1.13 for GELU and SiLU).
+    Fast,
+    /// A GPU kernel family's (docs/KERNELS.md):
+    /// `slope (|alpha| rel T / per-tensor + 8 ulp) + out_ulps ulp`, with `T = sum |a b|`
+    /// over values without NVFP4's per-tensor factors, which alpha carries.
+    Kernel {
+        /// The family's relative bound.
+        rel: f64,
+        /// The output's rounding, in f32 ulps of the result.
+        out_ulps: f64,
+        /// The output is bf16: compared with the golden f32 output rounded to bf16.
+        bf16_out: bool,
+    },
+}
+
+/// One line of a product case's report.
+#[derive(Clone, Copy, Debug)]
+struct Check {
+    /// The path's name in the report: `reference`, `fast`, `gemm`, `gemv`, `gemv prepared`.
+    path: &'static str,
+    /// What runs.
+    op: Op,
+    /// How its result is judged.
+    bound: Bound,
+}
+
+/// The products checked on `backend` for a case with quantized activations `a` or
+/// high-precision ones `x` and weights `b`, a decode (`gemv`) case or not: the one place
+/// where the backends differ.
+fn product_checks(
+    backend: &Backend,
+    gemv: bool,
+    a: Option<&QuantizedMatrix>,
+    x: Option<&Values>,
+    b: &QuantizedMatrix,
+) -> Vec<Check> {
+    if matches!(backend, Backend::Cpu) {
+        // The exact reference and the fast path; a decode case is a weight-only product
+        // like any other here.
+        return vec![
+            Check { path: "reference", op: Op::Reference, bound: Bound::Exact },
+            Check { path: "fast", op: Op::Gemm { bf16_out: false }, bound: Bound::Fast },
+        ];
+    }
+    if gemv {
+        // The checkpoint layout (the general kernel), then the same weights prepared (the
+        // fast kernels). Weights exact in bf16 (scaled in f32, or scaled exactly in bf16
+        // when prepared): nothing rounded.
+        let bound = Bound::Kernel { rel: bf16_tensor_core_rel(b.k(), x, 0), out_ulps: 1.0, bf16_out: false };
+        return vec![
+            Check { path: "gemv", op: Op::Gemv, bound },
+            Check { path: "gemv prepared", op: Op::GemvPrepared, bound },
+        ];
+    }
+    // The SM120 tier writes bf16 (one bf16 ulp, 2^16 f32 ulps, more) and has no
+    // weight-only kernel: what it has no kernel for is a SKIP.
+    let sm120 = is_sm120(backend);
+    let bound = Bound::Kernel {
+        rel: gemm_kernel_rel(sm120, a, x, b),
+        out_ulps: if sm120 { 65536.0 } else { 1.0 },
+        bf16_out: sm120,
+    };
+    vec![Check { path: "gemm", op: Op::Gemm { bf16_out: sm120 && a.is_some() }, bound }]
+}
+
+/// Whether `backend` is a Blackwell GeForce (SM120) GPU.
+fn is_sm120(backend: &Backend) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        matches!(backend, Backend::Cuda(dev) if dev.arch() == blockscale::cuda::Arch::Sm120)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = backend;
+        false
+    }
+}
+
+/// Whether `e` says the GPU has no GEMM kernel for the operands: a SKIP, not a failure.
+fn no_gemm_kernel(e: &blockscale::Error) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        use blockscale::cuda::CudaError;
+        matches!(e, blockscale::Error::Cuda(CudaError::NoGemmKernel { .. } | CudaError::KAlignment { .. }))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = e;
+        false
+    }
+}
+
+/// A GEMM case, or (`gemv`) a decode case: weight-only, which a GPU runs through its GEMV
+/// rather than its GEMM.
 fn verify_gemm(file: &GoldenFile, name: &str, backend: &Backend, gemv: bool) -> Result<Vec<Outcome>, GoldenError> {
     let b = case::get_matrix(file, "b")?;
     let weight_only = file.meta_opt("a.scheme").is_none();
@@ -337,130 +420,135 @@ fn verify_gemm(file: &GoldenFile, name: &str, backend: &Backend, gemv: bool) -> 
     if let Some(bias) = &bias {
         epi = epi.with_bias(bias);
     }
-    let label = format!("{name} [{}", backend.name());
-    #[cfg(feature = "cuda")]
-    if let Backend::Cuda(dev) = backend {
-        if gemv {
-            return verify_gemv_cuda(dev, &label, (x.as_ref(), &b), &epi, &want, exact);
+    let label = |path: &str| format!("{name} [{} {path}]", backend.name());
+    let checks = product_checks(backend, gemv, a.as_ref(), x.as_ref(), &b);
+    // Weights are prepared once; the GEMV reads bf16 or f16 activations.
+    let mut prepared = None;
+    if let Some(c) = checks.iter().find(|c| c.op == Op::GemvPrepared) {
+        match backend.prepare(&b) {
+            Ok(p) => prepared = Some(p),
+            Err(e) => return Ok(vec![outcome(label(c.path), false, 0, format!("error: {e}"))]),
         }
-        return verify_gemm_cuda(dev, &label, (a.as_ref(), x.as_ref(), &b), &epi, &want, exact);
     }
-    #[cfg(not(feature = "cuda"))]
-    let _ = gemv;
-    let run = |fast: bool| -> Result<Vec<f32>, String> {
-        let r = match (&a, &x) {
-            (Some(a), _) if fast => gemm::<f32>(a, &b, &epi, &GemmOptions::default()),
-            (Some(a), _) => gemm_reference::<f32>(a, &b, &epi),
-            (None, Some(x)) => {
-                macro_rules! wo {
-                    ($v:expr) => {{
-                        let view = ArrayView2::from_shape((m, k), &$v[..]).map_err(|e| e.to_string())?;
-                        if fast {
-                            gemm_weight_only(view, &b, &epi, &GemmOptions::default())
-                        } else {
-                            gemm_weight_only_reference(view, &b, &epi)
-                        }
-                    }};
-                }
-                match x {
-                    Values::F32(v) => wo!(v),
-                    Values::F16(v) => wo!(v),
-                    Values::Bf16(v) => wo!(v),
-                }
-            }
-            (None, None) => unreachable!("weight-only cases read x"),
-        };
-        r.map(|o| o.into_raw_vec_and_offset().0).map_err(|e| e.to_string())
-    };
+    if let Some(c) = checks.iter().find(|c| matches!(c.op, Op::Gemv | Op::GemvPrepared))
+        && !matches!(x, Some(Values::Bf16(_) | Values::F16(_)))
+    {
+        return Ok(vec![outcome(label(c.path), false, 0, "a GEMV case needs bf16 or f16 activations x".into())]);
+    }
+    let t = if exact { Vec::new() } else { abs_products(a.as_ref(), x.as_ref(), &b, m)? };
     let mut out = Vec::new();
-    match run(false) {
-        Ok(got) => {
-            let (ok, max, detail) = compare_f32(&got, &want, n, 0, None);
-            out.push(outcome(format!("{label} reference]"), ok, max, if ok { "bit for bit".into() } else { detail }));
+    for c in &checks {
+        let name = label(c.path);
+        match run_product(backend, c.op, (a.as_ref(), x.as_ref(), &b), m, &epi, prepared.as_ref()) {
+            Ok(got) => out.push(judge(name, (&got, &want), c.bound, (exact, &t), (a.as_ref(), &b), &epi)),
+            Err(e) if matches!(c.op, Op::Gemm { .. }) && no_gemm_kernel(&e) => {
+                out.push(Outcome { name, verdict: Verdict::Skip, max_ulps: 0, detail: e.to_string() });
+            }
+            Err(e) => out.push(outcome(name, false, 0, format!("error: {e}"))),
         }
-        Err(e) => out.push(outcome(format!("{label} reference]"), false, 0, format!("error: {e}"))),
-    }
-    // The fast path: bit for bit on exact cases, else within its bound (docs/NUMERICS.md):
-    // n u/(1 - n u) * sum |a b| (values with every scale), plus the f32 epilogue's
-    // roundings, times the activation's slope (at most 1.13 for GELU and SiLU).
-    let t = abs_products(a.as_ref(), x.as_ref(), &b, m)?;
-    let bs = b.scheme().block_size();
-    let nu = (k + k / bs + bs + 8) as f64 * 2f64.powi(-24);
-    let slope = if epi.activation == Activation::Identity { 1.0 } else { 1.2 };
-    let bound = |i: usize| slope * (nu / (1.0 - nu) * t[i] * 1.001 + 3.0 * ulp(want[i]));
-    match run(true) {
-        Ok(got) => {
-            let (ok, max, detail) =
-                if exact { compare_f32(&got, &want, n, 0, None) } else { compare_f32(&got, &want, n, 0, Some(&bound)) };
-            let what = if exact { "bit for bit" } else { "within the fast path's bound" };
-            out.push(outcome(format!("{label} fast]"), ok, max, if ok { what.into() } else { detail }));
-        }
-        Err(e) => out.push(outcome(format!("{label} fast]"), false, 0, format!("error: {e}"))),
     }
     Ok(out)
 }
 
-/// The cuda backend's GEMM against the golden output: bit for bit on exact cases, else
-/// within the bound docs/KERNELS.md states for the kernel family that ran.
-#[cfg(feature = "cuda")]
-fn verify_gemm_cuda(
-    dev: &blockscale_cuda::Device,
-    label: &str,
+/// Runs `op` on `backend` for activations `a` or `x` (`m` rows) and weights `b` (or
+/// their `prepared` form): the `m x n` result as f32, row-major.
+fn run_product(
+    backend: &Backend,
+    op: Op,
     (a, x, b): (Option<&QuantizedMatrix>, Option<&Values>, &QuantizedMatrix),
+    m: usize,
     epi: &Epilogue<'_>,
-    want: &[f32],
-    exact: bool,
-) -> Result<Vec<Outcome>, GoldenError> {
-    use blockscale_formats::Fp8Tile;
-    let (m, k) = (want.len() / b.rows(), b.k());
-    // The SM120 tier writes bf16 and has no weight-only kernel: its results are compared
-    // with the golden f32 output rounded to bf16, and what it has no kernel for is a SKIP.
-    let sm120 = dev.arch() == blockscale_cuda::Arch::Sm120;
-    let run = || -> Result<Vec<f32>, blockscale_cuda::CudaError> {
-        // (Weight-only cases reach the f32 calls below, which refuse them on SM120.)
-        if let (true, Some(a)) = (sm120, a) {
-            let r = blockscale_cuda::gemm_host::<half::bf16>(dev, a, b, epi)?;
-            return Ok(r.iter().map(|v| v.to_f32()).collect());
+    prepared: Option<&Prepared>,
+) -> Result<Vec<f32>, blockscale::Error> {
+    let shape = (m, b.k());
+    let y: Array2<f32> = match (op, a, x) {
+        (Op::Reference, Some(a), _) => blockscale_cpu::gemm_reference(a, b, epi)?,
+        (Op::Reference, None, Some(x)) => {
+            with_view!(x, shape, |x| blockscale_cpu::gemm_weight_only_reference(x, b, epi))?
         }
-        let r = match (a, x) {
-            (Some(a), _) => blockscale_cuda::gemm_host::<f32>(dev, a, b, epi)?,
-            (None, Some(Values::F32(v))) => {
-                blockscale_cuda::gemm_weight_only_host(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)?
-            }
-            (None, Some(Values::F16(v))) => {
-                blockscale_cuda::gemm_weight_only_host(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)?
-            }
-            (None, Some(Values::Bf16(v))) => {
-                blockscale_cuda::gemm_weight_only_host(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)?
-            }
-            (None, None) => unreachable!("weight-only cases read x"),
-        };
-        Ok(r.into_raw_vec_and_offset().0)
-    };
-    let got = match run() {
-        Ok(got) => got,
-        Err(e @ (blockscale_cuda::CudaError::NoGemmKernel { .. } | blockscale_cuda::CudaError::KAlignment { .. })) => {
-            let name = format!("{label} gemm]");
-            return Ok(vec![Outcome { name, verdict: Verdict::Skip, max_ulps: 0, detail: format!("{e}") }]);
+        (Op::Gemm { bf16_out: true }, Some(a), _) => backend.gemm::<bf16>(a, b, epi)?.mapv(|v| v.to_f32()),
+        (Op::Gemm { .. }, Some(a), _) => backend.gemm(a, b, epi)?,
+        (Op::Gemm { .. }, None, Some(x)) => with_view!(x, shape, |x| backend.gemm_weight_only(x, b, epi))?,
+        (Op::Gemv, None, Some(x)) => with_view!(x, shape, |x| gemv_rows(backend, x, b, epi))?,
+        (Op::GemvPrepared, None, Some(x)) => {
+            let w = prepared.expect("verify_gemm prepares the weights first");
+            with_view!(x, shape, |x| backend.gemm_weight_only_prepared(x, w, epi))?
         }
-        Err(e) => return Ok(vec![outcome(format!("{label} gemm]"), false, 0, format!("error: {e}"))]),
+        (Op::Gemv | Op::GemvPrepared, Some(_), _) => unreachable!("verify_gemm checks that GEMV cases have x"),
+        (_, None, None) => unreachable!("weight-only cases read x"),
     };
+    Ok(y.into_raw_vec_and_offset().0)
+}
+
+/// [`Backend::gemv`] on each row of `x`.
+fn gemv_rows<I: Element>(
+    backend: &Backend,
+    x: ArrayView2<'_, I>,
+    w: &QuantizedMatrix,
+    epi: &Epilogue<'_>,
+) -> Result<Array2<f32>, blockscale::Error> {
+    let mut y = Array2::zeros((x.nrows(), w.rows()));
+    for (row, mut out) in x.rows().into_iter().zip(y.rows_mut()) {
+        out.assign(&backend.gemv::<I, f32>(row, w, epi)?);
+    }
+    Ok(y)
+}
+
+/// A product's result against the golden output, as `bound` says; `t` is
+/// [`abs_products`] (empty on exact cases, which are compared bit for bit).
+fn judge(
+    name: String,
+    (got, want): (&[f32], &[f32]),
+    bound: Bound,
+    (exact, t): (bool, &[f64]),
+    (a, b): (Option<&QuantizedMatrix>, &QuantizedMatrix),
+    epi: &Epilogue<'_>,
+) -> Outcome {
+    let n = b.rows();
     let rounded_want: Vec<f32>;
-    let want = if sm120 {
-        rounded_want = want.iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect();
+    let want = if let Bound::Kernel { bf16_out: true, .. } = bound {
+        rounded_want = want.iter().map(|&v| bf16::from_f32(v).to_f32()).collect();
         &rounded_want[..]
     } else {
         want
     };
-    // The kernel family's bound relative to sum |a b| over values without NVFP4's
-    // per-tensor factors, which alpha carries (docs/KERNELS.md).
+    let bound = if exact { Bound::Exact } else { bound };
+    let slope = if epi.activation == Activation::Identity { 1.0 } else { 1.2 };
+    let ((ok, max, detail), what) = match bound {
+        Bound::Exact => (compare_f32(got, want, n, 0, None), "bit for bit"),
+        Bound::Fast => {
+            let (k, bs) = (b.k(), b.scheme().block_size());
+            let nu = (k + k / bs + bs + 8) as f64 * 2f64.powi(-24);
+            let limit = |i: usize| slope * (nu / (1.0 - nu) * t[i] * 1.001 + 3.0 * ulp(want[i]));
+            (compare_f32(got, want, n, 0, Some(&limit)), "within the fast path's bound")
+        }
+        Bound::Kernel { rel, out_ulps, .. } => {
+            let decode =
+                |q: Option<&QuantizedMatrix>| q.and_then(|q| q.global_scale()).map_or(1.0, |g| g.decode() as f64);
+            let alpha = match a {
+                Some(a) => epi.alpha_quantized(a.global_scale(), b.global_scale()),
+                None => epi.alpha_weight_only(b.scheme(), b.global_scale()),
+            } as f64;
+            let per_tensor = decode(a) * decode(Some(b));
+            let limit = |i: usize| {
+                slope * (alpha.abs() * rel * t[i] / per_tensor + 8.0 * ulp(want[i])) + out_ulps * ulp(want[i])
+            };
+            (compare_f32(got, want, n, 0, Some(&limit)), "within the kernel's bound")
+        }
+    };
+    outcome(name, ok, max, if ok { what.into() } else { detail })
+}
+
+/// `rel` of the GPU GEMM family that runs these operands (docs/KERNELS.md).
+fn gemm_kernel_rel(sm120: bool, a: Option<&QuantizedMatrix>, x: Option<&Values>, b: &QuantizedMatrix) -> f64 {
+    let k = b.k();
     let fp8 = a.is_some() && b.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128);
     let mxfp8 = |s: Scheme| matches!(s, Scheme::MxFp8E4M3 | Scheme::MxFp8E5M2);
     // MXFP8 pairs with K a multiple of 128 run on Hopper's FP8 tensor cores up to M = 512
     // (the default of BLOCKSCALE_GEMM_MX_WGMMA_MAX_M).
     let mx_on_fp8 =
         !sm120 && a.is_some_and(|a| mxfp8(a.scheme()) && a.rows() <= 512) && mxfp8(b.scheme()) && k.is_multiple_of(128);
-    let rel = if fp8 {
+    if fp8 {
         136.0 * 2f64.powi(-12) + (k / 128 + 2) as f64 * 2f64.powi(-23)
     } else if mx_on_fp8 {
         40.0 * 2f64.powi(-12) + (k / 32 + 2) as f64 * 2f64.powi(-23)
@@ -471,16 +559,12 @@ fn verify_gemm_cuda(
             _ => 0,
         };
         bf16_tensor_core_rel(k, x, rounded)
-    };
-    // A bf16 output adds its rounding: one bf16 ulp (2^16 f32 ulps) of the result.
-    let out_ulps = if sm120 { 65536.0 } else { 1.0 };
-    check_cuda(format!("{label} gemm]"), &got, want, (a, x, b), epi, (exact, rel, out_ulps))
+    }
 }
 
 /// `rel` of the BF16 tensor-core kernels (docs/KERNELS.md): `(K' + K'/16 + 4) 2^-22`
 /// with `K'` = K times the bf16 pieces per activation (f32 3, f16 2, bf16 or quantized
 /// 1), plus `2^-9` per operand rounded once to bf16.
-#[cfg(feature = "cuda")]
 fn bf16_tensor_core_rel(k: usize, x: Option<&Values>, rounded: u32) -> f64 {
     let pieces = match x {
         Some(Values::F32(_)) => 3.0,
@@ -489,99 +573,6 @@ fn bf16_tensor_core_rel(k: usize, x: Option<&Values>, rounded: u32) -> f64 {
     };
     let kk = k as f64 * pieces;
     (kk + kk / 16.0 + 4.0) * 2f64.powi(-22) + rounded as f64 * 2f64.powi(-9)
-}
-
-/// A cuda result against the golden output: bit for bit when `exact`, else within
-/// `slope (|alpha| rel T / per-tensor + 8 ulp) + out_ulps ulp` (docs/KERNELS.md).
-#[cfg(feature = "cuda")]
-fn check_cuda(
-    name: String,
-    got: &[f32],
-    want: &[f32],
-    (a, x, b): (Option<&QuantizedMatrix>, Option<&Values>, &QuantizedMatrix),
-    epi: &Epilogue<'_>,
-    (exact, rel, out_ulps): (bool, f64, f64),
-) -> Result<Vec<Outcome>, GoldenError> {
-    let n = b.rows();
-    if exact {
-        let (ok, max, detail) = compare_f32(got, want, n, 0, None);
-        return Ok(vec![outcome(name, ok, max, if ok { "bit for bit".into() } else { detail })]);
-    }
-    let decode = |q: Option<&QuantizedMatrix>| q.and_then(|q| q.global_scale()).map_or(1.0, |g| g.decode() as f64);
-    let alpha = match a {
-        Some(a) => epi.alpha_quantized(a.global_scale(), b.global_scale()),
-        None => epi.alpha_weight_only(b.scheme(), b.global_scale()),
-    } as f64;
-    let t = abs_products(a, x, b, want.len() / n)?;
-    let per_tensor = decode(a) * decode(Some(b));
-    let slope = if epi.activation == Activation::Identity { 1.0 } else { 1.2 };
-    let bound =
-        |i: usize| slope * (alpha.abs() * rel * t[i] / per_tensor + 8.0 * ulp(want[i])) + out_ulps * ulp(want[i]);
-    let (ok, max, detail) = compare_f32(got, want, n, 0, Some(&bound));
-    Ok(vec![outcome(name, ok, max, if ok { "within the kernel's bound".into() } else { detail })])
-}
-
-/// The cuda backend's GEMV against a decode case's golden output: bit for bit on exact
-/// cases, else within the GEMV's bound (docs/KERNELS.md, "GEMV": every block's sum exact
-/// products added in f32, scaled in f32; no operand rounded).
-#[cfg(feature = "cuda")]
-fn verify_gemv_cuda(
-    dev: &blockscale_cuda::Device,
-    label: &str,
-    (x, b): (Option<&Values>, &QuantizedMatrix),
-    epi: &Epilogue<'_>,
-    want: &[f32],
-    exact: bool,
-) -> Result<Vec<Outcome>, GoldenError> {
-    let (m, k) = (want.len() / b.rows(), b.k());
-    // The checkpoint layout (the general kernel), then the same weights prepared (the
-    // fast kernels).
-    let prepared = match blockscale_cuda::PreparedWeights::from_host(dev, b) {
-        Ok(p) => p,
-        Err(e) => return Ok(vec![outcome(format!("{label} gemv prepared]"), false, 0, format!("error: {e}"))]),
-    };
-    let mut outcomes = Vec::new();
-    for prepare in [false, true] {
-        let name = format!("{label} gemv{}]", if prepare { " prepared" } else { "" });
-        let run = |xv: Option<&Values>| -> Result<ndarray::Array2<f32>, blockscale_cuda::CudaError> {
-            match (xv, prepare) {
-                (Some(Values::Bf16(v)), false) => {
-                    blockscale_cuda::gemv_host(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)
-                }
-                (Some(Values::F16(v)), false) => {
-                    blockscale_cuda::gemv_host(dev, ArrayView2::from_shape((m, k), &v[..]).unwrap(), b, epi)
-                }
-                (Some(Values::Bf16(v)), true) => blockscale_cuda::gemv_prepared_host(
-                    dev,
-                    ArrayView2::from_shape((m, k), &v[..]).unwrap(),
-                    &prepared,
-                    epi,
-                ),
-                (Some(Values::F16(v)), true) => blockscale_cuda::gemv_prepared_host(
-                    dev,
-                    ArrayView2::from_shape((m, k), &v[..]).unwrap(),
-                    &prepared,
-                    epi,
-                ),
-                _ => unreachable!("checked below"),
-            }
-        };
-        if !matches!(x, Some(Values::Bf16(_) | Values::F16(_))) {
-            return Ok(vec![outcome(name, false, 0, "a GEMV case needs bf16 or f16 activations x".into())]);
-        }
-        let got = match run(x) {
-            Ok(got) => got.into_raw_vec_and_offset().0,
-            Err(e) => {
-                outcomes.push(outcome(name, false, 0, format!("error: {e}")));
-                continue;
-            }
-        };
-        // Weights exact in bf16 (scaled in f32, or scaled exactly in bf16 when
-        // prepared): nothing rounded.
-        let rel = bf16_tensor_core_rel(k, x, 0);
-        outcomes.extend(check_cuda(name, &got, want, (None, x, b), epi, (exact, rel, 1.0))?);
-    }
-    Ok(outcomes)
 }
 
 fn ulp(x: f32) -> f64 {

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use blockscale_golden::verify::{Backend, Verdict, verify_file};
+use blockscale::Backend;
+use blockscale_golden::verify::{Verdict, verify_file};
 use blockscale_golden::{GoldenError, GoldenFile};
 use safetensors::Dtype;
 
