@@ -253,7 +253,8 @@ impl Plan {
 
 /// The fused kernel and its launch plan: the wgmma kernel where `uses_wgmma` said so
 /// (`wgmma`), pgemm otherwise.
-/// `image` is the workspace bytes the activations take first ([`decoded_bytes`]).
+/// `image`: pgemm's workspace bytes for the activations ahead of its partial sums
+/// ([`pgemm_image`]); the wgmma plan sizes its activation tiles itself.
 fn plan(
     dev: &Device,
     w: &Fast,
@@ -272,7 +273,6 @@ fn plan(
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
         (kernel, Plan::new((m, w.rows, w.slabs), slots, image))
     };
-    debug_assert!(!wgmma || plan.image == image, "the wgmma plan sizes the tiles as decoded_bytes does");
     if plan.tiles_n * plan.tiles_m > crate::device::GEMV_COUNTERS || plan.tiles_m > 65535 {
         return Err(CudaError::TooLarge { rows: w.rows, k: w.k, limit: "the GEMM's tiles exceed 65536" });
     }
@@ -369,7 +369,8 @@ fn launch_fused<O: DeviceElement>(
     check_output(&out, m, n)?;
     let wgmma = route.wgmma;
     let f16 = matches!(acts, Acts::Plain { f16: true, .. });
-    let (kernel, plan) = plan(dev, f, (m, decoded_bytes(acts, m, k, wgmma)), f16, wgmma)?;
+    let image = if wgmma { 0 } else { pgemm_image(acts, m, k) };
+    let (kernel, plan) = plan(dev, f, (m, image), f16, wgmma)?;
     let mut scratch = dev.scratch_for(plan.workspace, route.grow && plan.workspace > 0)?;
     let (ws_ptr, g_ws) = crate::device::scratch_ptr(&mut scratch.workspace, plan.workspace > 0, stream);
     let out_stride = out.row_stride;
@@ -493,13 +494,13 @@ fn launch_fused<O: DeviceElement>(
     Ok(())
 }
 
-/// Workspace bytes the activations take before the partial sums: the wgmma kernel's
-/// tiles, or quantized activations decoded to bf16 rows for pgemm (256-byte aligned).
-fn decoded_bytes(acts: Acts<'_>, m: usize, k: usize, wgmma: bool) -> usize {
-    match (acts, wgmma) {
-        (_, true) => m.div_ceil(WG_TILE) * (k / 64) * WG_ACT_TILE,
-        (Acts::Quantized(_), false) => (m * k * 2).next_multiple_of(256),
-        (Acts::Plain { .. }, false) => 0,
+/// Workspace bytes pgemm's activations take ahead of its partial sums: quantized
+/// activations decoded to bf16 rows (256-byte aligned); none for plain ones, which it
+/// reads in place.
+fn pgemm_image(acts: Acts<'_>, m: usize, k: usize) -> usize {
+    match acts {
+        Acts::Quantized(_) => (m * k * 2).next_multiple_of(256),
+        Acts::Plain { .. } => 0,
     }
 }
 
@@ -733,7 +734,8 @@ pub fn gemm_prepared_workspace_size<O: DeviceElement>(
     match pair_route(dev, a, f)? {
         PairRoute::Gemv => crate::gemv::quantized_workspace_size(dev, m, f),
         PairRoute::Fused(wgmma) => {
-            Ok(plan(dev, f, (m, decoded_bytes(Acts::Quantized(a), m, f.k, wgmma)), false, wgmma)?.1.workspace)
+            let image = if wgmma { 0 } else { pgemm_image(Acts::Quantized(a), m, f.k) };
+            Ok(plan(dev, f, (m, image), false, wgmma)?.1.workspace)
         }
         PairRoute::Cutlass => super::pair_workspace::<O>(dev, a, super::Rhs::Prepared(f), out_row_stride),
     }
@@ -774,9 +776,7 @@ mod tests {
         // K = 512 (8 slabs): never split.
         assert_eq!(Plan::new((32, 256, 8), 396, 0).splits, 1);
         // Quantized activations on pgemm: their bf16 rows first, the partial sums after.
-        let plain = Acts::Plain { ptr: 0, stride: 4096, f16: false };
-        assert_eq!(decoded_bytes(plain, 128, 4096, false), 0);
-        assert_eq!(decoded_bytes(plain, 128, 4096, true), 64 * 16384);
+        assert_eq!(pgemm_image(Acts::Plain { ptr: 0, stride: 4096, f16: false }, 128, 4096), 0);
         let q = Plan::new((128, 4096, 64), 396, 128 * 4096 * 2);
         assert_eq!((q.image, q.workspace), (128 * 4096 * 2, 128 * 4096 * 2 + 6 * 128 * 4096 * 4));
     }
