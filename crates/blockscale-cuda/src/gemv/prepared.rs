@@ -284,7 +284,9 @@ fn launch<O: DeviceElement>(
     // slabs to whole chunks), so every load the plan's grid issues is inside them; gate
     // and up were checked equal in scheme and shape; the dynamic shared memory is the
     // ring prepared.cu lays out (it traps if given less). The activations were checked for M
-    // rows of K at their stride with 16-byte aligned rows (the kernel zero-fills past M
+    // rows of K at their stride with 16-byte aligned rows, or decoded just before into
+    // the workspace after the partials (M rows of K bf16, K a multiple of 16; the kernel
+    // reads them after its griddepcontrol.wait) (the kernel zero-fills past M
     // and K), the output for M x N at its stride, the bias for N values, the workspace
     // for the split-K partials and the counters for the plan's tiles (zero between
     // launches: the last CTA of each tile resets its counter). The guards keep every
