@@ -286,20 +286,25 @@ fn modelopt_nvfp4(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<Option<Found
     if catalog.get(&format!("{p}.weight_scale_2")).is_none() {
         return Ok(None);
     }
-    let (scales, ws2) = (format!("{p}.weight_scale"), format!("{p}.weight_scale_2"));
+    let tensors = (format!("{p}.weight_scale"), format!("{p}.weight_scale_2"), format!("{p}.input_scale"));
+    nvfp4_found(catalog, t, (Convention::Modelopt, name.to_owned()), tensors, GlobalSource::DecodeTensor).map(Some)
+}
+
+/// The NVFP4 matrix `t` of both NVFP4 conventions, written as `output`: its block scales,
+/// its per-tensor scalar (`global`, which `source` says how to read) and the optional
+/// activation scale `input`, checked, as the parts it is read from.
+fn nvfp4_found(
+    catalog: &Catalog<'_>,
+    t: &TensorEntry,
+    (convention, output): (Convention, String),
+    (scales, global, input): (String, String, String),
+    source: fn(String) -> GlobalSource,
+) -> Result<Found, CliError> {
     let (rows, k, layout) = nvfp4_scales(catalog, t, &scales)?;
-    scalar_f32(catalog, &ws2)?;
-    let mut parts = vec![name.to_owned(), scales.clone(), ws2.clone()];
-    parts.extend(optional(catalog, format!("{p}.input_scale")));
-    let global = GlobalSource::DecodeTensor(ws2);
-    Ok(Some(Found::matrix(
-        Convention::Modelopt,
-        name.to_owned(),
-        parts,
-        Scheme::NvFp4,
-        (rows, k),
-        (scales, layout, global),
-    )))
+    scalar_f32(catalog, &global)?;
+    let mut parts = vec![t.name.clone(), scales.clone(), global.clone()];
+    parts.extend(optional(catalog, input));
+    Ok(Found::matrix(convention, output, parts, Scheme::NvFp4, (rows, k), (scales, layout, source(global))))
 }
 
 /// compressed-tensors: I32 `weight_packed` (INT4 pack-quantized), or U8 FP4 pairs with
@@ -323,20 +328,9 @@ fn compressed_tensors_packed(catalog: &Catalog<'_>, t: &TensorEntry) -> Result<O
     if catalog.get(&g).is_none() {
         return mxfp4_packed(catalog, t, p).map(Some);
     }
-    let (rows, k, layout) = nvfp4_scales(catalog, t, &scales)?;
-    scalar_f32(catalog, &g)?;
-    let mut parts = vec![name.to_owned(), scales.clone(), g.clone()];
-    parts.extend(optional(catalog, format!("{p}.input_global_scale")));
-    let global = GlobalSource::EncodeTensor(g);
-    let output = format!("{p}.weight");
-    Ok(Some(Found::matrix(
-        Convention::CompressedTensors,
-        output,
-        parts,
-        Scheme::NvFp4,
-        (rows, k),
-        (scales, layout, global),
-    )))
+    let output = (Convention::CompressedTensors, format!("{p}.weight"));
+    nvfp4_found(catalog, t, output, (scales, g, format!("{p}.input_global_scale")), GlobalSource::EncodeTensor)
+        .map(Some)
 }
 
 /// gpt-oss MXFP4: `{p}_blocks` U8 [..., out, K/32, 16] + `{p}_scales` U8 [..., out, K/32].
