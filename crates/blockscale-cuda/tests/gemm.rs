@@ -602,9 +602,9 @@ fn weight_only_prepared_replays_in_a_cuda_graph_and_checks_its_inputs() {
 }
 
 /// A quantized pair on prepared weights (`gemm_prepared`): the activations decoded to
-/// bf16 exactly into the workspace, the weights in registers (the `wgmma` kernel on
-/// Hopper up to M = 1024, `mma.sync` with `BLOCKSCALE_GEMM_WGMMA=0` up to 256), or both
-/// decoded to bf16 for CUTLASS above. Every route multiplies the same exact bf16 values
+/// bf16 exactly into the workspace, the weights in registers (the GEMV up to M = 16,
+/// then where the weight-only product would take it the `wgmma` kernel on Hopper up to
+/// M = 1024, else `mma.sync`), or both decoded to bf16 for CUTLASS above. Every route multiplies the same exact bf16 values
 /// with f32 sums: exact data give the reference's bits, random data the BF16 bound.
 fn run_prepared_pair<O: DeviceElement + cpu::Output>(
     dev: &Device,
@@ -665,9 +665,10 @@ fn pairs_on_prepared_weights_match_the_reference() {
     let pairs = PAIRS.iter().filter(|(a, _)| !matches!(a, Scheme::Fp8Block(_)));
     let mut seed = 5000;
     for (i, &pair) in pairs.enumerate() {
-        // M = 1 and 9 (a GEMM tile of one or a few rows), 65 and 300 (one and three
-        // 128-row tiles), 1100 (above the wgmma kernel: CUTLASS on bf16 operands); N
-        // ragged against the 128-row tile; K = 4096 on few tiles splits K.
+        // M = 1 and 9 (the GEMV), 65 and 300 (the wgmma kernel: one and three 128-row
+        // tiles), 40 on small weights (pgemm; K = 4096 on one tile splits K), 1100
+        // (above the wgmma kernel: CUTLASS on bf16 operands); N ragged against the
+        // 128-row tile.
         for (j, &(m, n, k)) in
             [(1, 40, 224), (9, 72, 224), (65, 200, 352), (300, 130, 224), (40, 64, 4096), (1100, 96, 128)]
                 .iter()

@@ -25,7 +25,7 @@ use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::device::MAX_CLUSTER;
 use crate::gemv::{GEMV_MAX_ROWS, GemvInput};
 use crate::params::PgemmParams;
-use crate::prepared::{Fast, Inner, PreparedWeights, scale_add, stage_scale_bytes};
+use crate::prepared::{Acts, Fast, Inner, PreparedWeights, scale_add, stage_scale_bytes};
 use crate::quantize::DeviceMatrix;
 use crate::{CudaError, Device};
 
@@ -85,6 +85,12 @@ fn f16_wgmma(scheme: Scheme) -> bool {
 /// INT4-G32's half map (32-element blocks inside a slab) has its own.
 fn wgmma_acts_name(scheme: Scheme) -> &'static str {
     if scheme == Scheme::Int4G32 { "wgemm_acts_half" } else { "wgemm_acts" }
+}
+
+/// The tiling kernel that decodes quantized activations of `scheme` (NVFP4 or MX) into
+/// the wgmma kernel's tiles.
+fn quantized_acts_name(scheme: Scheme) -> String {
+    format!("wgemm_acts_{}", crate::quantize::scheme_name(scheme))
 }
 
 /// The largest M the wgmma kernel takes; above it the prepared weights are decoded to
@@ -254,7 +260,7 @@ impl Plan {
 /// The fused kernel and its launch plan: the wgmma kernel where `uses_wgmma` said so
 /// (`wgmma`), pgemm otherwise.
 /// `image`: pgemm's workspace bytes for the activations ahead of its partial sums
-/// ([`pgemm_image`]); the wgmma plan sizes its activation tiles itself.
+/// ([`Acts::decoded_bytes`]); the wgmma plan sizes its activation tiles itself.
 fn plan(
     dev: &Device,
     w: &Fast,
@@ -324,16 +330,6 @@ fn run<I: GemvInput, O: DeviceElement>(
     Ok(())
 }
 
-/// Where the fused kernels' activations come from.
-#[derive(Clone, Copy)]
-enum Acts<'a> {
-    /// bf16 or f16 (`f16`) rows at `ptr`, `stride` elements apart, already checked.
-    Plain { ptr: u64, stride: usize, f16: bool },
-    /// NVFP4 or MX activations in their checkpoint layout, decoded to bf16 into the
-    /// workspace on the way (the pairs on prepared weights).
-    Quantized(&'a DeviceQuantized),
-}
-
 /// Which fused kernel runs (`wgmma`: wgemm.cu, else pgemm.cu) and whether the
 /// workspace may grow.
 #[derive(Clone, Copy)]
@@ -368,9 +364,8 @@ fn launch_fused<O: DeviceElement>(
     }
     check_output(&out, m, n)?;
     let wgmma = route.wgmma;
-    let f16 = matches!(acts, Acts::Plain { f16: true, .. });
-    let image = if wgmma { 0 } else { pgemm_image(acts, m, k) };
-    let (kernel, plan) = plan(dev, f, (m, image), f16, wgmma)?;
+    let image = if wgmma { 0 } else { acts.decoded_bytes(m, k) };
+    let (kernel, plan) = plan(dev, f, (m, image), acts.f16(), wgmma)?;
     let mut scratch = dev.scratch_for(plan.workspace, route.grow && plan.workspace > 0)?;
     let (ws_ptr, g_ws) = crate::device::scratch_ptr(&mut scratch.workspace, plan.workspace > 0, stream);
     let out_stride = out.row_stride;
@@ -427,7 +422,7 @@ fn launch_fused<O: DeviceElement>(
                 unsafe { crate::device::launch_dependent(stream, &tiling.func, config, &tiles) }
             }
             Acts::Quantized(a) => {
-                let tiling = dev.function(&format!("wgemm_acts_{}", crate::quantize::scheme_name(a.scheme())))?;
+                let tiling = dev.function(&quantized_acts_name(a.scheme()))?;
                 let config = dev.grid_stride(items, &tiling);
                 let (a_data, g_ad) = a.data().device_ptr(stream);
                 let (a_scales, g_as) = a.scales().ptr(stream);
@@ -492,16 +487,6 @@ fn launch_fused<O: DeviceElement>(
     }
     drop((g_ws, g_out, g_w, g_s, g_b));
     Ok(())
-}
-
-/// Workspace bytes pgemm's activations take ahead of its partial sums: quantized
-/// activations decoded to bf16 rows (256-byte aligned); none for plain ones, which it
-/// reads in place.
-fn pgemm_image(acts: Acts<'_>, m: usize, k: usize) -> usize {
-    match acts {
-        Acts::Quantized(_) => (m * k * 2).next_multiple_of(256),
-        Acts::Plain { .. } => 0,
-    }
 }
 
 /// Weight-only GEMM on prepared weights: activations `x` (M x K bf16 or f16 on the
@@ -626,7 +611,9 @@ fn pair_route(dev: &Device, a: &DeviceQuantized, f: &Fast) -> Result<PairRoute, 
     if m <= GEMV_MAX_ROWS {
         return Ok(PairRoute::Gemv);
     }
-    let wgmma = dev.arch() == crate::Arch::Sm90 && m <= wgmma_max_m(f.scheme, false) && wgmma_enabled();
+    // The weight-only product's rule: the activations are bf16 by the time the kernels
+    // read them.
+    let wgmma = uses_wgmma(dev, f.scheme, (m, f.rows, f.k), false);
     Ok(if wgmma || fused(dev, m) { PairRoute::Fused(wgmma) } else { PairRoute::Cutlass })
 }
 
@@ -734,7 +721,7 @@ pub fn gemm_prepared_workspace_size<O: DeviceElement>(
     match pair_route(dev, a, f)? {
         PairRoute::Gemv => crate::gemv::quantized_workspace_size(dev, m, f),
         PairRoute::Fused(wgmma) => {
-            let image = if wgmma { 0 } else { pgemm_image(Acts::Quantized(a), m, f.k) };
+            let image = if wgmma { 0 } else { Acts::Quantized(a).decoded_bytes(m, f.k) };
             Ok(plan(dev, f, (m, image), false, wgmma)?.1.workspace)
         }
         PairRoute::Cutlass => super::pair_workspace::<O>(dev, a, super::Rhs::Prepared(f), out_row_stride),
@@ -776,7 +763,7 @@ mod tests {
         // K = 512 (8 slabs): never split.
         assert_eq!(Plan::new((32, 256, 8), 396, 0).splits, 1);
         // Quantized activations on pgemm: their bf16 rows first, the partial sums after.
-        assert_eq!(pgemm_image(Acts::Plain { ptr: 0, stride: 4096, f16: false }, 128, 4096), 0);
+        assert_eq!(Acts::Plain { ptr: 0, stride: 4096, f16: false }.decoded_bytes(128, 4096), 0);
         let q = Plan::new((128, 4096, 64), 396, 128 * 4096 * 2);
         assert_eq!((q.image, q.workspace), (128 * 4096 * 2, 128 * 4096 * 2 + 6 * 128 * 4096 * 4));
     }
@@ -835,6 +822,7 @@ mod tests {
         assert_eq!(wg_smem_bytes(Scheme::Int4G32), 6 * 21 * 1024 + 65 * 1024);
         assert_eq!(wgmma_acts_name(Scheme::Int4G32), "wgemm_acts_half");
         assert_eq!(wgmma_acts_name(Scheme::Int4G128), "wgemm_acts");
+        assert_eq!(quantized_acts_name(Scheme::MxFp8E4M3), "wgemm_acts_mxfp8_e4m3");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::{GemvInput, check_request};
 use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, check_output};
 use crate::params::PgemvParams;
-use crate::prepared::{Fast, scale_add, stage_scale_bytes};
+use crate::prepared::{Acts, Fast, decoded_rows_bytes, scale_add, stage_scale_bytes};
 use crate::quantize::DeviceMatrix;
 use crate::{CudaError, Device};
 
@@ -133,22 +133,12 @@ pub(super) fn workspace_size(dev: &Device, m: usize, w: &Fast, gated: bool) -> R
     Ok(prepare(dev, w, m, gated, false)?.1.workspace)
 }
 
-/// Where the prepared GEMV's activations come from.
-#[derive(Clone, Copy)]
-enum Acts<'a> {
-    /// bf16 or f16 (`f16`) rows at `ptr`, `stride` elements apart, already checked.
-    Plain { ptr: u64, stride: usize, f16: bool },
-    /// NVFP4 or MX activations (the pairs on prepared weights), decoded to bf16 rows in
-    /// the workspace after the split-K partials.
-    Quantized(&'a DeviceQuantized),
-}
-
-/// Workspace bytes of the GEMV's own plan (`plan`) and, for quantized activations, of
-/// their bf16 rows after it: (where they start, the total).
-fn decoded_at(plan: usize, quantized: bool, (m, k): (usize, usize)) -> (usize, usize) {
-    if quantized {
+/// Workspace bytes of the GEMV's own plan (`plan`) and of `decoded` bytes of bf16
+/// activation rows after it, if any: (where they start, the total).
+fn decoded_at(plan: usize, decoded: usize) -> (usize, usize) {
+    if decoded > 0 {
         let at = plan.next_multiple_of(256);
-        (at, at + m * k * 2)
+        (at, at + decoded)
     } else {
         (0, plan)
     }
@@ -156,7 +146,7 @@ fn decoded_at(plan: usize, quantized: bool, (m, k): (usize, usize)) -> (usize, u
 
 /// Workspace bytes of the GEMV of `m` rows of quantized activations (`K = w.k`) on `w`.
 pub(crate) fn quantized_workspace_size(dev: &Device, m: usize, w: &Fast) -> Result<usize, CudaError> {
-    Ok(decoded_at(workspace_size(dev, m, w, false)?, true, (m, w.k)).1)
+    Ok(decoded_at(workspace_size(dev, m, w, false)?, decoded_rows_bytes(m, w.k)).1)
 }
 
 /// Checks and queues the GEMV on prepared weights.
@@ -217,9 +207,8 @@ fn launch<O: DeviceElement>(
     let w = sides[0].w;
     let (n, k) = (w.rows, w.k);
     let gated = sides.len() == 2;
-    let f16 = matches!(acts, Acts::Plain { f16: true, .. });
-    let (kernel, plan) = prepare(dev, w, m, gated, f16)?;
-    let (decoded, total) = decoded_at(plan.workspace, matches!(acts, Acts::Quantized(_)), (m, k));
+    let (kernel, plan) = prepare(dev, w, m, gated, acts.f16())?;
+    let (decoded, total) = decoded_at(plan.workspace, acts.decoded_bytes(m, k));
     let mut scratch = dev.scratch_for(total, grow && total > 0)?;
     let crate::device::Scratch { workspace, counters } = &mut *scratch;
     if plan.splits > 1 && counters.is_none() {

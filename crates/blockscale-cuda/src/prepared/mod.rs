@@ -27,6 +27,40 @@ pub(crate) use layout::{NVFP4_SHIFT, scale_add};
 
 use crate::{CudaError, Device, DeviceQuantized};
 
+/// Where the kernels on prepared weights (the GEMV, pgemm, the wgmma GEMM) take their
+/// activations from.
+#[derive(Clone, Copy)]
+pub(crate) enum Acts<'a> {
+    /// bf16 or f16 (`f16`) rows at `ptr`, `stride` elements apart, already checked.
+    Plain { ptr: u64, stride: usize, f16: bool },
+    /// NVFP4 or MX activations in their checkpoint layout (the pairs on prepared
+    /// weights), decoded to bf16 on the way: by the wgmma GEMM's tiling, or into bf16
+    /// rows in the workspace for the GEMV and pgemm.
+    Quantized(&'a crate::DeviceQuantized),
+}
+
+impl Acts<'_> {
+    /// Whether the kernels read f16.
+    pub(crate) fn f16(self) -> bool {
+        matches!(self, Self::Plain { f16: true, .. })
+    }
+
+    /// Workspace bytes the activations take as bf16 rows (`m x k`) for the GEMV and
+    /// pgemm: [`decoded_rows_bytes`] for quantized ones, none for plain ones (read in
+    /// place).
+    pub(crate) fn decoded_bytes(self, m: usize, k: usize) -> usize {
+        match self {
+            Self::Quantized(_) => decoded_rows_bytes(m, k),
+            Self::Plain { .. } => 0,
+        }
+    }
+}
+
+/// Bytes of `m x k` bf16 rows in the workspace, rounded up to 256.
+pub(crate) fn decoded_rows_bytes(m: usize, k: usize) -> usize {
+    (m * k * 2).next_multiple_of(256)
+}
+
 /// A weight matrix ready for the fast GEMV: the prepared layout on the device, or, for
 /// the rare matrix it cannot hold exactly, the checkpoint layout (see the module docs).
 #[derive(Debug)]
