@@ -9,6 +9,28 @@ use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
 use crate::{Element, Epilogue, Error, QuantizeOptions, QuantizedMatrix, Scheme};
 
+/// Runs `$call` on the activations `$x` (element type `$I`) as the CUDA kernels' bf16 or
+/// f16 input, or refuses f32 ones with [`Error::Unsupported`] saying `$f32`.
+#[cfg(feature = "cuda")]
+macro_rules! on_half {
+    ($I:ty, $x:expr, $f32:expr, |$h:ident| $call:expr) => {
+        match <$I as Element>::half_view($x) {
+            Some(crate::element::HalfView::F16($h)) => Ok($call?),
+            Some(crate::element::HalfView::Bf16($h)) => Ok($call?),
+            None => Err(Error::Unsupported { backend: "cuda", what: $f32 }),
+        }
+    };
+}
+
+/// The CUDA GEMV's refusal of f32 activations.
+#[cfg(feature = "cuda")]
+const F32_GEMV: &str = "a GEMV with f32 activations (the CUDA GEMV reads bf16 or f16; convert them, or use \
+                        gemm_weight_only, which takes f32)";
+/// The prepared kernels' refusal of f32 activations.
+#[cfg(feature = "cuda")]
+const F32_PREPARED: &str = "f32 activations on prepared weights (the prepared kernels read bf16 or f16; convert \
+                            them, or use gemm_weight_only on the QuantizedMatrix, which takes f32)";
+
 /// Where an operation runs: the CPU, or (feature `cuda`) one CUDA device.
 ///
 /// The CPU and the GPU write the same quantized bytes; the products agree within the
@@ -179,7 +201,8 @@ impl Backend {
             }
             #[cfg(feature = "cuda")]
             Self::Cuda(dev) => {
-                let y = I::cuda_gemv::<O>(dev, x.insert_axis(ndarray::Axis(0)), w, epilogue)?;
+                let x = x.insert_axis(ndarray::Axis(0));
+                let y = on_half!(I, x, F32_GEMV, |x| blockscale_cuda::gemv_host::<_, O>(dev, x, w, epilogue))?;
                 Ok(y.remove_axis(ndarray::Axis(0)))
             }
         }
@@ -230,7 +253,8 @@ impl Backend {
             (Self::Cpu, Prepared::Cpu(q)) => self.gemv(x, q, epilogue),
             #[cfg(feature = "cuda")]
             (Self::Cuda(dev), Prepared::Cuda(p)) => {
-                let y = I::cuda_gemv_prepared::<O>(dev, x.insert_axis(ndarray::Axis(0)), p, epilogue)?;
+                let x = x.insert_axis(ndarray::Axis(0));
+                let y = on_half!(I, x, F32_GEMV, |x| blockscale_cuda::gemv_prepared_host::<_, O>(dev, x, p, epilogue))?;
                 Ok(y.remove_axis(ndarray::Axis(0)))
             }
             #[cfg(feature = "cuda")]
@@ -270,7 +294,9 @@ impl Backend {
         match (self, w) {
             (Self::Cpu, Prepared::Cpu(q)) => self.gemm_weight_only(x, q, epilogue),
             #[cfg(feature = "cuda")]
-            (Self::Cuda(dev), Prepared::Cuda(p)) => I::cuda_gemm_weight_only_prepared::<O>(dev, x, p, epilogue),
+            (Self::Cuda(dev), Prepared::Cuda(p)) => on_half!(I, x, F32_PREPARED, |x| {
+                blockscale_cuda::gemm_weight_only_prepared_host::<_, O>(dev, x, p, epilogue)
+            }),
             #[cfg(feature = "cuda")]
             _ => Err(other_backend(self)),
         }

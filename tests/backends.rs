@@ -15,11 +15,12 @@
 
 use std::path::PathBuf;
 
+use blockscale::FloatValues;
 use blockscale::half::{bf16, f16};
 use blockscale::ndarray::{Array2, ArrayView1, ArrayView2};
 use blockscale::{Backend, Element, Epilogue, QuantizedMatrix, ScaleLayout};
 use blockscale_golden::GoldenFile;
-use blockscale_golden::case::{self, Values};
+use blockscale_golden::case;
 use blockscale_golden::verify::{abs_products, parse_activation, quantize_options};
 
 /// The golden files, sorted by name.
@@ -53,16 +54,7 @@ fn case_name(f: &GoldenFile) -> String {
     f.meta("case").unwrap().to_owned()
 }
 
-/// Runs `f` on the golden values as their own element type.
-macro_rules! with_values {
-    ($values:expr, |$v:ident| $body:expr) => {
-        match $values {
-            Values::F32($v) => $body,
-            Values::F16($v) => $body,
-            Values::Bf16($v) => $body,
-        }
-    };
-}
+use blockscale::for_float_values as with_values;
 
 fn scale_bytes(q: &QuantizedMatrix) -> Vec<u8> {
     case::scale_bytes(q.scales())
@@ -76,7 +68,7 @@ fn quantize_writes_the_golden_bytes_on_every_backend() {
             let name = format!("{} [{}]", case_name(f), backend.name());
             let golden = case::get_matrix(f, "q").unwrap();
             let (scheme, rows, k) = (golden.scheme(), golden.rows(), golden.k());
-            let input = Values::read(f, "input", &[rows, k]).unwrap();
+            let input = case::read_values(f, "input", &[rows, k]).unwrap();
             let options = quantize_options(f, scheme).unwrap();
             let q = with_values!(&input, |v| backend.quantize(
                 ArrayView2::from_shape((rows, k), &v[..]).unwrap(),
@@ -151,7 +143,7 @@ fn dequantize_gives_the_golden_values_in_every_output_type() {
 /// A product case's operands and epilogue.
 struct Product {
     a: Option<QuantizedMatrix>,
-    x: Option<Values>,
+    x: Option<FloatValues<'static>>,
     b: QuantizedMatrix,
     m: usize,
     want: Vec<f32>,
@@ -171,7 +163,7 @@ impl Product {
         let weight_only = f.meta_opt("a.scheme").is_none();
         Self {
             a: (!weight_only).then(|| case::get_matrix(f, "a").unwrap()),
-            x: weight_only.then(|| Values::read(f, "x", &[m, k]).unwrap()),
+            x: weight_only.then(|| case::read_values(f, "x", &[m, k]).unwrap()),
             want: f.f32s("out", &[m, n]).unwrap(),
             bias: f.has("bias").then(|| f.f32s("bias", &[n]).unwrap()),
             alpha: match f.meta("alpha").unwrap() {
@@ -249,7 +241,7 @@ fn cuda_direct(
     dev: &blockscale::cuda::Device,
     p: &Product,
     a: Option<&QuantizedMatrix>,
-    x: Option<&Values>,
+    x: Option<&FloatValues<'static>>,
     row: Option<usize>,
     prepared: Option<&blockscale::Prepared>,
 ) -> Result<Vec<f32>, String> {
@@ -262,37 +254,37 @@ fn cuda_direct(
     }
     if let (Some(blockscale::Prepared::Cuda(w)), Some(x), None) = (prepared, x, row) {
         let r = match x {
-            Values::Bf16(v) => cuda::gemm_weight_only_prepared_host::<_, f32>(
+            FloatValues::Bf16(v) => cuda::gemm_weight_only_prepared_host::<_, f32>(
                 dev,
                 ArrayView2::from_shape((p.m, k), &v[..]).unwrap(),
                 w,
                 &epi,
             ),
-            Values::F16(v) => cuda::gemm_weight_only_prepared_host::<_, f32>(
+            FloatValues::F16(v) => cuda::gemm_weight_only_prepared_host::<_, f32>(
                 dev,
                 ArrayView2::from_shape((p.m, k), &v[..]).unwrap(),
                 w,
                 &epi,
             ),
-            Values::F32(_) => return Err("no direct call for this case".into()),
+            FloatValues::F32(_) => return Err("no direct call for this case".into()),
         };
         return r.map(|a| a.into_raw_vec_and_offset().0).map_err(|e| e.to_string());
     }
     if let (Some(blockscale::Prepared::Cuda(w)), Some(x), Some(r)) = (prepared, x, row) {
         let r = match x {
-            Values::Bf16(v) => cuda::gemv_prepared_host::<_, f32>(
+            FloatValues::Bf16(v) => cuda::gemv_prepared_host::<_, f32>(
                 dev,
                 ArrayView2::from_shape((1, k), &v[r * k..(r + 1) * k]).unwrap(),
                 w,
                 &epi,
             ),
-            Values::F16(v) => cuda::gemv_prepared_host::<_, f32>(
+            FloatValues::F16(v) => cuda::gemv_prepared_host::<_, f32>(
                 dev,
                 ArrayView2::from_shape((1, k), &v[r * k..(r + 1) * k]).unwrap(),
                 w,
                 &epi,
             ),
-            Values::F32(_) => return Err("no direct call for this case".into()),
+            FloatValues::F32(_) => return Err("no direct call for this case".into()),
         };
         return r.map(|a| a.into_raw_vec_and_offset().0).map_err(|e| e.to_string());
     }
@@ -304,10 +296,10 @@ fn cuda_direct(
             &p.b,
             &epi
         )),
-        (None, Some(Values::Bf16(v)), Some(r)) => {
+        (None, Some(FloatValues::Bf16(v)), Some(r)) => {
             cuda::gemv_host::<_, f32>(dev, ArrayView2::from_shape((1, k), &v[r * k..(r + 1) * k]).unwrap(), &p.b, &epi)
         }
-        (None, Some(Values::F16(v)), Some(r)) => {
+        (None, Some(FloatValues::F16(v)), Some(r)) => {
             cuda::gemv_host::<_, f32>(dev, ArrayView2::from_shape((1, k), &v[r * k..(r + 1) * k]).unwrap(), &p.b, &epi)
         }
         _ => return Err("no direct call for this case".into()),

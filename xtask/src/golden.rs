@@ -22,13 +22,14 @@ use blockscale_cpu::{
     Activation, Epilogue, GemmOptions, QuantizeOptions, gemm, gemm_reference, gemm_weight_only,
     gemm_weight_only_reference, quantize_slice,
 };
+use blockscale_formats::for_float_values;
 use blockscale_formats::rng::SplitMix64;
 use blockscale_formats::{
-    DataLayout, Fp8Tile, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizedMatrix, ScaleLayout,
-    ScaleRule, Scheme,
+    DataLayout, FloatValues, Fp8Tile, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizedMatrix,
+    ScaleLayout, ScaleRule, Scheme,
 };
 use blockscale_golden::Writer;
-use blockscale_golden::case::{self, Values};
+use blockscale_golden::case;
 use blockscale_golden::verify::activation_name;
 use half::{bf16, f16};
 use ndarray::ArrayView2;
@@ -100,20 +101,22 @@ fn adversarial(rng: &mut SplitMix64, rows: usize, k: usize, scheme: Scheme, dtyp
     x
 }
 
-fn values(dtype: &str, x: &[f32]) -> Values {
+fn values(dtype: &str, x: &[f32]) -> FloatValues<'static> {
     match dtype {
-        "f16" => Values::F16(x.iter().map(|&v| f16::from_f32(v)).collect()),
-        "bf16" => Values::Bf16(x.iter().map(|&v| bf16::from_f32(v)).collect()),
-        _ => Values::F32(x.to_vec()),
+        "f16" => FloatValues::F16(x.iter().map(|&v| f16::from_f32(v)).collect()),
+        "bf16" => FloatValues::Bf16(x.iter().map(|&v| bf16::from_f32(v)).collect()),
+        _ => FloatValues::F32(x.to_vec().into()),
     }
 }
 
-fn quantize_values(v: &Values, rows: usize, k: usize, scheme: Scheme, o: &QuantizeOptions) -> Result<QuantizedMatrix> {
-    Ok(match v {
-        Values::F32(x) => quantize_slice(x, rows, k, scheme, o),
-        Values::F16(x) => quantize_slice(x, rows, k, scheme, o),
-        Values::Bf16(x) => quantize_slice(x, rows, k, scheme, o),
-    }?)
+fn quantize_values(
+    v: &FloatValues<'_>,
+    rows: usize,
+    k: usize,
+    scheme: Scheme,
+    o: &QuantizeOptions,
+) -> Result<QuantizedMatrix> {
+    Ok(for_float_values!(v, |x| quantize_slice(&x[..], rows, k, scheme, o))?)
 }
 
 struct QuantCase {
@@ -173,7 +176,7 @@ fn write_quant(dir: &Path, c: &QuantCase, seed: u64, index: u64) -> Result<()> {
         .meta("scale_rule", c.rule.name())
         .meta("nvfp4_recipe", case::recipe_name(c.recipe))
         .meta("non_finite", case::non_finite_name(o.non_finite))
-        .tensor("input", input.dtype(), &[c.rows, c.k], input.to_bytes());
+        .tensor("input", case::dtype_of(input.kind()), &[c.rows, c.k], input.to_le_bytes());
     case::put_matrix(&mut w, "q", &q);
     if c.scheme.supports_layout(ScaleLayout::Swizzled128x4) {
         let q2 = quantize_values(&input, c.rows, c.k, c.scheme, &o.with_scale_layout(ScaleLayout::Swizzled128x4))?;
@@ -341,7 +344,7 @@ fn write_gemm(dir: &Path, c: &GemmCase, seed: u64, index: u64) -> Result<()> {
                 c.x_dtype,
                 &if c.exact { friendly(rng, c.m, c.k, Scheme::MxFp8E4M3) } else { data(rng, c.m, c.b) },
             );
-            w.tensor("x", xs.dtype(), &[c.m, c.k], xs.to_bytes());
+            w.tensor("x", case::dtype_of(xs.kind()), &[c.m, c.k], xs.to_le_bytes());
             macro_rules! wo {
                 ($v:expr) => {{
                     let view = ArrayView2::from_shape((c.m, c.k), &$v[..])?;
@@ -351,11 +354,7 @@ fn write_gemm(dir: &Path, c: &GemmCase, seed: u64, index: u64) -> Result<()> {
                     )
                 }};
             }
-            match &xs {
-                Values::F32(v) => wo!(v),
-                Values::F16(v) => wo!(v),
-                Values::Bf16(v) => wo!(v),
-            }
+            for_float_values!(&xs, |v| wo!(v))
         }
     };
     if c.exact && reference.iter().zip(fast.iter()).any(|(r, f)| r.to_bits() != f.to_bits()) {

@@ -3,65 +3,23 @@
 
 use std::borrow::Cow;
 
-use blockscale::{Backend, GlobalScale, QuantizeOptions, QuantizedMatrix, Scheme};
+use blockscale::{Backend, GlobalScale, QuantizeOptions, QuantizedMatrix, Scheme, for_float_values};
 use half::{bf16, f16};
 use ndarray::ArrayView2;
 
-/// The values of a floating-point tensor in its own dtype.
-#[derive(Clone, Debug)]
-pub enum FloatValues<'a> {
-    /// bfloat16.
-    Bf16(Cow<'a, [bf16]>),
-    /// IEEE half.
-    F16(Cow<'a, [f16]>),
-    /// IEEE single.
-    F32(Cow<'a, [f32]>),
-}
+pub use blockscale::FloatValues;
 
-impl FloatValues<'_> {
-    /// Number of values.
-    pub fn len(&self) -> usize {
-        match self {
-            Self::Bf16(v) => v.len(),
-            Self::F16(v) => v.len(),
-            Self::F32(v) => v.len(),
-        }
-    }
-
-    /// Whether there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Bytes per value.
-    pub fn elem_bytes(&self) -> usize {
-        match self {
-            Self::Bf16(_) | Self::F16(_) => 2,
-            Self::F32(_) => 4,
-        }
-    }
-
-    /// Every value as f32 (exact).
-    pub fn to_f32(&self) -> Vec<f32> {
-        match self {
-            Self::Bf16(v) => v.iter().map(|x| x.to_f32()).collect(),
-            Self::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
-            Self::F32(v) => v.to_vec(),
-        }
-    }
-
-    /// Reads little-endian `bytes` of safetensors dtype `dtype`; `None` for a dtype that
-    /// is not BF16, F16 or F32 or a length that is not a whole number of values.
-    /// Borrows when the bytes are suitably aligned (always, for a memory-mapped file
-    /// written by the safetensors libraries), copies otherwise.
-    pub fn from_le_bytes(dtype: safetensors::Dtype, bytes: &[u8]) -> Option<FloatValues<'_>> {
-        use safetensors::Dtype;
-        match dtype {
-            Dtype::BF16 => cast(bytes, bf16::from_le_bytes).map(FloatValues::Bf16),
-            Dtype::F16 => cast(bytes, f16::from_le_bytes).map(FloatValues::F16),
-            Dtype::F32 => cast(bytes, f32::from_le_bytes).map(FloatValues::F32),
-            _ => None,
-        }
+/// Reads little-endian `bytes` of safetensors dtype `dtype`; `None` for a dtype that is
+/// not BF16, F16 or F32 or a length that is not a whole number of values. Borrows when
+/// the bytes are suitably aligned (always, for a memory-mapped file written by the
+/// safetensors libraries), copies otherwise.
+pub fn from_le_bytes(dtype: safetensors::Dtype, bytes: &[u8]) -> Option<FloatValues<'_>> {
+    use safetensors::Dtype;
+    match dtype {
+        Dtype::BF16 => cast(bytes, bf16::from_le_bytes).map(FloatValues::Bf16),
+        Dtype::F16 => cast(bytes, f16::from_le_bytes).map(FloatValues::F16),
+        Dtype::F32 => cast(bytes, f32::from_le_bytes).map(FloatValues::F32),
+        _ => None,
     }
 }
 
@@ -77,26 +35,23 @@ fn cast<T: bytemuck::Pod, const N: usize>(bytes: &[u8], from_le: fn([u8; N]) -> 
     Some(Cow::Owned(bytes.chunks_exact(N).map(|c| from_le(c.try_into().expect("chunk of N bytes"))).collect()))
 }
 
-impl FloatValues<'_> {
-    /// Quantizes the values as a `rows x k` matrix on `backend`.
-    ///
-    /// # Errors
-    /// The backend's ([`blockscale::Error`]); `rows x k` must be the length.
-    pub fn quantize(
-        &self,
-        backend: &Backend,
-        (rows, k): (usize, usize),
-        scheme: Scheme,
-        options: &QuantizeOptions,
-    ) -> Result<QuantizedMatrix, blockscale::Error> {
-        assert_eq!(rows * k, self.len(), "a tensor's values are rows x k");
-        let shape = (rows, k);
-        match self {
-            Self::Bf16(v) => backend.quantize(ArrayView2::from_shape(shape, v).expect("checked"), scheme, options),
-            Self::F16(v) => backend.quantize(ArrayView2::from_shape(shape, v).expect("checked"), scheme, options),
-            Self::F32(v) => backend.quantize(ArrayView2::from_shape(shape, v).expect("checked"), scheme, options),
-        }
-    }
+/// Quantizes `values` as a `rows x k` matrix on `backend`.
+///
+/// # Errors
+/// The backend's ([`blockscale::Error`]); `rows x k` must be the length.
+pub fn quantize(
+    values: &FloatValues<'_>,
+    backend: &Backend,
+    (rows, k): (usize, usize),
+    scheme: Scheme,
+    options: &QuantizeOptions,
+) -> Result<QuantizedMatrix, blockscale::Error> {
+    assert_eq!(rows * k, values.len(), "a tensor's values are rows x k");
+    for_float_values!(values, |v| backend.quantize(
+        ArrayView2::from_shape((rows, k), &v[..]).expect("checked"),
+        scheme,
+        options
+    ))
 }
 
 /// The largest |value| of a row-major matrix of rows of `k` values (0 for none), or the
@@ -132,46 +87,27 @@ pub fn finite_amax<T: Copy + Sync>(
     Ok(amax)
 }
 
-impl FloatValues<'_> {
-    /// Quantizes the values as a `rows x k` matrix on the CPU into `data` and `scales`
-    /// ([`blockscale::quantize_into`]); returns the per-tensor scale (NVFP4).
-    ///
-    /// # Errors
-    /// As [`blockscale::quantize_into`]; `rows x k` must be the length.
-    pub fn quantize_into(
-        &self,
-        (rows, k): (usize, usize),
-        scheme: Scheme,
-        options: &QuantizeOptions,
-        data: &mut [u8],
-        scales: &mut [u8],
-    ) -> Result<Option<GlobalScale>, blockscale::CpuError> {
-        assert_eq!(rows * k, self.len(), "a tensor's values are rows x k");
-        let shape = (rows, k);
-        match self {
-            Self::Bf16(v) => blockscale::quantize_into(
-                ArrayView2::from_shape(shape, v).expect("checked"),
-                scheme,
-                options,
-                data,
-                scales,
-            ),
-            Self::F16(v) => blockscale::quantize_into(
-                ArrayView2::from_shape(shape, v).expect("checked"),
-                scheme,
-                options,
-                data,
-                scales,
-            ),
-            Self::F32(v) => blockscale::quantize_into(
-                ArrayView2::from_shape(shape, v).expect("checked"),
-                scheme,
-                options,
-                data,
-                scales,
-            ),
-        }
-    }
+/// Quantizes `values` as a `rows x k` matrix on the CPU into `data` and `scales`
+/// ([`blockscale::quantize_into`]); returns the per-tensor scale (NVFP4).
+///
+/// # Errors
+/// As [`blockscale::quantize_into`]; `rows x k` must be the length.
+pub fn quantize_into(
+    values: &FloatValues<'_>,
+    (rows, k): (usize, usize),
+    scheme: Scheme,
+    options: &QuantizeOptions,
+    data: &mut [u8],
+    scales: &mut [u8],
+) -> Result<Option<GlobalScale>, blockscale::CpuError> {
+    assert_eq!(rows * k, values.len(), "a tensor's values are rows x k");
+    for_float_values!(values, |v| blockscale::quantize_into(
+        ArrayView2::from_shape((rows, k), &v[..]).expect("checked"),
+        scheme,
+        options,
+        data,
+        scales
+    ))
 }
 
 #[cfg(test)]
@@ -190,13 +126,13 @@ mod tests {
     fn borrows_aligned_and_copies_unaligned_bytes() {
         let words: Vec<u32> = vec![0x3f80_4000, 0xc000_0000];
         let bytes: &[u8] = bytemuck::cast_slice(&words);
-        let v = FloatValues::from_le_bytes(safetensors::Dtype::BF16, bytes).unwrap();
+        let v = from_le_bytes(safetensors::Dtype::BF16, bytes).unwrap();
         assert!(matches!(&v, FloatValues::Bf16(Cow::Borrowed(_))));
         assert_eq!(v.to_f32(), vec![2.0, 1.0, 0.0, -2.0]);
-        let odd = FloatValues::from_le_bytes(safetensors::Dtype::BF16, &bytes[1..7]).unwrap();
+        let odd = from_le_bytes(safetensors::Dtype::BF16, &bytes[1..7]).unwrap();
         assert!(matches!(&odd, FloatValues::Bf16(Cow::Owned(_))));
         assert_eq!(odd.len(), 3);
-        assert!(FloatValues::from_le_bytes(safetensors::Dtype::F32, &bytes[..6]).is_none());
-        assert!(FloatValues::from_le_bytes(safetensors::Dtype::U8, bytes).is_none());
+        assert!(from_le_bytes(safetensors::Dtype::F32, &bytes[..6]).is_none());
+        assert!(from_le_bytes(safetensors::Dtype::U8, bytes).is_none());
     }
 }

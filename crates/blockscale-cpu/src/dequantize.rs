@@ -2,12 +2,13 @@
 //! in f32 (`post` is NVFP4's per-tensor decode factor, 1 otherwise), then rounded once
 //! to the output type.
 
+use blockscale_formats::Source;
 use blockscale_formats::{DataLayout, QuantizedMatrix, pack};
 use ndarray::{Array2, ArrayViewMut2};
 use rayon::prelude::*;
 
 use crate::kernels::{self, Path, Target};
-use crate::{CpuError, Output, Simd};
+use crate::{CpuError, Simd};
 
 /// Options for [`dequantize_with`] and [`dequantize_into`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -45,7 +46,7 @@ impl<'q> RowDecoder<'q> {
     }
 
     /// Decodes row `r` into `out` (`k` elements).
-    pub(crate) fn decode<O: Output>(&mut self, r: usize, out: &mut [O]) {
+    pub(crate) fn decode<O: Source>(&mut self, r: usize, out: &mut [O]) {
         self.decode_scaled(r, out, true, true);
     }
 
@@ -60,7 +61,7 @@ impl<'q> RowDecoder<'q> {
         self.decode_scaled(r, out, true, false);
     }
 
-    fn decode_scaled<O: Output>(&mut self, r: usize, out: &mut [O], scaled: bool, with_post: bool) {
+    fn decode_scaled<O: Source>(&mut self, r: usize, out: &mut [O], scaled: bool, with_post: bool) {
         let shape = self.q.shape();
         let (k, rb) = (shape.k, shape.row_bytes);
         let bytes: &[u8] = match self.q.data_layout() {
@@ -98,7 +99,7 @@ impl<'q> RowDecoder<'q> {
 /// Each value is `(code_value * block_scale) * global_decode` in f32 (for NVFP4; the
 /// other schemes have no global factor), rounded once to `O`. NaN scales (poisoned
 /// blocks) give NaN.
-pub fn dequantize<O: Output>(q: &QuantizedMatrix) -> Array2<O> {
+pub fn dequantize<O: Source>(q: &QuantizedMatrix) -> Array2<O> {
     let mut out = Array2::from_elem((q.rows(), q.k()), O::default());
     // Cannot fail: the shape matches and Simd::Auto is always available.
     let _ = dequantize_into(q, out.view_mut(), &DequantizeOptions::default());
@@ -109,7 +110,7 @@ pub fn dequantize<O: Output>(q: &QuantizedMatrix) -> Array2<O> {
 ///
 /// # Errors
 /// [`CpuError::SimdUnavailable`] if a missing SIMD path was forced.
-pub fn dequantize_with<O: Output>(q: &QuantizedMatrix, options: &DequantizeOptions) -> Result<Array2<O>, CpuError> {
+pub fn dequantize_with<O: Source>(q: &QuantizedMatrix, options: &DequantizeOptions) -> Result<Array2<O>, CpuError> {
     let mut out = Array2::from_elem((q.rows(), q.k()), O::default());
     dequantize_into(q, out.view_mut(), options)?;
     Ok(out)
@@ -120,7 +121,7 @@ pub fn dequantize_with<O: Output>(q: &QuantizedMatrix, options: &DequantizeOptio
 /// # Errors
 /// [`CpuError::OutputShape`] if `out` is not `rows x k`; [`CpuError::SimdUnavailable`]
 /// if a missing SIMD path was forced.
-pub fn dequantize_into<O: Output>(
+pub fn dequantize_into<O: Source>(
     q: &QuantizedMatrix,
     mut out: ArrayViewMut2<'_, O>,
     options: &DequantizeOptions,
@@ -156,7 +157,7 @@ pub fn dequantize_into<O: Output>(
 /// # Errors
 /// [`CpuError::SliceLength`] if `out.len() != rows * k`; otherwise as
 /// [`dequantize_into`].
-pub fn dequantize_slice<O: Output>(
+pub fn dequantize_slice<O: Source>(
     q: &QuantizedMatrix,
     out: &mut [O],
     options: &DequantizeOptions,

@@ -2,16 +2,9 @@
 
 use blockscale_formats::Source;
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for half::f16 {}
-    impl Sealed for half::bf16 {}
-}
-
-/// A quantization input type: f32, f16 or bf16 (the formats crate's [`Source`], plus
-/// what the SIMD kernels need to load it).
-pub trait Input: Source + Send + Sync + 'static + sealed::Sealed {
+/// A quantization input type: f32, f16 or bf16 (the formats crate's [`Source`], which
+/// seals it, plus what the SIMD kernels need to load it).
+pub trait Input: Source {
     /// Loads 8 consecutive values as f32 lanes.
     ///
     /// # Safety

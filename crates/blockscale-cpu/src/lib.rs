@@ -66,11 +66,10 @@ mod input;
 mod kernels;
 mod metrics;
 mod options;
-mod output;
 mod quantize;
 mod scale;
 
-pub use blockscale_formats::{GlobalScale, QuantizedMatrix, nvfp4_alpha};
+pub use blockscale_formats::{FloatKind, GlobalScale, QuantizedMatrix, Source, nvfp4_alpha};
 pub use dequantize::{DequantizeOptions, dequantize, dequantize_into, dequantize_slice, dequantize_with};
 pub use error::CpuError;
 pub use fake::fake_quantize;
@@ -82,18 +81,17 @@ pub use input::Input;
 pub use kernels::{avx2_available, avx512_available};
 pub use metrics::{ErrorMetrics, error_metrics, error_metrics_slice};
 pub use options::{GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions, Simd};
-pub use output::Output;
 pub use quantize::{quantize, quantize_into, quantize_slice};
 
 /// Direct access to the element kernels, for the crate's own tests (which compare the
 /// SIMD and portable paths on every f32 input). Not part of the API.
 #[doc(hidden)]
 pub mod __test_hooks {
-    use blockscale_formats::ElementFormat;
+    use blockscale_formats::{ElementFormat, Source};
 
     use crate::kernels::{self, Codes, Path};
     use crate::scale::Op;
-    use crate::{CpuError, Output, Simd};
+    use crate::{CpuError, Simd};
 
     /// Encodes `xs` (a multiple of 32 values) as one block per 32 with factor `factor`,
     /// multiplying (`div = false`) or dividing.
@@ -108,7 +106,7 @@ pub mod __test_hooks {
 
     /// Decodes codes (one block per 32 elements, one code per byte except E2M1/INT4) with
     /// block scale `scale` and post factor `post`.
-    pub fn decode<O: Output>(
+    pub fn decode<O: Source>(
         simd: Simd,
         element: ElementFormat,
         codes: &[u8],

@@ -124,7 +124,7 @@ fn decoders_agree_for_every_code_and_many_scales() {
     }
 }
 
-fn dequant_bits<O: blockscale_cpu::Output + Copy>(
+fn dequant_bits<O: blockscale_formats::Source>(
     q: &blockscale_cpu::QuantizedMatrix,
     simd: Simd,
     single: bool,

@@ -2,56 +2,32 @@
 //! the device twin of [`QuantizedMatrix`].
 
 use blockscale_formats::{
-    DataLayout, GlobalScale, QuantShape, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat, ScaleLayout, Scheme,
+    DataLayout, FloatKind, GlobalScale, QuantShape, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat,
+    ScaleLayout, Scheme, Source,
 };
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, SyncOnDrop, ValidAsZeroBits};
 use half::{bf16, f16};
 
 use crate::{CudaError, Device};
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for half::f16 {}
-    impl Sealed for half::bf16 {}
-}
-
-/// f32, f16 or bf16: what the kernels read (quantization) and write (dequantization).
-pub trait DeviceElement:
-    DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + 'static + sealed::Sealed
-{
+/// f32, f16 or bf16 (the formats crate's [`Source`], which seals it): what the kernels
+/// read (quantization) and write (dequantization), with cudarc's device representation.
+pub trait DeviceElement: Source + DeviceRepr + ValidAsZeroBits {
     /// The kernel name suffix.
     #[doc(hidden)]
-    const SUFFIX: &'static str;
+    const SUFFIX: &'static str = Self::KIND.name();
     /// The kernels' `out_kind` code for this output type (0 bf16, 1 f16, 2 f32).
     #[doc(hidden)]
-    const OUT_KIND: u32;
-    /// The exact f32 value.
-    #[doc(hidden)]
-    fn widen(self) -> f32;
+    const OUT_KIND: u32 = match Self::KIND {
+        FloatKind::Bf16 => 0,
+        FloatKind::F16 => 1,
+        FloatKind::F32 => 2,
+    };
 }
 
-impl DeviceElement for f32 {
-    const SUFFIX: &'static str = "f32";
-    const OUT_KIND: u32 = 2;
-    fn widen(self) -> f32 {
-        self
-    }
-}
-impl DeviceElement for f16 {
-    const SUFFIX: &'static str = "f16";
-    const OUT_KIND: u32 = 1;
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
-}
-impl DeviceElement for bf16 {
-    const SUFFIX: &'static str = "bf16";
-    const OUT_KIND: u32 = 0;
-    fn widen(self) -> f32 {
-        self.to_f32()
-    }
-}
+impl DeviceElement for f32 {}
+impl DeviceElement for f16 {}
+impl DeviceElement for bf16 {}
 
 /// A quantized matrix's scales on the device, in the scheme's scale format.
 #[derive(Debug)]

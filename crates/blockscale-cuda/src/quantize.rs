@@ -206,7 +206,7 @@ fn check_bad<T: DeviceElement>(
         .stream()
         .clone_dtoh(&input.data.slice(at..at + 1))
         .map_err(CudaError::driver("reading the non-finite value"))?[0];
-    Err(CudaError::NonFinite { row, col, value: value.widen() })
+    Err(CudaError::NonFinite { row, col, value: value.to_f32_exact() })
 }
 
 /// The largest finite |x| of the input (a kernel and a 4-byte read back); an error for

@@ -39,7 +39,7 @@ struct Case {
     pad: usize,
 }
 
-fn run_case<O: DeviceElement + cpu::Output>(dev: &Device, c: &Case, seed: u64) {
+fn run_case<O: DeviceElement>(dev: &Device, c: &Case, seed: u64) {
     let mut rng = Rng::new(seed | 1);
     let xa = data(&mut rng, c.m, c.k, c.a, c.exact);
     let xb = data(&mut rng, c.n, c.k, c.b, c.exact);
@@ -323,7 +323,7 @@ struct WeightOnly<I, O> {
     strided: Vec<I>,
 }
 
-impl<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output> WeightOnly<I, O> {
+impl<I: DeviceElement + cpu::Input, O: DeviceElement> WeightOnly<I, O> {
     fn new(
         scheme: Scheme,
         interleaved: bool,
@@ -344,7 +344,7 @@ impl<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output
         }
         let xv = ndarray::ArrayView2::from_shape((m, k), &x[..]).unwrap();
         let want = cpu::gemm_weight_only_reference::<I, O>(xv, &qw, &host_epi).unwrap();
-        let mut strided = vec![<I as cpu::Output>::from_f32(0.0); (m - 1) * x_stride + k];
+        let mut strided = vec![<I as blockscale_formats::Source>::from_f32(0.0); (m - 1) * x_stride + k];
         for r in 0..m {
             strided[r * x_stride..r * x_stride + k].copy_from_slice(&x[r * k..(r + 1) * k]);
         }
@@ -379,7 +379,7 @@ impl<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output
 
 /// Weight-only: activations of type I (with a row stride) times weights of `scheme`.
 #[allow(clippy::too_many_arguments)]
-fn run_weight_only<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output>(
+fn run_weight_only<I: DeviceElement + cpu::Input, O: DeviceElement>(
     dev: &Device,
     scheme: Scheme,
     interleaved: bool,
@@ -442,7 +442,7 @@ fn weight_only_every_scheme_and_activation_type() {
 /// otherwise) decode the weights in registers and round nothing (scales applied exactly
 /// in bf16, or in f32 per block); above, the weights are decoded to bf16 for CUTLASS's BF16 GEMM, which rounds
 /// INT4 and FP8-block weights (times their scales) once, as the checkpoint layout's path.
-fn run_weight_only_prepared<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output>(
+fn run_weight_only_prepared<I: GemvInput + cpu::Input, O: DeviceElement>(
     dev: &Device,
     scheme: Scheme,
     (m, n, k): (usize, usize, usize),
@@ -606,7 +606,7 @@ fn weight_only_prepared_replays_in_a_cuda_graph_and_checks_its_inputs() {
 /// then where the weight-only product would take it the `wgmma` kernel on Hopper up to
 /// M = 1024, else `mma.sync`), or both decoded to bf16 for CUTLASS above. Every route multiplies the same exact bf16 values
 /// with f32 sums: exact data give the reference's bits, random data the BF16 bound.
-fn run_prepared_pair<O: DeviceElement + cpu::Output>(
+fn run_prepared_pair<O: DeviceElement>(
     dev: &Device,
     (a, b): (Scheme, Scheme),
     (m, n, k): (usize, usize, usize),

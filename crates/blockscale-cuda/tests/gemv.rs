@@ -101,7 +101,7 @@ struct Inputs<I> {
     alpha: Option<f32>,
 }
 
-fn inputs<I: cpu::Output>(c: &Case, rng: &mut Rng) -> Inputs<I> {
+fn inputs<I: blockscale_formats::Source>(c: &Case, rng: &mut Rng) -> Inputs<I> {
     let w = weights(rng, (c.n, c.k), c.scheme, c.layout, c.interleaved, c.exact);
     let x = activations::<I>(rng, c.m, c.k, c.exact);
     let bias = (0..c.n).map(|_| rng.value()).collect();
@@ -111,7 +111,7 @@ fn inputs<I: cpu::Output>(c: &Case, rng: &mut Rng) -> Inputs<I> {
 }
 
 /// The reference for one side (M x N of `O`), and the per-element bound of its sum.
-fn reference<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output>(
+fn reference<I: DeviceElement + cpu::Input, O: DeviceElement>(
     c: &Case,
     inp: &Inputs<I>,
     activation: Activation,
@@ -128,7 +128,7 @@ fn reference<I: DeviceElement + cpu::Input + cpu::Output, O: DeviceElement + cpu
 }
 
 /// Activations on the device, rows at `stride` (a multiple of 8 elements).
-fn upload_x<I: DeviceElement + cpu::Output>(
+fn upload_x<I: DeviceElement>(
     dev: &Device,
     x: &[I],
     m: usize,
@@ -142,11 +142,7 @@ fn upload_x<I: DeviceElement + cpu::Output>(
     dev.stream().clone_htod(&host).unwrap()
 }
 
-fn run_case<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output>(
-    dev: &Device,
-    c: &Case,
-    seed: u64,
-) {
+fn run_case<I: GemvInput + cpu::Input, O: DeviceElement>(dev: &Device, c: &Case, seed: u64) {
     let mut rng = Rng::new(seed | 1);
     let inp = inputs::<I>(c, &mut rng);
     let (want, t, alpha) = reference::<I, O>(c, &inp, c.activation);
@@ -265,7 +261,7 @@ fn split_k_and_single_pass() {
 }
 
 /// The gated GEMV against two reference GEMVs combined on the host.
-fn run_gated<I: GemvInput + cpu::Input + cpu::Output, O: DeviceElement + cpu::Output>(
+fn run_gated<I: GemvInput + cpu::Input, O: DeviceElement>(
     dev: &Device,
     c: &Case,
     acts: (Activation, Activation),

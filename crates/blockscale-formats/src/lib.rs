@@ -71,6 +71,8 @@ pub mod rng;
 mod scale_rule;
 mod scheme;
 pub mod slice;
+#[cfg(feature = "alloc")]
+mod values;
 
 pub use e2m1::E2M1;
 pub use e2m3::E2M3;
@@ -90,6 +92,8 @@ pub use recipe::{
 };
 pub use scale_rule::ScaleRule;
 pub use scheme::{Fp8Tile, QuantShape, ScaleFormat, Scheme};
-pub use source::Source;
+pub use source::{FloatKind, Source};
 pub use ue4m3::UE4M3;
 pub use ue8m0::{E8M0Rounding, UE8M0};
+#[cfg(feature = "alloc")]
+pub use values::FloatValues;

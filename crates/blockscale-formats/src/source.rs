@@ -1,4 +1,6 @@
-//! Input element types the encoders accept: f32, f16 and bf16.
+//! The high-precision element types: f32, f16 and bf16. [`Source`] is the one trait over
+//! them (sealed); the backends extend it only with what they add (the CPU's SIMD loads,
+//! the CUDA kernels' device representation).
 
 use half::{bf16, f16};
 
@@ -15,30 +17,87 @@ mod sealed {
     impl Sealed for half::bf16 {}
 }
 
-/// A high-precision input type: f32, f16 or bf16. Every value widens to f32 exactly,
-/// so an encoder gives the same code whichever of the three a value arrives in.
-pub trait Source: Copy + sealed::Sealed {
+/// Which of the three high-precision types, as a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FloatKind {
+    /// `f32`.
+    F32,
+    /// [`half::f16`].
+    F16,
+    /// [`half::bf16`].
+    Bf16,
+}
+
+impl FloatKind {
+    /// The type's name as the kernels and file formats spell it: `f32`, `f16`, `bf16`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Bf16 => "bf16",
+        }
+    }
+
+    /// Bytes per value.
+    pub const fn bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::F16 | Self::Bf16 => 2,
+        }
+    }
+}
+
+/// A high-precision element type: f32, f16 or bf16 (sealed). Every value widens to f32
+/// exactly, so an encoder gives the same code whichever of the three a value arrives in;
+/// results computed in f32 are rounded to the type once, to nearest even.
+///
+/// ```
+/// use blockscale_formats::{FloatKind, Source};
+/// use half::bf16;
+/// assert_eq!(<bf16 as Source>::KIND, FloatKind::Bf16);
+/// assert_eq!(<bf16 as Source>::from_f32(1.0 + 2f32.powi(-9)).to_f32_exact(), 1.0); // tie -> even
+/// ```
+pub trait Source: Copy + Default + PartialEq + core::fmt::Debug + Send + Sync + 'static + sealed::Sealed {
+    /// The type as a value.
+    const KIND: FloatKind;
     /// The exact f32 value.
     fn to_f32_exact(self) -> f32;
+    /// Rounds an f32 to this type (nearest even; `half`'s conversions).
+    fn from_f32(x: f32) -> Self;
 }
 
 impl Source for f32 {
+    const KIND: FloatKind = FloatKind::F32;
     #[inline(always)]
     fn to_f32_exact(self) -> f32 {
         self
     }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        x
+    }
 }
 
 impl Source for f16 {
+    const KIND: FloatKind = FloatKind::F16;
     #[inline(always)]
     fn to_f32_exact(self) -> f32 {
         self.to_f32()
     }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
 }
 
 impl Source for bf16 {
+    const KIND: FloatKind = FloatKind::Bf16;
     #[inline(always)]
     fn to_f32_exact(self) -> f32 {
         bf16_to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
     }
 }

@@ -2,73 +2,34 @@
 //! (docs/GOLDEN.md is the reference for people outside the project).
 
 use blockscale_formats::{
-    DataLayout, GlobalScale, NonFinite, NvFp4Recipe, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat,
-    ScaleLayout, ScaleRule, Scheme,
+    DataLayout, FloatKind, FloatValues, GlobalScale, NonFinite, NvFp4Recipe, QuantizedMatrix, QuantizedParts,
+    ScaleData, ScaleFormat, ScaleLayout, ScaleRule, Scheme,
 };
-use half::{bf16, f16};
+use half::f16;
 use safetensors::Dtype;
 
 use crate::GoldenError;
 use crate::file::{GoldenFile, Writer};
 
-/// Input values of a quantization case or weight-only activations.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Values {
-    /// f32.
-    F32(Vec<f32>),
-    /// f16.
-    F16(Vec<f16>),
-    /// bf16.
-    Bf16(Vec<bf16>),
+/// The safetensors dtype of f32, f16 or bf16 values.
+pub fn dtype_of(kind: FloatKind) -> Dtype {
+    match kind {
+        FloatKind::F32 => Dtype::F32,
+        FloatKind::F16 => Dtype::F16,
+        FloatKind::Bf16 => Dtype::BF16,
+    }
 }
 
-impl Values {
-    /// The safetensors dtype.
-    pub fn dtype(&self) -> Dtype {
-        match self {
-            Self::F32(_) => Dtype::F32,
-            Self::F16(_) => Dtype::F16,
-            Self::Bf16(_) => Dtype::BF16,
-        }
-    }
-
-    /// Lower-case name (`f32`, `f16`, `bf16`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::F32(_) => "f32",
-            Self::F16(_) => "f16",
-            Self::Bf16(_) => "bf16",
-        }
-    }
-
-    /// Little-endian bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        match self {
-            Self::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            Self::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            Self::Bf16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        }
-    }
-
-    /// Reads tensor `name` of shape `shape`, whichever of the three dtypes it has.
-    ///
-    /// # Errors
-    /// As [`GoldenFile::bytes`]; [`GoldenError::Dtype`] for any other dtype.
-    pub fn read(file: &GoldenFile, name: &str, shape: &[usize]) -> Result<Self, GoldenError> {
-        match file.info(name)?.0 {
-            Dtype::F16 => Ok(Self::F16(file.f16s(name, shape)?)),
-            Dtype::BF16 => Ok(Self::Bf16(file.bf16s(name, shape)?)),
-            _ => Ok(Self::F32(file.f32s(name, shape)?)),
-        }
-    }
-
-    /// The values as f32 (exact).
-    pub fn to_f32(&self) -> Vec<f32> {
-        match self {
-            Self::F32(v) => v.clone(),
-            Self::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
-            Self::Bf16(v) => v.iter().map(|x| x.to_f32()).collect(),
-        }
+/// Reads tensor `name` of shape `shape` (a quantization case's input or weight-only
+/// activations), whichever of f32, f16 and bf16 it holds.
+///
+/// # Errors
+/// As [`GoldenFile::bytes`]; [`GoldenError::Dtype`] for any other dtype.
+pub fn read_values(file: &GoldenFile, name: &str, shape: &[usize]) -> Result<FloatValues<'static>, GoldenError> {
+    match file.info(name)?.0 {
+        Dtype::F16 => Ok(FloatValues::F16(file.f16s(name, shape)?.into())),
+        Dtype::BF16 => Ok(FloatValues::Bf16(file.bf16s(name, shape)?.into())),
+        _ => Ok(FloatValues::F32(file.f32s(name, shape)?.into())),
     }
 }
 

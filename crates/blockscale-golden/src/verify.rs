@@ -11,12 +11,12 @@
 use blockscale::half::bf16;
 use blockscale::ndarray::{Array2, ArrayView2};
 use blockscale::{
-    Activation, Backend, Element, Epilogue, Fp8Tile, GlobalScale, GlobalScaleSource, Prepared, QuantizeOptions,
-    QuantizedMatrix, ScaleLayout, Scheme, layout,
+    Activation, Backend, Element, Epilogue, FloatValues, Fp8Tile, GlobalScale, GlobalScaleSource, Prepared,
+    QuantizeOptions, QuantizedMatrix, ScaleLayout, Scheme, layout,
 };
 
 use crate::GoldenError;
-use crate::case::{self, Values};
+use crate::case;
 use crate::file::GoldenFile;
 
 /// The verdict on one case and backend path.
@@ -172,31 +172,21 @@ pub fn quantize_options(file: &GoldenFile, scheme: Scheme) -> Result<QuantizeOpt
 }
 
 /// `$body` with `$x` bound to `$values` as a `$shape` view of its own element type: where
-/// a case's run-time dtype meets the facade's generic calls. ([`Values::read`] checked the
-/// shape, so the view always exists.)
+/// a case's run-time dtype meets the facade's generic calls. ([`case::read_values`]
+/// checked the shape, so the view always exists.)
 macro_rules! with_view {
     ($values:expr, $shape:expr, |$x:ident| $body:expr) => {
-        match $values {
-            Values::F32(v) => {
-                let $x = ArrayView2::from_shape($shape, &v[..]).expect("Values::read checked the shape");
-                $body
-            }
-            Values::F16(v) => {
-                let $x = ArrayView2::from_shape($shape, &v[..]).expect("Values::read checked the shape");
-                $body
-            }
-            Values::Bf16(v) => {
-                let $x = ArrayView2::from_shape($shape, &v[..]).expect("Values::read checked the shape");
-                $body
-            }
-        }
+        blockscale::for_float_values!($values, |v| {
+            let $x = ArrayView2::from_shape($shape, &v[..]).expect("read_values checked the shape");
+            $body
+        })
     };
 }
 
 fn verify_quantize(file: &GoldenFile, name: &str, backend: &Backend) -> Result<Vec<Outcome>, GoldenError> {
     let golden = case::get_matrix(file, "q")?;
     let (scheme, rows, k) = (golden.scheme(), golden.rows(), golden.k());
-    let input = Values::read(file, "input", &[rows, k])?;
+    let input = case::read_values(file, "input", &[rows, k])?;
     let dequant = file.f32s("dequant", &[rows, k])?;
     let swizzled = if scheme.supports_layout(ScaleLayout::Swizzled128x4) {
         let shape = case::scale_shape(golden.shape(), ScaleLayout::Swizzled128x4);
@@ -342,7 +332,7 @@ fn product_checks(
     backend: &Backend,
     gemv: bool,
     a: Option<&QuantizedMatrix>,
-    x: Option<&Values>,
+    x: Option<&FloatValues<'static>>,
     b: &QuantizedMatrix,
 ) -> Vec<Check> {
     if matches!(backend, Backend::Cpu) {
@@ -408,7 +398,7 @@ fn verify_gemm(file: &GoldenFile, name: &str, backend: &Backend, gemv: bool) -> 
     let weight_only = file.meta_opt("a.scheme").is_none();
     let (m, n, k) = (file.parse::<usize>("m")?, b.rows(), b.k());
     let a = if weight_only { None } else { Some(case::get_matrix(file, "a")?) };
-    let x = if weight_only { Some(Values::read(file, "x", &[m, k])?) } else { None };
+    let x = if weight_only { Some(case::read_values(file, "x", &[m, k])?) } else { None };
     let want = file.f32s("out", &[m, n])?;
     let bias = if file.has("bias") { Some(file.f32s("bias", &[n])?) } else { None };
     let alpha = match file.meta("alpha")? {
@@ -431,7 +421,7 @@ fn verify_gemm(file: &GoldenFile, name: &str, backend: &Backend, gemv: bool) -> 
         }
     }
     if let Some(c) = checks.iter().find(|c| matches!(c.op, Op::Gemv | Op::GemvPrepared))
-        && !matches!(x, Some(Values::Bf16(_) | Values::F16(_)))
+        && !matches!(x, Some(FloatValues::Bf16(_) | FloatValues::F16(_)))
     {
         return Ok(vec![outcome(label(c.path), false, 0, "a GEMV case needs bf16 or f16 activations x".into())]);
     }
@@ -455,7 +445,7 @@ fn verify_gemm(file: &GoldenFile, name: &str, backend: &Backend, gemv: bool) -> 
 fn run_product(
     backend: &Backend,
     op: Op,
-    (a, x, b): (Option<&QuantizedMatrix>, Option<&Values>, &QuantizedMatrix),
+    (a, x, b): (Option<&QuantizedMatrix>, Option<&FloatValues<'static>>, &QuantizedMatrix),
     m: usize,
     epi: &Epilogue<'_>,
     prepared: Option<&Prepared>,
@@ -540,7 +530,12 @@ fn judge(
 }
 
 /// `rel` of the GPU GEMM family that runs these operands (docs/KERNELS.md).
-fn gemm_kernel_rel(sm120: bool, a: Option<&QuantizedMatrix>, x: Option<&Values>, b: &QuantizedMatrix) -> f64 {
+fn gemm_kernel_rel(
+    sm120: bool,
+    a: Option<&QuantizedMatrix>,
+    x: Option<&FloatValues<'static>>,
+    b: &QuantizedMatrix,
+) -> f64 {
     let k = b.k();
     let fp8 = a.is_some() && b.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128);
     let mxfp8 = |s: Scheme| matches!(s, Scheme::MxFp8E4M3 | Scheme::MxFp8E5M2);
@@ -565,10 +560,10 @@ fn gemm_kernel_rel(sm120: bool, a: Option<&QuantizedMatrix>, x: Option<&Values>,
 /// `rel` of the BF16 tensor-core kernels (docs/KERNELS.md): `(K' + K'/16 + 4) 2^-22`
 /// with `K'` = K times the bf16 pieces per activation (f32 3, f16 2, bf16 or quantized
 /// 1), plus `2^-9` per operand rounded once to bf16.
-fn bf16_tensor_core_rel(k: usize, x: Option<&Values>, rounded: u32) -> f64 {
+fn bf16_tensor_core_rel(k: usize, x: Option<&FloatValues<'static>>, rounded: u32) -> f64 {
     let pieces = match x {
-        Some(Values::F32(_)) => 3.0,
-        Some(Values::F16(_)) => 2.0,
+        Some(FloatValues::F32(_)) => 3.0,
+        Some(FloatValues::F16(_)) => 2.0,
         _ => 1.0,
     };
     let kk = k as f64 * pieces;
@@ -588,7 +583,7 @@ fn ulp(x: f32) -> f64 {
 /// returns no error today.)
 pub fn abs_products(
     a: Option<&QuantizedMatrix>,
-    x: Option<&Values>,
+    x: Option<&FloatValues<'static>>,
     b: &QuantizedMatrix,
     m: usize,
 ) -> Result<Vec<f64>, GoldenError> {

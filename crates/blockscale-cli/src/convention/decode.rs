@@ -1,6 +1,6 @@
 //! Dequantizing a found weight to f32, f16 or bf16 with the CPU backend.
 
-use blockscale::cpu::Output;
+use blockscale::Source;
 use blockscale::{
     DataLayout, DequantizeOptions, E4M3, GlobalScale, QuantizedMatrix, QuantizedParts, ScaleFormat, dequantize_slice,
 };
@@ -41,7 +41,7 @@ fn nibble(word: u32, i: usize) -> i32 {
 /// # Errors
 /// [`CliError::Tensor`] for an invalid per-tensor scale or parts that do not form a
 /// valid matrix (nonzero swizzle padding, say).
-pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, CliError> {
+pub fn decode<O: Source>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, CliError> {
     let bytes =
         |name: &str| catalog.bytes(name).ok_or_else(|| CliError::tensor(catalog.path_of(name), name, "missing"));
     let bad = |name: &str, why: String| CliError::tensor(catalog.path_of(name), name, why);
@@ -127,7 +127,7 @@ pub fn decode<O: Output>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, Cli
 /// E4M3 codes `w` (row-major, rows of `k`) times one scale per `br x bc` tile:
 /// `w[n, c] * s[n / br, c / bc]`, `s` row-major with `ceil(k / bc)` scales per row of
 /// tiles (the DeepSeek, compressed-tensors and ModelOpt FP8 layouts).
-fn scaled_fp8<O: Output>(w: &[u8], s: &[f32], k: usize, [br, bc]: [usize; 2]) -> Vec<O> {
+fn scaled_fp8<O: Source>(w: &[u8], s: &[f32], k: usize, [br, bc]: [usize; 2]) -> Vec<O> {
     let kb = k.div_ceil(bc);
     let mut out = vec![O::default(); w.len()];
     out.par_chunks_mut(k.max(1)).zip(w.par_chunks(k.max(1))).enumerate().for_each(|(n, (o, w))| {

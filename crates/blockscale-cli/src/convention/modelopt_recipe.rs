@@ -43,11 +43,7 @@ pub struct NonFiniteAt {
 /// The first NaN or Inf (ModelOpt has no rule for them; blockscale's
 /// `--non-finite poison` does not apply to this recipe).
 pub fn quantize(values: &FloatValues<'_>, rows: usize, k: usize) -> Result<QuantizedMatrix, NonFiniteAt> {
-    match values {
-        FloatValues::Bf16(v) => quantize_with(v, rows, k, |x| x.to_f32()),
-        FloatValues::F16(v) => quantize_with(v, rows, k, |x| x.to_f32()),
-        FloatValues::F32(v) => quantize_with(v, rows, k, |x| x),
-    }
+    blockscale::for_float_values!(values, |v| quantize_with(v, rows, k, blockscale::Source::to_f32_exact))
 }
 
 fn quantize_with<T: Copy + Sync>(

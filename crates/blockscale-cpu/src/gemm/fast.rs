@@ -4,6 +4,7 @@
 //! output tiles. Weight-only products with at most [`GEMV_ROWS`] rows stream 4-bit
 //! weights through the `nibble` kernels instead.
 
+use blockscale_formats::Source;
 use std::any::{Any, TypeId};
 
 use blockscale_formats::{
@@ -18,7 +19,7 @@ use super::reference::format_of;
 use super::{Activation, ActivationPrecision, GemmOptions, Resolved, exact::round_f64};
 use crate::dequantize::RowDecoder;
 use crate::kernels::Path;
-use crate::{CpuError, Output, Simd};
+use crate::{CpuError, Simd};
 
 mod dot;
 
@@ -31,7 +32,7 @@ const PARALLEL_FINISH: usize = 1 << 16;
 /// Applies the epilogue in f32 (`alpha * acc`, then `+ bias`), the activation in f64,
 /// and rounds to `O`. An f32 output is computed in place, on the thread pool when
 /// `parallel` and large.
-pub(super) fn finish<O: Output>(acc: Vec<f32>, m: usize, n: usize, r: &Resolved<'_>, parallel: bool) -> Array2<O> {
+pub(super) fn finish<O: Source>(acc: Vec<f32>, m: usize, n: usize, r: &Resolved<'_>, parallel: bool) -> Array2<O> {
     let format = format_of::<O>();
     let apply = |i: usize, v: f32| {
         let mut y = v * r.alpha;

@@ -31,13 +31,14 @@ mod reference;
 use blockscale_formats::QuantizedMatrix;
 #[cfg(doc)]
 use blockscale_formats::Scheme;
+use blockscale_formats::Source;
 use ndarray::{Array2, ArrayView2};
 
 pub use epilogue::{Activation, Epilogue};
 pub use panel::vnni_available;
 
 use crate::kernels::Path;
-use crate::{CpuError, Input, Output, Simd};
+use crate::{CpuError, Input, Simd};
 use operand::Decoded;
 
 /// How the fast weight-only path treats the activations.
@@ -113,7 +114,7 @@ fn resolve<'e>(
     Ok(Resolved { alpha, bias: epilogue.bias, activation: epilogue.activation })
 }
 
-fn to_array<O: Output>(m: usize, n: usize, v: Vec<f64>) -> Array2<O> {
+fn to_array<O: Source>(m: usize, n: usize, v: Vec<f64>) -> Array2<O> {
     // Each value is already rounded to O's precision, so this conversion is exact.
     let data: Vec<O> = v.into_iter().map(|x| O::from_f32(x as f32)).collect();
     Array2::from_shape_vec((m, n), data).unwrap_or_else(|_| unreachable!("m * n values"))
@@ -127,7 +128,7 @@ fn to_array<O: Output>(m: usize, n: usize, v: Vec<f64>) -> Array2<O> {
 /// [`CpuError::UnsupportedPair`] for schemes that do not multiply (see the module
 /// docs); [`CpuError::KMismatch`]; [`CpuError::BiasLength`], [`CpuError::NonFiniteBias`],
 /// [`CpuError::InvalidAlpha`] for a bad epilogue.
-pub fn gemm_reference<O: Output>(
+pub fn gemm_reference<O: Source>(
     a: &QuantizedMatrix,
     b: &QuantizedMatrix,
     epilogue: &Epilogue<'_>,
@@ -159,7 +160,7 @@ fn activations<I: Input>(x: ArrayView2<'_, I>, wk: usize) -> Result<Vec<f32>, Cp
 /// [`CpuError::KMismatch`] if `x` has a different K (which also catches a K that is
 /// not a multiple of `w`'s block); [`CpuError::Format`] for an empty `x`; the epilogue
 /// errors of [`gemm_reference`].
-pub fn gemm_weight_only_reference<I: Input, O: Output>(
+pub fn gemm_weight_only_reference<I: Input, O: Source>(
     x: ArrayView2<'_, I>,
     w: &QuantizedMatrix,
     epilogue: &Epilogue<'_>,
@@ -187,7 +188,7 @@ pub fn gemm_weight_only_reference<I: Input, O: Output>(
 ///
 /// # Errors
 /// As [`gemm_reference`].
-pub fn gemm<O: Output>(
+pub fn gemm<O: Source>(
     a: &QuantizedMatrix,
     b: &QuantizedMatrix,
     epilogue: &Epilogue<'_>,
@@ -211,7 +212,7 @@ pub fn gemm<O: Output>(
 ///
 /// # Errors
 /// As [`gemm_weight_only_reference`], plus [`CpuError::SimdUnavailable`].
-pub fn gemm_weight_only<I: Input, O: Output>(
+pub fn gemm_weight_only<I: Input, O: Source>(
     x: ArrayView2<'_, I>,
     w: &QuantizedMatrix,
     epilogue: &Epilogue<'_>,
@@ -243,7 +244,7 @@ pub fn gemm_weight_only<I: Input, O: Output>(
 ///
 /// # Errors
 /// As [`gemm_weight_only`].
-pub fn gemv<I: Input, O: Output>(
+pub fn gemv<I: Input, O: Source>(
     x: &[I],
     w: &QuantizedMatrix,
     epilogue: &Epilogue<'_>,
@@ -341,7 +342,7 @@ impl core::fmt::Debug for PanelWeights {
 /// [`ActivationPrecision::Int8Blocks`]; [`CpuError::SimdUnavailable`] for a forced
 /// path this CPU lacks (`Simd::Avx512` needs VNNI here); otherwise as
 /// [`gemm_weight_only`].
-pub fn gemm_weight_only_panels<I: Input, O: Output>(
+pub fn gemm_weight_only_panels<I: Input, O: Source>(
     x: ArrayView2<'_, I>,
     w: &PanelWeights,
     epilogue: &Epilogue<'_>,
@@ -364,7 +365,7 @@ pub fn gemm_weight_only_panels<I: Input, O: Output>(
 ///
 /// # Errors
 /// As [`gemm_weight_only_panels`].
-pub fn gemv_panels<I: Input, O: Output>(
+pub fn gemv_panels<I: Input, O: Source>(
     x: &[I],
     w: &PanelWeights,
     epilogue: &Epilogue<'_>,

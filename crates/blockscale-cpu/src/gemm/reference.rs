@@ -14,15 +14,15 @@ use rayon::prelude::*;
 use super::exact::{ExactSum, Format, f32_parts, round_f64};
 use super::operand::Decoded;
 use super::{Activation, Resolved};
-use crate::Output;
-use crate::output::OutKind;
+use blockscale_formats::FloatKind;
+use blockscale_formats::Source;
 
 /// The rounding target of an output type.
-pub(crate) fn format_of<O: Output>() -> Format {
+pub(crate) fn format_of<O: Source>() -> Format {
     match O::KIND {
-        OutKind::F32 => Format::F32,
-        OutKind::F16 => Format::F16,
-        OutKind::Bf16 => Format::BF16,
+        FloatKind::F32 => Format::F32,
+        FloatKind::F16 => Format::F16,
+        FloatKind::Bf16 => Format::BF16,
     }
 }
 

@@ -6,12 +6,13 @@
 //! Every function is `unsafe` and `#[target_feature(enable = "avx2,f16c")]`: callers
 //! must have checked both features (`Path::Avx2` is only built after that check).
 
+use blockscale_formats::Source;
 use core::arch::x86_64::*;
 
 use super::{Codes, Target, portable, zero_codes};
-use crate::output::OutKind;
+use crate::Input;
 use crate::scale::Op;
-use crate::{Input, Output};
+use blockscale_formats::FloatKind;
 
 /// A saturating minifloat encoder's parameters: the same numbers as the formats
 /// crate's `Spec`s (`max_code` = `MAX.to_bits()`, `nan_code` = the code NaN gives).
@@ -269,12 +270,12 @@ pub(super) unsafe fn nvfp4_scales(amax: &[u32], g: f32, scales: &mut [u8], facto
 /// Writes 8 f32 lanes as `O`, rounding as `O::from_f32` does.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn store_out<O: Output>(y: __m256, dst: *mut O) {
+unsafe fn store_out<O: Source>(y: __m256, dst: *mut O) {
     // SAFETY (all arms): the caller guarantees 8 writable `O` at `dst`.
     match O::KIND {
-        OutKind::F32 => unsafe { _mm256_storeu_ps(dst.cast(), y) },
-        OutKind::F16 => unsafe { _mm_storeu_si128(dst.cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(y)) },
-        OutKind::Bf16 => {
+        FloatKind::F32 => unsafe { _mm256_storeu_ps(dst.cast(), y) },
+        FloatKind::F16 => unsafe { _mm_storeu_si128(dst.cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(y)) },
+        FloatKind::Bf16 => {
             // half's rounding: nearest even; NaN keeps its top bits with the quiet bit set.
             let bits = _mm256_castps_si256(y);
             let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), _mm256_set1_epi32(1));
@@ -348,7 +349,7 @@ fn decode_fp8_lanes(c: __m256i, ieee: bool) -> __m256 {
 
 /// See `super::decode_row`.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn decode_row<O: Output>(
+pub(super) unsafe fn decode_row<O: Source>(
     codes: &[u8],
     block: usize,
     target: Target,

@@ -6,9 +6,10 @@ mod avx2;
 mod portable;
 
 use blockscale_formats::ElementFormat;
+use blockscale_formats::Source;
 
 use crate::scale::{self, Op};
-use crate::{CpuError, Input, NvFp4Recipe, Output, Simd};
+use crate::{CpuError, Input, NvFp4Recipe, Simd};
 
 /// An implementation of the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,7 +182,7 @@ pub(crate) fn encode_row<T: Input>(
 /// Decodes a row block by block: element `i` of block `b` becomes
 /// `O((value(code_i) * scales[b]) * post)`, with every NaN the canonical `f32::NAN`.
 /// `codes` holds `out.len() / per_byte` bytes (FP6 codes unpacked, one per byte).
-pub(crate) fn decode_row<O: Output>(
+pub(crate) fn decode_row<O: Source>(
     path: Path,
     codes: &[u8],
     block: usize,

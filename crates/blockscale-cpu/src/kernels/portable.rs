@@ -1,11 +1,12 @@
 //! The portable kernels: plain Rust over the formats crate's scalar conversions. They
 //! define the bytes; the SIMD kernels are tested against them.
 
+use blockscale_formats::Source;
 use blockscale_formats::{E2M1, E2M3, E3M2, E4M3, E5M2, Element, Int4};
 
 use super::{Codes, Target, zero_codes};
+use crate::Input;
 use crate::scale::Op;
-use crate::{Input, Output};
 
 #[inline(always)]
 fn abs_bits<T: Input>(x: T) -> u32 {
@@ -88,7 +89,7 @@ pub(super) fn encode_row<T: Input>(row: &[T], block: usize, op: Op, factors: &[f
     }
 }
 
-fn decode_with<O: Output>(
+fn decode_with<O: Source>(
     codes: &[u8],
     block: usize,
     per_byte: usize,
@@ -106,7 +107,7 @@ fn decode_with<O: Output>(
     }
 }
 
-pub(super) fn decode_row<O: Output>(
+pub(super) fn decode_row<O: Source>(
     codes: &[u8],
     block: usize,
     target: Target,

@@ -31,15 +31,10 @@ const STAGES: usize = 3;
 /// K elements per step (`kStepK`).
 const STEP_K: usize = 128;
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for half::bf16 {}
-    impl Sealed for half::f16 {}
-}
-
 /// The activation types of the GEMV: bf16 and f16 (f32 activations go through
-/// [`crate::gemm_weight_only`], or convert them first).
-pub trait GemvInput: DeviceElement + sealed::Sealed {}
+/// [`crate::gemm_weight_only`], or convert them first). Sealed by [`DeviceElement`]'s
+/// [`Source`](blockscale_formats::Source) bound.
+pub trait GemvInput: DeviceElement {}
 impl GemvInput for bf16 {}
 impl GemvInput for f16 {}
 

@@ -149,16 +149,11 @@ pub fn ulp_out<O: DeviceElement>(x: f64) -> f64 {
 
 /// Compares a GPU result with the exact reference: bit for bit when `bound` is None, else
 /// `|gpu - ref| <= slope * (|alpha| bound(i) + 8 ulp_f32) + ulp_O`. NaN must meet NaN.
-pub fn compare<O: DeviceElement + cpu::Output>(
-    got: &[O],
-    want: &Array2<O>,
-    bound: Option<(&[f64], f64, f64)>,
-    what: &str,
-) {
+pub fn compare<O: DeviceElement>(got: &[O], want: &Array2<O>, bound: Option<(&[f64], f64, f64)>, what: &str) {
     let want = want.as_slice().unwrap();
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let (g, w) = (g.widen() as f64, w.widen() as f64);
+        let (g, w) = (g.to_f32_exact() as f64, w.to_f32_exact() as f64);
         if g.is_nan() || w.is_nan() {
             assert!(g.is_nan() && w.is_nan(), "{what}: element {i}: got {g}, want {w}");
             continue;
@@ -185,25 +180,19 @@ pub fn compare<O: DeviceElement + cpu::Output>(
 pub const POISON_F32: f32 = f32::NAN;
 
 /// A device buffer for an M x N output at `stride`, poisoned with NaN.
-pub fn poisoned<O: DeviceElement + cpu::Output>(dev: &Device, m: usize, stride: usize) -> CudaSlice<O> {
+pub fn poisoned<O: DeviceElement>(dev: &Device, m: usize, stride: usize) -> CudaSlice<O> {
     let host: Vec<O> = vec![O::from_f32(POISON_F32); m * stride];
     dev.stream().clone_htod(&host).unwrap()
 }
 
 /// Reads an M x N output at `stride` back, checking the padding was left alone.
-pub fn read_back<O: DeviceElement + cpu::Output>(
-    dev: &Device,
-    d: &CudaSlice<O>,
-    m: usize,
-    n: usize,
-    stride: usize,
-) -> Vec<O> {
+pub fn read_back<O: DeviceElement>(dev: &Device, d: &CudaSlice<O>, m: usize, n: usize, stride: usize) -> Vec<O> {
     let host = dev.stream().clone_dtoh(d).unwrap();
     let mut out = Vec::with_capacity(m * n);
     for r in 0..m {
         out.extend_from_slice(&host[r * stride..r * stride + n]);
         for (c, v) in host[r * stride + n..(r + 1) * stride].iter().enumerate() {
-            assert!(v.widen().is_nan(), "padding element ({r}, {}) was written", n + c);
+            assert!(v.to_f32_exact().is_nan(), "padding element ({r}, {}) was written", n + c);
         }
     }
     out
@@ -235,7 +224,7 @@ pub fn weights(
 /// M x K activations of type `I`: exact data (multiples of 1/2 in [-4, 4]) or random
 /// values with full 24-bit significands (so f16 and f32 inputs exercise the split into
 /// bf16 pieces).
-pub fn activations<I: cpu::Output>(rng: &mut Rng, m: usize, k: usize, exact: bool) -> Vec<I> {
+pub fn activations<I: blockscale_formats::Source>(rng: &mut Rng, m: usize, k: usize, exact: bool) -> Vec<I> {
     (0..m * k)
         .map(|_| {
             let v = if exact {
@@ -251,14 +240,9 @@ pub fn activations<I: cpu::Output>(rng: &mut Rng, m: usize, k: usize, exact: boo
 /// The bound of a weight-only product's sum, `rel * sum_k |x w|` per output, for
 /// activations `x` (M x K) of type `I` on the BF16 tensor cores (bf16 in one piece,
 /// f16 in two, f32 in three); `rounded` when the kernel rounds the weights to bf16 once.
-pub fn weight_only_bound<I: DeviceElement + cpu::Output>(
-    x: &[I],
-    w: &QuantizedMatrix,
-    m: usize,
-    rounded: bool,
-) -> Vec<f64> {
+pub fn weight_only_bound<I: DeviceElement>(x: &[I], w: &QuantizedMatrix, m: usize, rounded: bool) -> Vec<f64> {
     let (n, k) = (w.rows(), w.k());
-    let xv: Vec<f32> = x.iter().map(|v| v.widen()).collect();
+    let xv: Vec<f32> = x.iter().map(|v| v.to_f32_exact()).collect();
     let pieces = match I::SUFFIX {
         "bf16" => 1,
         "f16" => 2,
@@ -281,7 +265,7 @@ pub fn slope(activation: Activation) -> f64 {
 /// cudarc's cross-stream event tracking would make the capture wait on events recorded
 /// before it, which invalidates it: it is off while capturing (every buffer of these
 /// tests lives on the device's one stream, and the device is synchronized first).
-pub fn replay_in_graph<O: DeviceElement + cpu::Output>(
+pub fn replay_in_graph<O: DeviceElement>(
     dev: &Device,
     out: &mut CudaSlice<O>,
     queue: impl FnOnce(&mut CudaSlice<O>) -> Result<(), blockscale_cuda::CudaError>,
@@ -298,11 +282,14 @@ pub fn replay_in_graph<O: DeviceElement + cpu::Output>(
     unsafe { dev.context().enable_event_tracking() };
     queued.unwrap();
     let graph = graph.expect("the capture recorded the work");
-    assert!(dev.stream().clone_dtoh(out).unwrap().iter().all(|v| v.widen().is_nan()), "nothing ran before the replay");
+    assert!(
+        dev.stream().clone_dtoh(out).unwrap().iter().all(|v| v.to_f32_exact().is_nan()),
+        "nothing ran before the replay"
+    );
     for _ in 0..3 {
         graph.launch().unwrap();
     }
-    let bits = |v: &[O]| v.iter().map(|x| x.widen().to_bits()).collect::<Vec<_>>();
+    let bits = |v: &[O]| v.iter().map(|x| x.to_f32_exact().to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&dev.stream().clone_dtoh(out).unwrap()), bits(expect), "the replayed graph's output");
 }
 
@@ -334,6 +321,6 @@ pub const WEIGHT_SCHEMES: [(Scheme, bool); 12] = [
 /// Checks that the allocating call's output (`fresh`, on the device) has the bits the
 /// `_into` call wrote (`got`, read back).
 pub fn assert_same_bits<O: DeviceElement>(dev: &Device, fresh: &CudaSlice<O>, got: &[O], what: &str) {
-    let bits = |v: &[O]| v.iter().map(|x| x.widen().to_bits()).collect::<Vec<_>>();
+    let bits = |v: &[O]| v.iter().map(|x| x.to_f32_exact().to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&dev.stream().clone_dtoh(fresh).unwrap()), bits(got), "{what}");
 }

@@ -110,11 +110,7 @@ pub fn evaluate(tensor: &EvalTensor<'_>, scheme: Scheme) -> Result<EvalRow, CliE
     if !applicable(scheme, rows, k) {
         return Err(CliError::tensor(source, name, not_applicable_reason(scheme, rows, k)));
     }
-    let measured = match values {
-        FloatValues::Bf16(v) => measure(v, rows, k, scheme),
-        FloatValues::F16(v) => measure(v, rows, k, scheme),
-        FloatValues::F32(v) => measure(v, rows, k, scheme),
-    };
+    let measured = blockscale::for_float_values!(values, |v| measure(v, rows, k, scheme));
     let (m, bytes_out, quantize_s) = measured.map_err(|e| match e {
         CpuError::NonFinite { row, col, value } => {
             CliError::NonFinite { path: source.clone(), tensor: name.clone(), row, col, value }
@@ -122,7 +118,7 @@ pub fn evaluate(tensor: &EvalTensor<'_>, scheme: Scheme) -> Result<EvalRow, CliE
         e => CliError::tensor(source, name, format!("{scheme}: {e}")),
     })?;
     let len = values.len();
-    let bytes_in = len * values.elem_bytes();
+    let bytes_in = len * values.kind().bytes();
     Ok(EvalRow {
         tensor: name.clone(),
         scheme: scheme.name().to_owned(),

@@ -182,7 +182,7 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
     }
     let mut ev = Evaluator::new(args, Some(selected.len()))?;
     for (shard, t) in selected {
-        let values = FloatValues::from_le_bytes(t.dtype, shard.bytes(t)).expect("selected tensors are float");
+        let values = crate::values::from_le_bytes(t.dtype, shard.bytes(t)).expect("selected tensors are float");
         ev.add(&EvalTensor {
             source: shard.path().to_owned(),
             name: t.name.clone(),

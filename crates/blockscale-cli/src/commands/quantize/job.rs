@@ -11,7 +11,7 @@ use crate::cli::{ConventionArg, RecipeArg};
 use crate::convention::{encode, encode_fp8_per_tensor, encode_in_place, quantize_modelopt_nvfp4};
 use crate::error::CliError;
 use crate::scheme_arg::QuantizeScheme;
-use crate::values::FloatValues;
+use crate::values;
 
 use super::fp8_tensor;
 use super::plan::WeightPlan;
@@ -59,7 +59,7 @@ impl Job {
     /// `--non-finite error`; [`CliError::Tensor`] for any other backend error.
     pub fn run(&self, w: Weight<'_>, progress: &ProgressBar) -> Result<Quantized, CliError> {
         let Weight { path, tensor: t, bytes, plan } = w;
-        let values = FloatValues::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
+        let values = values::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
         let scheme = match self.scheme {
             QuantizeScheme::Block(s) => s,
             QuantizeScheme::Fp8PerTensor => {
@@ -86,9 +86,10 @@ impl Job {
                     value: at.value,
                 })?
             }
-            RecipeArg::Blockscale => values
-                .quantize(&self.backend, (plan.rows, plan.k), scheme, &self.options)
-                .map_err(|e| self.error(path, &t.name, &e))?,
+            RecipeArg::Blockscale => {
+                values::quantize(&values, &self.backend, (plan.rows, plan.k), scheme, &self.options)
+                    .map_err(|e| self.error(path, &t.name, &e))?
+            }
         };
         drop(values);
         let poisoned_blocks = poisoned(q.scales(), scheme);
@@ -126,9 +127,8 @@ impl Job {
             unreachable!("run_into is only called where quantizes_into() holds")
         };
         let Weight { path, tensor: t, bytes, plan } = w;
-        let values = FloatValues::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
-        let global = values
-            .quantize_into((plan.rows, plan.k), scheme, &self.options, data, scales)
+        let values = values::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
+        let global = values::quantize_into(&values, (plan.rows, plan.k), scheme, &self.options, data, scales)
             .map_err(|e| self.error(path, &t.name, &e.into()))?;
         drop(values);
         let poisoned_blocks = poisoned_bytes(scales, scheme);

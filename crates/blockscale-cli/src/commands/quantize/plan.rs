@@ -17,7 +17,6 @@ use crate::convention::{
 use crate::error::CliError;
 use crate::scheme_arg::{QuantizeScheme, parse_scheme};
 use crate::select::Selector;
-use crate::values::FloatValues;
 
 use super::job::Job;
 use super::report::SkippedEntry;
@@ -316,7 +315,7 @@ fn load_calibration(path: &Path) -> Result<BTreeMap<String, f32>, CliError> {
     let shard = Shard::open(path)?;
     let mut out = BTreeMap::new();
     for t in shard.tensors() {
-        let values = FloatValues::from_le_bytes(t.dtype, shard.bytes(t)).ok_or_else(|| {
+        let values = crate::values::from_le_bytes(t.dtype, shard.bytes(t)).ok_or_else(|| {
             CliError::tensor(
                 path,
                 &t.name,
