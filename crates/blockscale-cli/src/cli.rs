@@ -139,11 +139,8 @@ pub struct QuantizeArgs {
     /// Output file (for a file input) or folder (for a folder input).
     #[arg(short, long)]
     pub output: PathBuf,
-    /// The scheme: nvfp4, mxfp4, mxfp6-e2m3, mxfp6-e3m2, mxfp8-e4m3, mxfp8-e5m2,
-    /// fp8-block (128x128 weight tiles), int4-g32, int4-g128 (INT4 in groups of 128,
-    /// compressed-tensors' W4A16), or fp8-per-tensor (E4M3 with one f32 scale per tensor;
-    /// modelopt convention only).
-    #[arg(long)]
+    /// The scheme (`--help` lists them).
+    #[arg(long, long_help = crate::scheme_arg::quantize_help())]
     pub scheme: String,
     /// How the quantized tensors are named and scaled on disk.
     #[arg(long, value_enum, default_value_t = ConventionArg::Native)]

@@ -71,6 +71,16 @@ pub fn parse_schemes(s: &str) -> Result<Vec<Scheme>, CliError> {
 }
 
 /// Every scheme's name, in [`Scheme::ALL`] order, comma-separated.
+/// `quantize --scheme`'s long help: the schemes of [`Scheme::ALL`] and the CLI's own.
+pub fn quantize_help() -> String {
+    format!(
+        "The scheme: one of {} (fp8-block means fp8-block-128x128, the weight tiles; int4-g128 is \
+         compressed-tensors' W4A16), or {} (E4M3 with one f32 scale per tensor; modelopt convention only).",
+        valid_names(),
+        QuantizeScheme::FP8_PER_TENSOR
+    )
+}
+
 fn valid_names() -> String {
     Scheme::ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
 }

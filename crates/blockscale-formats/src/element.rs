@@ -19,29 +19,51 @@ pub enum ElementFormat {
     Int4,
 }
 
+/// Evaluates `$e` with `$T` naming the element type of format `$f`: each fact about a
+/// format is read from its own type.
+macro_rules! with_type {
+    ($f:expr, |$T:ident| $e:expr) => {
+        match $f {
+            ElementFormat::E2M1 => {
+                type $T = E2M1;
+                $e
+            }
+            ElementFormat::E2M3 => {
+                type $T = E2M3;
+                $e
+            }
+            ElementFormat::E3M2 => {
+                type $T = E3M2;
+                $e
+            }
+            ElementFormat::E4M3 => {
+                type $T = E4M3;
+                $e
+            }
+            ElementFormat::E5M2 => {
+                type $T = E5M2;
+                $e
+            }
+            ElementFormat::Int4 => {
+                type $T = Int4;
+                $e
+            }
+        }
+    };
+}
+
 impl ElementFormat {
     /// Every element format.
     pub const ALL: [Self; 6] = [Self::E2M1, Self::E2M3, Self::E3M2, Self::E4M3, Self::E5M2, Self::Int4];
 
     /// Storage width in bits.
     pub const fn bits(self) -> u32 {
-        match self {
-            Self::E2M1 | Self::Int4 => 4,
-            Self::E2M3 | Self::E3M2 => 6,
-            Self::E4M3 | Self::E5M2 => 8,
-        }
+        with_type!(self, |T| T::BITS)
     }
 
     /// Largest finite magnitude (for Int4, the largest positive value, 7).
     pub const fn max(self) -> f32 {
-        match self {
-            Self::E2M1 => E2M1::MAX_F32,
-            Self::E2M3 => E2M3::MAX_F32,
-            Self::E3M2 => E3M2::MAX_F32,
-            Self::E4M3 => E4M3::MAX_F32,
-            Self::E5M2 => E5M2::MAX_F32,
-            Self::Int4 => Int4::MAX_F32,
-        }
+        with_type!(self, |T| T::MAX_F32)
     }
 
     /// `1 / max` rounded to the nearest f32: the constant quantizers multiply a block's
@@ -53,45 +75,23 @@ impl ElementFormat {
     /// Exponent of the largest power of two not above [`Self::max`] (the OCP MX
     /// `emax_elem`): 2 for E2M1, E2M3 and Int4, 4 for E3M2, 8 for E4M3, 15 for E5M2.
     pub const fn emax(self) -> i32 {
-        match self {
-            Self::E2M1 | Self::E2M3 | Self::Int4 => 2,
-            Self::E3M2 => 4,
-            Self::E4M3 => 8,
-            Self::E5M2 => 15,
-        }
+        // The max is a normal f32: its exponent field, unbiased.
+        ((self.max().to_bits() >> 23) & 0xff) as i32 - 127
     }
 
     /// Mantissa (fraction) bits. For Int4 this is 2: 7 = 1.11b x 2^2.
     pub const fn mantissa_bits(self) -> u32 {
-        match self {
-            Self::E2M1 => 1,
-            Self::E2M3 | Self::E4M3 => 3,
-            Self::E3M2 | Self::E5M2 | Self::Int4 => 2,
-        }
+        with_type!(self, |T| T::MANTISSA_BITS)
     }
 
     /// Lower-case name (`"e2m1"`, ..., `"int4"`).
     pub const fn name(self) -> &'static str {
-        match self {
-            Self::E2M1 => "e2m1",
-            Self::E2M3 => "e2m3",
-            Self::E3M2 => "e3m2",
-            Self::E4M3 => "e4m3",
-            Self::E5M2 => "e5m2",
-            Self::Int4 => "int4",
-        }
+        with_type!(self, |T| <T as Element>::NAME)
     }
 
     /// The decoded value of every code, indexed by code (Int4: two's complement).
     pub fn table(self) -> &'static [f32] {
-        match self {
-            Self::E2M1 => &E2M1::TABLE,
-            Self::E2M3 => &E2M3::TABLE,
-            Self::E3M2 => &E3M2::TABLE,
-            Self::E4M3 => &E4M3::TABLE,
-            Self::E5M2 => &E5M2::TABLE,
-            Self::Int4 => &Int4::TABLE,
-        }
+        with_type!(self, |T| &T::TABLE)
     }
 }
 
@@ -131,10 +131,10 @@ pub trait Element: Copy + PartialEq + core::fmt::Debug + sealed::Sealed {
 }
 
 macro_rules! impl_element {
-    ($T:ident, $name:literal, $bits:literal) => {
+    ($T:ident, $name:literal) => {
         impl Element for $T {
             const NAME: &'static str = $name;
-            const BITS: u32 = $bits;
+            const BITS: u32 = $T::BITS;
             #[inline(always)]
             fn encode(x: f32) -> Self {
                 $T::from_f32(x)
@@ -155,10 +155,10 @@ macro_rules! impl_element {
     };
 }
 
-impl_element!(E2M1, "e2m1", 4);
-impl_element!(E2M3, "e2m3", 6);
-impl_element!(E3M2, "e3m2", 6);
-impl_element!(E4M3, "e4m3", 8);
-impl_element!(E5M2, "e5m2", 8);
-impl_element!(UE4M3, "ue4m3", 8);
-impl_element!(Int4, "int4", 4);
+impl_element!(E2M1, "e2m1");
+impl_element!(E2M3, "e2m3");
+impl_element!(E3M2, "e3m2");
+impl_element!(E4M3, "e4m3");
+impl_element!(E5M2, "e5m2");
+impl_element!(UE4M3, "ue4m3");
+impl_element!(Int4, "int4");

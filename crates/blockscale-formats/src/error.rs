@@ -121,11 +121,17 @@ impl core::fmt::Display for FormatError {
                 "{scheme} scales cannot be stored {layout}: only schemes with one-byte scales \
                  (UE4M3 or UE8M0) per row block have a swizzled layout; use the linear layout"
             ),
-            Self::UnknownScheme => write!(
-                f,
-                "unknown scheme; expected one of nvfp4, mxfp4, mxfp6-e2m3, mxfp6-e3m2, \
-                 mxfp8-e4m3, mxfp8-e5m2, fp8-block-1x128, fp8-block-128x128 (or fp8-block), int4-g32, int4-g128"
-            ),
+            Self::UnknownScheme => {
+                f.write_str("unknown scheme; expected one of ")?;
+                for (i, scheme) in crate::Scheme::ALL.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(f, "{sep}{}", scheme.name())?;
+                    if *scheme == crate::Scheme::Fp8Block(crate::Fp8Tile::Tile128x128) {
+                        f.write_str(" (or fp8-block)")?;
+                    }
+                }
+                Ok(())
+            }
             Self::ScaleTypeMismatch { scheme, expected } => {
                 write!(f, "{scheme} scales must be {}; convert them or pick the scheme they belong to", expected.name())
             }

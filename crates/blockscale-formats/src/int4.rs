@@ -64,6 +64,10 @@ impl Int4 {
     pub const MIN: Self = Self(0x8);
     /// Largest value as f32.
     pub const MAX_F32: f32 = 7.0;
+    /// Code width in bits.
+    pub const BITS: u32 = 4;
+    /// Mantissa bits as a float would count them: 7 = 1.11b x 2^2, so 2.
+    pub const MANTISSA_BITS: u32 = 2;
 
     /// Value of every two's-complement nibble, indexed by nibble.
     pub const TABLE: [f32; 16] = {

@@ -210,8 +210,12 @@ pub(crate) const fn encode_f64<S: Spec>(x: f64, saturate: bool, toward_zero: boo
 macro_rules! minifloat_type {
     ($T:ident, $spec:ty, $mask:expr, $name:literal) => {
         impl $T {
+            /// Code width in bits.
+            pub const BITS: u32 = ($mask as u8).count_ones();
+            /// Mantissa (fraction) bits.
+            pub const MANTISSA_BITS: u32 = <$spec as $crate::minifloat::Spec>::MAN_BITS;
             /// Number of distinct codes (`2^bits`).
-            pub const CODES: usize = 1 << ($mask as u8).count_ones();
+            pub const CODES: usize = 1 << Self::BITS;
 
             /// Decoded value of every code, indexed by code.
             pub const TABLE: [f32; Self::CODES] = {

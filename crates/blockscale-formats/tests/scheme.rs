@@ -41,7 +41,12 @@ fn names_round_trip() {
     for bad in ["", "nvfp", "nvfp4x", "mxfp6", "fp8_block_1x12"] {
         assert_eq!(bad.parse::<Scheme>(), Err(FormatError::UnknownScheme), "{bad:?}");
     }
-    assert!(FormatError::UnknownScheme.to_string().contains("mxfp6-e2m3"));
+    let message = FormatError::UnknownScheme.to_string();
+    assert_eq!(
+        message,
+        "unknown scheme; expected one of nvfp4, mxfp4, mxfp6-e2m3, mxfp6-e3m2, mxfp8-e4m3, mxfp8-e5m2, \
+         fp8-block-1x128, fp8-block-128x128 (or fp8-block), int4-g32, int4-g128"
+    );
 }
 
 #[test]
