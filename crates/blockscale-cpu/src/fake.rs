@@ -1,7 +1,7 @@
 //! Fake quantization: `dequantize(quantize(x))` computed band by band, for accuracy
 //! studies, without ever holding the packed codes of the whole matrix.
 
-use blockscale_formats::{QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat, ScaleLayout, Scheme};
+use blockscale_formats::{QuantRequest, QuantizedMatrix, ScaleData, ScaleFormat, ScaleLayout, Scheme};
 use half::f16;
 use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
@@ -32,9 +32,10 @@ pub fn fake_quantize<T: Input>(
     options: &QuantizeOptions,
 ) -> Result<Array2<f32>, CpuError> {
     let (rows, k) = input.dim();
-    let shape = scheme.shape(rows, k)?;
     let opts = QuantizeOptions { scale_layout: ScaleLayout::Linear, ..*options };
-    let plan = plan(&input, shape, &opts)?;
+    let request = QuantRequest::new(scheme, rows, k, &opts)?;
+    let shape = *request.shape();
+    let plan = plan(&input, &request, &opts)?;
     let global = match plan.kind {
         Kind::NvFp4 { g, .. } => Some(blockscale_formats::GlobalScale::from_encode(g)?),
         _ => None,
@@ -44,9 +45,9 @@ pub fn fake_quantize<T: Input>(
     let band = |s: &mut Scratch<T>, (b, dst): (usize, &mut [f32])| -> Result<(), CpuError> {
         let r0 = b * BAND;
         let n = dst.len() / k;
-        let band_shape = scheme.shape(n, k)?;
-        let mut data = vec![0u8; band_shape.data_bytes];
-        let scale_len = band_shape.scale_len(ScaleLayout::Linear)?;
+        let band_request = QuantRequest::new(scheme, n, k, &opts)?;
+        let mut data = vec![0u8; band_request.shape().data_bytes];
+        let scale_len = band_request.scale_len();
         let (mut bytes, mut f32s, mut f16s) = (Vec::new(), Vec::new(), Vec::new());
         let chunk = match scheme.scale_format() {
             ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => {
@@ -70,16 +71,8 @@ pub fn fake_quantize<T: Input>(
             ScaleFormat::F32 => ScaleData::F32(f32s),
             ScaleFormat::F16 => ScaleData::F16(f16s),
         };
-        let q = QuantizedMatrix::from_parts(QuantizedParts {
-            scheme,
-            rows: n,
-            k,
-            data,
-            data_layout: blockscale_formats::DataLayout::RowMajor,
-            scales,
-            scale_layout: ScaleLayout::Linear,
-            global_scale: global,
-        })?;
+        let q = QuantizedMatrix::from_request(&band_request, data, scales, global);
+
         let mut dec = RowDecoder::new(&q, plan.path);
         for (i, row) in dst.chunks_exact_mut(k).enumerate() {
             dec.decode(i, row);

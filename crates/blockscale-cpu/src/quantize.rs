@@ -3,7 +3,7 @@
 //! depend on the thread count), and assemble the [`QuantizedMatrix`].
 
 use blockscale_formats::{
-    DataLayout, ElementFormat, GlobalScale, QuantShape, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat,
+    DataLayout, ElementFormat, GlobalScale, QuantRequest, QuantShape, QuantizedMatrix, ScaleData, ScaleFormat,
     ScaleLayout, ScaleRule, Scheme, layout::SWIZZLE_TILE, pack,
 };
 use half::f16;
@@ -270,9 +270,9 @@ pub fn quantize<T: Input>(
     options: &QuantizeOptions,
 ) -> Result<QuantizedMatrix, CpuError> {
     let (rows, k) = input.dim();
-    let shape = scheme.shape(rows, k)?;
-    let plan = plan(&input, shape, options)?;
-    let scale_len = shape.scale_len(options.scale_layout)?;
+    let request = QuantRequest::new(scheme, rows, k, options)?;
+    let (shape, scale_len) = (*request.shape(), request.scale_len());
+    let plan = plan(&input, &request, options)?;
 
     let mut data = vec![0u8; shape.data_bytes];
     let chunk = band_scale_chunk(scheme, options.scale_layout, &shape);
@@ -304,16 +304,7 @@ pub fn quantize<T: Input>(
         Kind::NvFp4 { g, .. } => Some(GlobalScale::from_encode(g)?),
         _ => None,
     };
-    Ok(QuantizedMatrix::from_parts(QuantizedParts {
-        scheme,
-        rows,
-        k,
-        data,
-        data_layout: options.data_layout,
-        scales,
-        scale_layout: options.scale_layout,
-        global_scale,
-    })?)
+    Ok(QuantizedMatrix::from_request(&request, data, scales, global_scale))
 }
 
 /// [`quantize`] into caller-provided buffers (a memory-mapped output file, say), without
@@ -350,13 +341,8 @@ pub fn quantize_into<T: Input>(
     scales: &mut [u8],
 ) -> Result<Option<GlobalScale>, CpuError> {
     let (rows, k) = input.dim();
-    let shape = scheme.shape(rows, k)?;
-    let scale_len = shape.scale_len(options.scale_layout)?;
-    let scale_bytes = match scheme.scale_format() {
-        ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => 1,
-        ScaleFormat::F32 => 4,
-        ScaleFormat::F16 => 2,
-    };
+    let request = QuantRequest::new(scheme, rows, k, options)?;
+    let (shape, scale_len) = (*request.shape(), request.scale_len());
     let length = |what, expected, actual: usize| {
         if actual == expected {
             Ok(())
@@ -365,8 +351,8 @@ pub fn quantize_into<T: Input>(
         }
     };
     length("data", shape.data_bytes, data.len())?;
-    length("scales", scale_len * scale_bytes, scales.len())?;
-    let plan = plan(&input, shape, options)?;
+    length("scales", request.scale_bytes(), scales.len())?;
+    let plan = plan(&input, &request, options)?;
     let chunk = band_scale_chunk(scheme, options.scale_layout, &shape);
     let single = options.single_threaded;
     let bad = match scheme.scale_format() {
@@ -452,16 +438,16 @@ pub(crate) fn flat_view<T>(input: &[T], rows: usize, k: usize) -> Result<ArrayVi
     })
 }
 
-/// Checks the options against the scheme and works out the per-tensor scale.
+/// Works out the per-tensor scale and the kernels of a checked request.
 pub(crate) fn plan<T: Input>(
     input: &ArrayView2<'_, T>,
-    shape: QuantShape,
+    request: &QuantRequest,
     options: &QuantizeOptions,
 ) -> Result<Plan, CpuError> {
+    let shape = *request.shape();
     let scheme = shape.scheme;
     let path = Path::select(options.simd)?;
     let poison = options.non_finite == NonFinite::Poison;
-    blockscale_formats::check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
     let element = scheme.element();
     let kind = match scheme {
         Scheme::NvFp4 => {

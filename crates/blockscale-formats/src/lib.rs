@@ -67,6 +67,7 @@ pub mod pack;
 #[cfg(feature = "alloc")]
 mod quantized;
 mod recipe;
+mod request;
 pub mod rng;
 mod scale_rule;
 mod scheme;
@@ -90,6 +91,7 @@ pub use quantized::{QuantizedMatrix, QuantizedParts, ScaleData};
 pub use recipe::{
     GlobalScale, GlobalScaleSource, NVFP4_AMAX_TO_SCALE, NonFinite, NvFp4Recipe, check_recipe, nvfp4_alpha,
 };
+pub use request::QuantRequest;
 pub use scale_rule::ScaleRule;
 pub use scheme::{Fp8Tile, QuantShape, ScaleFormat, Scheme};
 pub use source::{FloatKind, Source};

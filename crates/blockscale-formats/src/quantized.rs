@@ -7,7 +7,9 @@ use half::f16;
 
 use crate::error::check_len;
 use crate::layout::swizzled_offset;
-use crate::{DataLayout, FormatError, GlobalScale, QuantShape, ScaleFormat, ScaleLayout, Scheme, UE4M3, UE8M0};
+use crate::{
+    DataLayout, FormatError, GlobalScale, QuantRequest, QuantShape, ScaleFormat, ScaleLayout, Scheme, UE4M3, UE8M0,
+};
 
 /// The scales of a [`QuantizedMatrix`], in the scheme's [`ScaleFormat`].
 #[derive(Clone, Debug, PartialEq)]
@@ -125,6 +127,37 @@ impl QuantizedMatrix {
             return Err(FormatError::NonZeroPadding { index });
         }
         Ok(matrix)
+    }
+
+    /// The matrix a backend made for a [`QuantRequest`] (which proves the shape and
+    /// layouts), from buffers it sized by the request: nothing is checked again. Debug
+    /// builds assert every invariant [`Self::from_parts`] checks.
+    ///
+    /// # Panics
+    /// In debug builds, if `data` or `scales` do not have the request's sizes and format,
+    /// the global scale's presence does not match the scheme, or swizzle padding is not
+    /// zero: a bug in the backend, not in its input.
+    pub fn from_request(
+        request: &QuantRequest,
+        data: Vec<u8>,
+        scales: ScaleData,
+        global_scale: Option<GlobalScale>,
+    ) -> Self {
+        let shape = *request.shape();
+        debug_assert_eq!(data.len(), shape.data_bytes, "data sized by the request");
+        debug_assert!(scales.matches(shape.scheme.scale_format()), "scales in the scheme's format");
+        debug_assert_eq!(scales.len(), request.scale_len(), "scales sized by the request");
+        debug_assert_eq!(shape.scheme.has_global_scale(), global_scale.is_some(), "a global scale exactly for NVFP4");
+        let matrix = Self {
+            shape,
+            data,
+            data_layout: request.data_layout(),
+            scales,
+            scale_layout: request.scale_layout(),
+            global_scale,
+        };
+        debug_assert_eq!(matrix.first_nonzero_padding(), None, "zero swizzle padding");
+        matrix
     }
 
     fn first_nonzero_padding(&self) -> Option<usize> {
