@@ -21,33 +21,16 @@ pub enum ElementFormat {
 
 /// Evaluates `$e` with `$T` naming the element type of format `$f`: each fact about a
 /// format is read from its own type.
+#[rustfmt::skip]
 macro_rules! with_type {
     ($f:expr, |$T:ident| $e:expr) => {
         match $f {
-            ElementFormat::E2M1 => {
-                type $T = E2M1;
-                $e
-            }
-            ElementFormat::E2M3 => {
-                type $T = E2M3;
-                $e
-            }
-            ElementFormat::E3M2 => {
-                type $T = E3M2;
-                $e
-            }
-            ElementFormat::E4M3 => {
-                type $T = E4M3;
-                $e
-            }
-            ElementFormat::E5M2 => {
-                type $T = E5M2;
-                $e
-            }
-            ElementFormat::Int4 => {
-                type $T = Int4;
-                $e
-            }
+            ElementFormat::E2M1 => { type $T = E2M1; $e }
+            ElementFormat::E2M3 => { type $T = E2M3; $e }
+            ElementFormat::E3M2 => { type $T = E3M2; $e }
+            ElementFormat::E4M3 => { type $T = E4M3; $e }
+            ElementFormat::E5M2 => { type $T = E5M2; $e }
+            ElementFormat::Int4 => { type $T = Int4; $e }
         }
     };
 }

@@ -208,7 +208,7 @@ pub(crate) const fn encode_f64<S: Spec>(x: f64, saturate: bool, toward_zero: boo
 /// Implements the methods every minifloat element type shares. The type must be a
 /// `#[repr(transparent)]` tuple struct over `u8`.
 macro_rules! minifloat_type {
-    ($T:ident, $spec:ty, $mask:expr, $name:literal) => {
+    ($T:ident, $spec:ty, $mask:expr, $name:expr) => {
         impl $T {
             /// Code width in bits.
             pub const BITS: u32 = ($mask as u8).count_ones();
@@ -308,6 +308,71 @@ macro_rules! minifloat_type {
     };
 }
 pub(crate) use minifloat_type;
+
+/// Declares a minifloat element type from its facts: the doc comment, the field widths,
+/// the exponent bias, signedness, which codes are special, and the mask of the code bits.
+/// Generates the type, its [`Spec`], the shared methods ([`minifloat_type`]) and the
+/// constants, each derived from the facts (the format's tests check them against the
+/// codes the specs list).
+macro_rules! minifloat {
+    (
+        $(#[$meta:meta])*
+        pub struct $T:ident: exp $e:literal, man $m:literal, bias $b:literal, $sign:ident, $specials:ident, mask $mask:literal
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+        #[repr(transparent)]
+        pub struct $T(u8);
+
+        impl $crate::minifloat::Spec for $T {
+            const EXP_BITS: u32 = $e;
+            const MAN_BITS: u32 = $m;
+            const BIAS: i32 = $b;
+            const SIGNED: bool = $crate::minifloat::minifloat!(@signed $sign);
+            const SPECIALS: $crate::minifloat::Specials = $crate::minifloat::Specials::$specials;
+        }
+
+        $crate::minifloat::minifloat_type!($T, $T, $mask, stringify!($T));
+
+        impl $T {
+            /// +0.
+            pub const ZERO: Self = Self(0);
+            /// 1.0 (the biased exponent of 2^0, a zero mantissa).
+            pub const ONE: Self = Self((<$T as $crate::minifloat::Spec>::BIAS as u8) << $m);
+            /// Largest finite value.
+            pub const MAX: Self = Self(<$T as $crate::minifloat::Spec>::MAX_CODE as u8);
+            /// Smallest positive normal value.
+            pub const MIN_POSITIVE: Self = Self(1 << $m);
+            /// Smallest positive subnormal value.
+            pub const MIN_POSITIVE_SUBNORMAL: Self = Self(1);
+            /// Largest finite value as f32.
+            pub const MAX_F32: f32 = $crate::minifloat::decode::<$T>(Self::MAX.0);
+            $crate::minifloat::minifloat!(@sign $sign);
+            $crate::minifloat::minifloat!(@specials $specials);
+        }
+    };
+    (@signed signed) => { true };
+    (@signed unsigned) => { false };
+    (@sign signed) => {
+        /// Most negative finite value.
+        pub const MIN: Self = Self(Self::MAX.0 | (1 << <Self as $crate::minifloat::Spec>::MAG_BITS));
+    };
+    (@sign unsigned) => {};
+    (@specials None) => {};
+    (@specials NanOnly) => {
+        /// The NaN that conversions produce.
+        pub const NAN: Self = Self(<Self as $crate::minifloat::Spec>::NAN_CODE);
+    };
+    (@specials Ieee) => {
+        /// The NaN that conversions produce.
+        pub const NAN: Self = Self(<Self as $crate::minifloat::Spec>::NAN_CODE);
+        /// +Inf.
+        pub const INFINITY: Self = Self(<Self as $crate::minifloat::Spec>::OVERFLOW_CODE as u8);
+        /// -Inf.
+        pub const NEG_INFINITY: Self = Self(Self::INFINITY.0 | (1 << <Self as $crate::minifloat::Spec>::MAG_BITS));
+    };
+}
+pub(crate) use minifloat;
 
 /// Adds the non-saturating constructors NVIDIA offers for formats with NaN or Inf.
 macro_rules! minifloat_nosat {

@@ -54,45 +54,31 @@ pub struct QuantizeOptions {
     pub simd: Simd,
 }
 
-impl QuantizeOptions {
-    /// Sets [`Self::scale_layout`].
-    pub fn with_scale_layout(mut self, layout: ScaleLayout) -> Self {
-        self.scale_layout = layout;
-        self
-    }
-    /// Sets [`Self::scale_rule`].
-    pub fn with_scale_rule(mut self, rule: ScaleRule) -> Self {
-        self.scale_rule = rule;
-        self
-    }
-    /// Sets [`Self::nvfp4_recipe`].
-    pub fn with_nvfp4_recipe(mut self, recipe: NvFp4Recipe) -> Self {
-        self.nvfp4_recipe = recipe;
-        self
-    }
-    /// Sets [`Self::global_scale`].
-    pub fn with_global_scale(mut self, source: GlobalScaleSource) -> Self {
-        self.global_scale = source;
-        self
-    }
-    /// Sets [`Self::data_layout`].
-    pub fn with_data_layout(mut self, layout: DataLayout) -> Self {
-        self.data_layout = layout;
-        self
-    }
-    /// Sets [`Self::non_finite`].
-    pub fn with_non_finite(mut self, policy: NonFinite) -> Self {
-        self.non_finite = policy;
-        self
-    }
-    /// Sets [`Self::single_threaded`].
-    pub fn with_single_thread(mut self, single: bool) -> Self {
-        self.single_threaded = single;
-        self
-    }
-    /// Sets [`Self::simd`].
-    pub fn with_simd(mut self, simd: Simd) -> Self {
-        self.simd = simd;
-        self
-    }
+crate::setters!(QuantizeOptions {
+    with_scale_layout(scale_layout: ScaleLayout),
+    with_scale_rule(scale_rule: ScaleRule),
+    with_nvfp4_recipe(nvfp4_recipe: NvFp4Recipe),
+    with_global_scale(global_scale: GlobalScaleSource),
+    with_data_layout(data_layout: DataLayout),
+    with_non_finite(non_finite: NonFinite),
+    with_single_thread(single_threaded: bool),
+    with_simd(simd: Simd),
+});
+
+/// Builder-style setters, `fn with_x(self, field: T) -> Self`, one per listed field:
+/// the options structs of every crate use them.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! setters {
+    ($Type:ident { $($name:ident($field:ident: $T:ty)),* $(,)? }) => {
+        impl $Type {
+            $(
+                #[doc = concat!("Sets [`Self::", stringify!($field), "`].")]
+                pub fn $name(mut self, $field: $T) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
 }

@@ -69,27 +69,21 @@ pub trait Fp6: Copy + sealed::Sealed {
     fn from_code(code: u8) -> Self;
 }
 
-impl Fp6 for E2M3 {
-    #[inline(always)]
-    fn code(self) -> u8 {
-        self.to_bits()
-    }
-    #[inline(always)]
-    fn from_code(code: u8) -> Self {
-        Self::from_bits(code)
-    }
+macro_rules! fp6_type {
+    ($($T:ident),*) => {$(
+        impl Fp6 for $T {
+            #[inline(always)]
+            fn code(self) -> u8 {
+                self.to_bits()
+            }
+            #[inline(always)]
+            fn from_code(code: u8) -> Self {
+                Self::from_bits(code)
+            }
+        }
+    )*};
 }
-
-impl Fp6 for E3M2 {
-    #[inline(always)]
-    fn code(self) -> u8 {
-        self.to_bits()
-    }
-    #[inline(always)]
-    fn from_code(code: u8) -> Self {
-        Self::from_bits(code)
-    }
-}
+fp6_type!(E2M3, E3M2);
 
 impl Fp6 for u8 {
     /// The low six bits.

@@ -66,38 +66,25 @@ pub trait Source: Copy + Default + PartialEq + core::fmt::Debug + Send + Sync + 
     fn from_f32(x: f32) -> Self;
 }
 
-impl Source for f32 {
-    const KIND: FloatKind = FloatKind::F32;
-    #[inline(always)]
-    fn to_f32_exact(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn from_f32(x: f32) -> Self {
-        x
-    }
+macro_rules! source_type {
+    ($($T:ty: $kind:ident, |$x:ident| $widen:expr, $narrow:path;)*) => {$(
+        impl Source for $T {
+            const KIND: FloatKind = FloatKind::$kind;
+            #[inline(always)]
+            fn to_f32_exact(self) -> f32 {
+                let $x = self;
+                $widen
+            }
+            #[inline(always)]
+            fn from_f32(x: f32) -> Self {
+                $narrow(x)
+            }
+        }
+    )*};
 }
 
-impl Source for f16 {
-    const KIND: FloatKind = FloatKind::F16;
-    #[inline(always)]
-    fn to_f32_exact(self) -> f32 {
-        self.to_f32()
-    }
-    #[inline(always)]
-    fn from_f32(x: f32) -> Self {
-        f16::from_f32(x)
-    }
-}
-
-impl Source for bf16 {
-    const KIND: FloatKind = FloatKind::Bf16;
-    #[inline(always)]
-    fn to_f32_exact(self) -> f32 {
-        bf16_to_f32(self)
-    }
-    #[inline(always)]
-    fn from_f32(x: f32) -> Self {
-        bf16::from_f32(x)
-    }
+source_type! {
+    f32: F32, |x| x, core::convert::identity;
+    f16: F16, |x| x.to_f32(), f16::from_f32;
+    bf16: Bf16, |x| bf16_to_f32(x), bf16::from_f32;
 }

@@ -379,48 +379,14 @@ fn constants_are_the_defined_values() {
         assert_eq!(min_pos as f64, min_norm(f), "{} MIN_POSITIVE", f.name);
         assert_eq!(min_sub_v as f64, min_sub(f), "{} MIN_POSITIVE_SUBNORMAL", f.name);
     };
-    check(
-        &common::E2M1,
-        E2M1::MAX.to_f32(),
-        E2M1::MIN_POSITIVE.to_f32(),
-        E2M1::MIN_POSITIVE_SUBNORMAL.to_f32(),
-        E2M1::MAX_F32,
-    );
-    check(
-        &common::E2M3,
-        E2M3::MAX.to_f32(),
-        E2M3::MIN_POSITIVE.to_f32(),
-        E2M3::MIN_POSITIVE_SUBNORMAL.to_f32(),
-        E2M3::MAX_F32,
-    );
-    check(
-        &common::E3M2,
-        E3M2::MAX.to_f32(),
-        E3M2::MIN_POSITIVE.to_f32(),
-        E3M2::MIN_POSITIVE_SUBNORMAL.to_f32(),
-        E3M2::MAX_F32,
-    );
-    check(
-        &common::E4M3,
-        E4M3::MAX.to_f32(),
-        E4M3::MIN_POSITIVE.to_f32(),
-        E4M3::MIN_POSITIVE_SUBNORMAL.to_f32(),
-        E4M3::MAX_F32,
-    );
-    check(
-        &common::E5M2,
-        E5M2::MAX.to_f32(),
-        E5M2::MIN_POSITIVE.to_f32(),
-        E5M2::MIN_POSITIVE_SUBNORMAL.to_f32(),
-        E5M2::MAX_F32,
-    );
-    check(
-        &common::UE4M3,
-        UE4M3::MAX.to_f32(),
-        UE4M3::MIN_POSITIVE.to_f32(),
-        UE4M3::MIN_POSITIVE_SUBNORMAL.to_f32(),
-        UE4M3::MAX_F32,
-    );
+    macro_rules! check_each {
+        ($($T:ident),*) => {$(
+            check(&common::$T, $T::MAX.to_f32(), $T::MIN_POSITIVE.to_f32(), $T::MIN_POSITIVE_SUBNORMAL.to_f32(), $T::MAX_F32);
+            assert_eq!($T::ONE.to_f32(), 1.0, "{} ONE", stringify!($T));
+            assert_eq!($T::ZERO.to_bits(), 0, "{} ZERO", stringify!($T));
+        )*};
+    }
+    check_each!(E2M1, E2M3, E3M2, E4M3, E5M2, UE4M3);
     assert_eq!(E2M1::MIN.to_f32(), -6.0);
     assert_eq!(E2M3::MIN.to_f32(), -7.5);
     assert_eq!(E3M2::MIN.to_f32(), -28.0);
@@ -429,16 +395,8 @@ fn constants_are_the_defined_values() {
     assert_eq!(E5M2::INFINITY.to_f32(), f32::INFINITY);
     assert_eq!(E5M2::NEG_INFINITY.to_f32(), f32::NEG_INFINITY);
     assert!(E4M3::NAN.is_nan() && E5M2::NAN.is_nan() && UE4M3::NAN.is_nan());
-    for one in [
-        E2M1::ONE.to_f32(),
-        E2M3::ONE.to_f32(),
-        E3M2::ONE.to_f32(),
-        E4M3::ONE.to_f32(),
-        E5M2::ONE.to_f32(),
-        UE4M3::ONE.to_f32(),
-    ] {
-        assert_eq!(one, 1.0);
-    }
+    // NVIDIA's canonical NaN: all-ones magnitude.
+    assert_eq!([E4M3::NAN.to_bits(), E5M2::NAN.to_bits(), UE4M3::NAN.to_bits()], [0x7f; 3]);
     assert_eq!(E2M1::CODES, 16);
     assert_eq!(E2M3::CODES, 64);
     assert_eq!(E4M3::CODES, 256);

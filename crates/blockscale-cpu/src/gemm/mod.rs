@@ -68,25 +68,11 @@ pub struct GemmOptions {
     pub activations: ActivationPrecision,
 }
 
-impl GemmOptions {
-    /// Sets [`Self::single_threaded`].
-    pub fn with_single_thread(mut self, single: bool) -> Self {
-        self.single_threaded = single;
-        self
-    }
-
-    /// Sets [`Self::simd`].
-    pub fn with_simd(mut self, simd: Simd) -> Self {
-        self.simd = simd;
-        self
-    }
-
-    /// Sets [`Self::activations`].
-    pub fn with_activations(mut self, activations: ActivationPrecision) -> Self {
-        self.activations = activations;
-        self
-    }
-}
+blockscale_formats::setters!(GemmOptions {
+    with_single_thread(single_threaded: bool),
+    with_simd(simd: Simd),
+    with_activations(activations: ActivationPrecision),
+});
 
 /// The epilogue with `alpha` resolved and the bias checked.
 pub(crate) struct Resolved<'a> {
