@@ -55,9 +55,8 @@ fn not_safetensors_and_truncated_files_are_input_errors() {
 
 #[test]
 fn misaligned_k_names_the_tensor_and_the_way_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
-    write(&input, &[bf16_weight("a.weight", 1, 8, 64), bf16_weight("odd.weight", 2, 8, 40)]);
+    let (dir, input) =
+        input_file("in.safetensors", &[bf16_weight("a.weight", 1, 8, 64), bf16_weight("odd.weight", 2, 8, 40)]);
     let out = dir.path().join("out.safetensors");
     let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp4"]);
     assert_eq!(code(&o), 3);
@@ -102,9 +101,7 @@ fn non_finite_weights_are_fatal_unless_poisoned() {
 
 #[test]
 fn existing_outputs_are_kept_without_force() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
-    write(&input, &model_tensors(2));
+    let (dir, input) = input_file("in.safetensors", &model_tensors(2));
     let out = dir.path().join("out.safetensors");
     std::fs::write(&out, b"precious").unwrap();
     let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp4"]);
@@ -150,9 +147,7 @@ fn a_failure_in_a_later_shard_leaves_no_folder() {
 
 #[test]
 fn mismatched_scale_tensors_are_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
-    write(&input, &model_tensors(8));
+    let (dir, input) = input_file("in.safetensors", &model_tensors(8));
     let q = dir.path().join("q.safetensors");
     ok(&["quantize", s(&input), "-o", s(&q), "--scheme", "nvfp4", "--convention", "modelopt", "-q"]);
     let mut t: Vec<Tensor> = read(&q).into_iter().map(|(n, (d, sh, b))| (n, d, sh, b)).collect();
@@ -176,9 +171,7 @@ fn mismatched_scale_tensors_are_named() {
 
 #[test]
 fn unsupported_requests_are_refused_before_reading() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
-    write(&input, &model_tensors(2));
+    let (dir, input) = input_file("in.safetensors", &model_tensors(2));
     let out = dir.path().join("o.safetensors");
     let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "mxfp4", "--convention", "modelopt"]);
     assert_eq!(code(&o), 6);
@@ -205,9 +198,7 @@ fn unsupported_requests_are_refused_before_reading() {
 
 #[test]
 fn the_modelopt_recipe_is_refused_where_it_does_not_apply() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
-    write(&input, &model_tensors(2));
+    let (dir, input) = input_file("in.safetensors", &model_tensors(2));
     let out = dir.path().join("o.safetensors");
     let base = ["quantize", s(&input), "-o", s(&out), "--recipe", "modelopt"];
     for (extra, why) in [
@@ -319,9 +310,8 @@ fn fp8_block_configs_are_checked_against_the_weights() {
 
 #[test]
 fn the_fp8_writers_refuse_what_their_layouts_cannot_hold() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
-    write(&input, &[bf16_weight("a.weight", 1, 130, 256), bf16_weight("odd.weight", 2, 8, 200)]);
+    let (dir, input) =
+        input_file("in.safetensors", &[bf16_weight("a.weight", 1, 130, 256), bf16_weight("odd.weight", 2, 8, 200)]);
     let out = dir.path().join("o.safetensors");
     let quantize = |extra: &[&str]| run(&[&["quantize", s(&input), "-o", s(&out)][..], extra].concat());
 
@@ -396,9 +386,8 @@ fn fp8_per_tensor_names_a_non_finite_weight_and_a_zero_calibration() {
 
 #[test]
 fn int4_g128_refuses_what_it_cannot_write_and_names_bad_weights() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
-    write(&input, &[bf16_weight("a.weight", 1, 16, 256), bf16_weight("odd.weight", 2, 8, 96)]);
+    let (dir, input) =
+        input_file("in.safetensors", &[bf16_weight("a.weight", 1, 16, 256), bf16_weight("odd.weight", 2, 8, 96)]);
     let out = dir.path().join("o.safetensors");
     let quantize =
         |extra: &[&str]| run(&[&["quantize", s(&input), "-o", s(&out), "--scheme", "int4-g128"][..], extra].concat());

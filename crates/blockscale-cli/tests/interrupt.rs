@@ -60,9 +60,7 @@ fn interrupted(input: &Path, out: &Path, dest: &str, signal: &str) {
 
 #[test]
 fn sigterm_while_writing_a_file_removes_the_temporary() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("model.safetensors");
-    write(&input, &model_tensors(7));
+    let (dir, input) = input_file("model.safetensors", &model_tensors(7));
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     interrupted(&input, &out, "q.safetensors", "TERM");

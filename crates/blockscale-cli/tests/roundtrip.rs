@@ -116,9 +116,7 @@ fn modelopt_and_compressed_tensors_store_nvfp4_under_their_names() {
 
 #[test]
 fn calibration_gives_activation_scales() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
-    write(&input, &model_tensors(9));
+    let (dir, input) = input_file("in.safetensors", &model_tensors(9));
     let acts = dir.path().join("acts.safetensors");
     let a = weights(77, 16, 256);
     let amax = a.iter().map(|x| x.abs()).fold(0f32, f32::max);
@@ -300,9 +298,7 @@ fn fp8_writers_declare_their_configs_in_a_folder_and_read_back() {
 
 #[test]
 fn eval_reads_the_weights_quantize_would_quantize() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
-    write(&input, &model_tensors(3));
+    let (_dir, input) = input_file("in.safetensors", &model_tensors(3));
     let o = ok(&["eval", s(&input), "--schemes", "nvfp4,mxfp8-e4m3", "--json", "-q"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = v["rows"].as_array().unwrap();

@@ -57,38 +57,25 @@ struct Format {
     encode: fn(f32) -> Option<u8>,
 }
 
+/// A minifloat's row: ml_dtypes rounds NaN its own way, so NaN inputs are left out.
+macro_rules! minifloat {
+    ($name:literal, $T:ident, $codes:literal, $encode:ident) => {
+        Format {
+            name: $name,
+            codes: $codes,
+            decode: |c| $T::from_bits(c).to_f32(),
+            encode: |x| (!x.is_nan()).then(|| $T::$encode(x).to_bits()),
+        }
+    };
+}
+
 fn formats() -> [Format; 6] {
     [
-        Format {
-            name: "e2m1",
-            codes: 16,
-            decode: |c| E2M1::from_bits(c).to_f32(),
-            encode: |x| (!x.is_nan()).then(|| E2M1::from_f32(x).to_bits()),
-        },
-        Format {
-            name: "e2m3",
-            codes: 64,
-            decode: |c| E2M3::from_bits(c).to_f32(),
-            encode: |x| (!x.is_nan()).then(|| E2M3::from_f32(x).to_bits()),
-        },
-        Format {
-            name: "e3m2",
-            codes: 64,
-            decode: |c| E3M2::from_bits(c).to_f32(),
-            encode: |x| (!x.is_nan()).then(|| E3M2::from_f32(x).to_bits()),
-        },
-        Format {
-            name: "e4m3",
-            codes: 256,
-            decode: |c| E4M3::from_bits(c).to_f32(),
-            encode: |x| (!x.is_nan()).then(|| E4M3::from_f32_nosat(x).to_bits()),
-        },
-        Format {
-            name: "e5m2",
-            codes: 256,
-            decode: |c| E5M2::from_bits(c).to_f32(),
-            encode: |x| (!x.is_nan()).then(|| E5M2::from_f32_nosat(x).to_bits()),
-        },
+        minifloat!("e2m1", E2M1, 16, from_f32),
+        minifloat!("e2m3", E2M3, 64, from_f32),
+        minifloat!("e3m2", E3M2, 64, from_f32),
+        minifloat!("e4m3", E4M3, 256, from_f32_nosat),
+        minifloat!("e5m2", E5M2, 256, from_f32_nosat),
         Format {
             name: "e8m0",
             codes: 256,

@@ -93,81 +93,33 @@ fn run_oracle(bin: &Path, mode: &str, input: &[u8]) -> Vec<u8> {
     out
 }
 
-fn ours_f32(x: f32) -> [u8; N] {
-    [
-        E4M3::from_f32(x).to_bits(),
-        E4M3::from_f32_nosat(x).to_bits(),
-        E5M2::from_f32(x).to_bits(),
-        E5M2::from_f32_nosat(x).to_bits(),
-        E2M1::from_f32(x).to_bits(),
-        E2M3::from_f32(x).to_bits(),
-        E3M2::from_f32(x).to_bits(),
-        UE8M0::from_f32(x, E8M0Rounding::Zero).to_bits(),
-        UE8M0::from_f32_nosat(x, E8M0Rounding::Zero).to_bits(),
-        UE8M0::from_f32(x, E8M0Rounding::PosInf).to_bits(),
-        UE8M0::from_f32_nosat(x, E8M0Rounding::PosInf).to_bits(),
-        E2M1::from_f32_rz(x).to_bits(),
-        E2M3::from_f32_rz(x).to_bits(),
-        E3M2::from_f32_rz(x).to_bits(),
-    ]
+/// Our conversions of one input type, in the oracle's column order.
+macro_rules! ours {
+    ($name:ident($T:ty): $from:ident, $nosat:ident, $rz:ident) => {
+        fn $name(x: $T) -> [u8; N] {
+            [
+                E4M3::$from(x).to_bits(),
+                E4M3::$nosat(x).to_bits(),
+                E5M2::$from(x).to_bits(),
+                E5M2::$nosat(x).to_bits(),
+                E2M1::$from(x).to_bits(),
+                E2M3::$from(x).to_bits(),
+                E3M2::$from(x).to_bits(),
+                UE8M0::$from(x, E8M0Rounding::Zero).to_bits(),
+                UE8M0::$nosat(x, E8M0Rounding::Zero).to_bits(),
+                UE8M0::$from(x, E8M0Rounding::PosInf).to_bits(),
+                UE8M0::$nosat(x, E8M0Rounding::PosInf).to_bits(),
+                E2M1::$rz(x).to_bits(),
+                E2M3::$rz(x).to_bits(),
+                E3M2::$rz(x).to_bits(),
+            ]
+        }
+    };
 }
-
-fn ours_f64(x: f64) -> [u8; N] {
-    [
-        E4M3::from_f64(x).to_bits(),
-        E4M3::from_f64_nosat(x).to_bits(),
-        E5M2::from_f64(x).to_bits(),
-        E5M2::from_f64_nosat(x).to_bits(),
-        E2M1::from_f64(x).to_bits(),
-        E2M3::from_f64(x).to_bits(),
-        E3M2::from_f64(x).to_bits(),
-        UE8M0::from_f64(x, E8M0Rounding::Zero).to_bits(),
-        UE8M0::from_f64_nosat(x, E8M0Rounding::Zero).to_bits(),
-        UE8M0::from_f64(x, E8M0Rounding::PosInf).to_bits(),
-        UE8M0::from_f64_nosat(x, E8M0Rounding::PosInf).to_bits(),
-        E2M1::from_f64_rz(x).to_bits(),
-        E2M3::from_f64_rz(x).to_bits(),
-        E3M2::from_f64_rz(x).to_bits(),
-    ]
-}
-
-fn ours_f16(x: f16) -> [u8; N] {
-    [
-        E4M3::from_f16(x).to_bits(),
-        E4M3::from_f16_nosat(x).to_bits(),
-        E5M2::from_f16(x).to_bits(),
-        E5M2::from_f16_nosat(x).to_bits(),
-        E2M1::from_f16(x).to_bits(),
-        E2M3::from_f16(x).to_bits(),
-        E3M2::from_f16(x).to_bits(),
-        UE8M0::from_f16(x, E8M0Rounding::Zero).to_bits(),
-        UE8M0::from_f16_nosat(x, E8M0Rounding::Zero).to_bits(),
-        UE8M0::from_f16(x, E8M0Rounding::PosInf).to_bits(),
-        UE8M0::from_f16_nosat(x, E8M0Rounding::PosInf).to_bits(),
-        E2M1::from_f16_rz(x).to_bits(),
-        E2M3::from_f16_rz(x).to_bits(),
-        E3M2::from_f16_rz(x).to_bits(),
-    ]
-}
-
-fn ours_bf16(x: bf16) -> [u8; N] {
-    [
-        E4M3::from_bf16(x).to_bits(),
-        E4M3::from_bf16_nosat(x).to_bits(),
-        E5M2::from_bf16(x).to_bits(),
-        E5M2::from_bf16_nosat(x).to_bits(),
-        E2M1::from_bf16(x).to_bits(),
-        E2M3::from_bf16(x).to_bits(),
-        E3M2::from_bf16(x).to_bits(),
-        UE8M0::from_bf16(x, E8M0Rounding::Zero).to_bits(),
-        UE8M0::from_bf16_nosat(x, E8M0Rounding::Zero).to_bits(),
-        UE8M0::from_bf16(x, E8M0Rounding::PosInf).to_bits(),
-        UE8M0::from_bf16_nosat(x, E8M0Rounding::PosInf).to_bits(),
-        E2M1::from_bf16_rz(x).to_bits(),
-        E2M3::from_bf16_rz(x).to_bits(),
-        E3M2::from_bf16_rz(x).to_bits(),
-    ]
-}
+ours!(ours_f32(f32): from_f32, from_f32_nosat, from_f32_rz);
+ours!(ours_f64(f64): from_f64, from_f64_nosat, from_f64_rz);
+ours!(ours_f16(f16): from_f16, from_f16_nosat, from_f16_rz);
+ours!(ours_bf16(bf16): from_bf16, from_bf16_nosat, from_bf16_rz);
 
 /// Counts, per column, the inputs where `ours` differs from the oracle's bytes, with
 /// the first few of each written to `report`. `skip(input, column)` leaves a cell out.

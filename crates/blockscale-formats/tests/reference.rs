@@ -33,90 +33,40 @@ struct Rz {
     f64: fn(f64) -> u8,
 }
 
+/// A format's case: its conversions, with the non-saturating or round-toward-zero ones
+/// where it has them.
+macro_rules! case {
+    (@with $T:ident, $nosat:expr, $f64_nosat:expr, $rz:expr) => {
+        Case {
+            fmt: common::$T,
+            decode: |c| $T::from_bits(c).to_f32(),
+            sat: |x| $T::from_f32(x).to_bits(),
+            nosat: $nosat,
+            from_f16: |x| $T::from_f16(x).to_bits(),
+            from_bf16: |x| $T::from_bf16(x).to_bits(),
+            f64: |x| $T::from_f64(x).to_bits(),
+            f64_nosat: $f64_nosat,
+            rz: $rz,
+        }
+    };
+    ($T:ident) => {
+        case!(@with $T, None, None, None)
+    };
+    ($T:ident, nosat) => {
+        case!(@with $T, Some(|x| $T::from_f32_nosat(x).to_bits()), Some(|x| $T::from_f64_nosat(x).to_bits()), None)
+    };
+    ($T:ident, rz) => {
+        case!(@with $T, None, None, Some(Rz {
+            f32: |x| $T::from_f32_rz(x).to_bits(),
+            f16: |x| $T::from_f16_rz(x).to_bits(),
+            bf16: |x| $T::from_bf16_rz(x).to_bits(),
+            f64: |x| $T::from_f64_rz(x).to_bits(),
+        }))
+    };
+}
+
 fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            fmt: common::E2M1,
-            decode: |c| E2M1::from_bits(c).to_f32(),
-            sat: |x| E2M1::from_f32(x).to_bits(),
-            nosat: None,
-            from_f16: |x| E2M1::from_f16(x).to_bits(),
-            from_bf16: |x| E2M1::from_bf16(x).to_bits(),
-            f64: |x| E2M1::from_f64(x).to_bits(),
-            f64_nosat: None,
-            rz: Some(Rz {
-                f32: |x| E2M1::from_f32_rz(x).to_bits(),
-                f16: |x| E2M1::from_f16_rz(x).to_bits(),
-                bf16: |x| E2M1::from_bf16_rz(x).to_bits(),
-                f64: |x| E2M1::from_f64_rz(x).to_bits(),
-            }),
-        },
-        Case {
-            fmt: common::E2M3,
-            decode: |c| E2M3::from_bits(c).to_f32(),
-            sat: |x| E2M3::from_f32(x).to_bits(),
-            nosat: None,
-            from_f16: |x| E2M3::from_f16(x).to_bits(),
-            from_bf16: |x| E2M3::from_bf16(x).to_bits(),
-            f64: |x| E2M3::from_f64(x).to_bits(),
-            f64_nosat: None,
-            rz: Some(Rz {
-                f32: |x| E2M3::from_f32_rz(x).to_bits(),
-                f16: |x| E2M3::from_f16_rz(x).to_bits(),
-                bf16: |x| E2M3::from_bf16_rz(x).to_bits(),
-                f64: |x| E2M3::from_f64_rz(x).to_bits(),
-            }),
-        },
-        Case {
-            fmt: common::E3M2,
-            decode: |c| E3M2::from_bits(c).to_f32(),
-            sat: |x| E3M2::from_f32(x).to_bits(),
-            nosat: None,
-            from_f16: |x| E3M2::from_f16(x).to_bits(),
-            from_bf16: |x| E3M2::from_bf16(x).to_bits(),
-            f64: |x| E3M2::from_f64(x).to_bits(),
-            f64_nosat: None,
-            rz: Some(Rz {
-                f32: |x| E3M2::from_f32_rz(x).to_bits(),
-                f16: |x| E3M2::from_f16_rz(x).to_bits(),
-                bf16: |x| E3M2::from_bf16_rz(x).to_bits(),
-                f64: |x| E3M2::from_f64_rz(x).to_bits(),
-            }),
-        },
-        Case {
-            fmt: common::E4M3,
-            decode: |c| E4M3::from_bits(c).to_f32(),
-            sat: |x| E4M3::from_f32(x).to_bits(),
-            nosat: Some(|x| E4M3::from_f32_nosat(x).to_bits()),
-            from_f16: |x| E4M3::from_f16(x).to_bits(),
-            from_bf16: |x| E4M3::from_bf16(x).to_bits(),
-            f64: |x| E4M3::from_f64(x).to_bits(),
-            f64_nosat: Some(|x| E4M3::from_f64_nosat(x).to_bits()),
-            rz: None,
-        },
-        Case {
-            fmt: common::E5M2,
-            decode: |c| E5M2::from_bits(c).to_f32(),
-            sat: |x| E5M2::from_f32(x).to_bits(),
-            nosat: Some(|x| E5M2::from_f32_nosat(x).to_bits()),
-            from_f16: |x| E5M2::from_f16(x).to_bits(),
-            from_bf16: |x| E5M2::from_bf16(x).to_bits(),
-            f64: |x| E5M2::from_f64(x).to_bits(),
-            f64_nosat: Some(|x| E5M2::from_f64_nosat(x).to_bits()),
-            rz: None,
-        },
-        Case {
-            fmt: common::UE4M3,
-            decode: |c| UE4M3::from_bits(c).to_f32(),
-            sat: |x| UE4M3::from_f32(x).to_bits(),
-            nosat: None,
-            from_f16: |x| UE4M3::from_f16(x).to_bits(),
-            from_bf16: |x| UE4M3::from_bf16(x).to_bits(),
-            f64: |x| UE4M3::from_f64(x).to_bits(),
-            f64_nosat: None,
-            rz: None,
-        },
-    ]
+    vec![case!(E2M1, rz), case!(E2M3, rz), case!(E3M2, rz), case!(E4M3, nosat), case!(E5M2, nosat), case!(UE4M3)]
 }
 
 fn same(a: f64, b: f32) -> bool {

@@ -52,6 +52,15 @@ pub fn write(path: &Path, tensors: &[Tensor]) {
 }
 
 /// A small model: two linear weights (one with 130 rows), an embedding, a norm.
+/// A fresh temporary folder holding `name`, a safetensors file of `tensors`: the folder
+/// (removed when dropped) and the file's path.
+pub fn input_file(name: &str, tensors: &[Tensor]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    write(&path, tensors);
+    (dir, path)
+}
+
 pub fn model_tensors(seed: u64) -> Vec<Tensor> {
     vec![
         bf16_weight("model.embed_tokens.weight", seed, 32, 256),

@@ -130,39 +130,38 @@ impl Reference {
     /// Round-to-nearest-even by nearest-value search, from the definition.
     pub fn encode(&self, x: f64, saturate: bool) -> u8 {
         let fmt = &self.fmt;
-        if x.is_nan() {
-            return fmt.nan_code();
-        }
-        let neg = x.is_sign_negative();
-        if neg && !fmt.signed {
-            return 0;
-        }
-        let a = x.abs();
-        let vals = &self.vals;
-        let (max_code, max) = self.max;
-        let mag = if a > max {
-            // Beyond MAX the grid continues one step further: a rounds back to MAX when
-            // below the midpoint, or at the midpoint when MAX's code is even.
-            let mid = max + self.top_ulp / 2.0;
-            if a < mid || (a == mid && max_code % 2 == 0) || saturate { max_code } else { fmt.overflow_mag() }
-        } else {
-            let i = vals.partition_point(|&(_, v)| v < a);
-            if vals[i].1 == a {
-                vals[i].0
+        self.with_sign(x, |a| {
+            let vals = &self.vals;
+            let (max_code, max) = self.max;
+            if a > max {
+                // Beyond MAX the grid continues one step further: a rounds back to MAX when
+                // below the midpoint, or at the midpoint when MAX's code is even.
+                let mid = max + self.top_ulp / 2.0;
+                if a < mid || (a == mid && max_code % 2 == 0) || saturate { max_code } else { fmt.overflow_mag() }
             } else {
-                let (lc, lv) = vals[i - 1];
-                let (hc, hv) = vals[i];
-                let (dl, dh) = (a - lv, hv - a);
-                if dl < dh || (dl == dh && lc % 2 == 0) { lc } else { hc }
+                let i = vals.partition_point(|&(_, v)| v < a);
+                if vals[i].1 == a {
+                    vals[i].0
+                } else {
+                    let (lc, lv) = vals[i - 1];
+                    let (hc, hv) = vals[i];
+                    let (dl, dh) = (a - lv, hv - a);
+                    if dl < dh || (dl == dh && lc % 2 == 0) { lc } else { hc }
+                }
             }
-        };
-        let sign = if fmt.signed && neg { 1u32 << fmt.mag_bits() } else { 0 };
-        (mag | sign) as u8
+        })
     }
 
     /// Round toward zero with saturation (CUDA's `cudaRoundZero` for FP4/FP6): the
     /// largest value not above |x|, sign kept, ±Inf to ±MAX, NaN to the NaN code.
     pub fn encode_rz(&self, x: f64) -> u8 {
+        // The last value not above a (vals[0] is 0, so there is one; Inf gives MAX).
+        self.with_sign(x, |a| self.vals[self.vals.partition_point(|&(_, v)| v <= a) - 1].0)
+    }
+
+    /// The code of `x` from the magnitude code `mag(|x|)`: NaN gives the NaN code, a
+    /// negative input to an unsigned format 0, the sign bit is kept otherwise.
+    fn with_sign(&self, x: f64, mag: impl Fn(f64) -> u32) -> u8 {
         let fmt = &self.fmt;
         if x.is_nan() {
             return fmt.nan_code();
@@ -171,11 +170,8 @@ impl Reference {
         if neg && !fmt.signed {
             return 0;
         }
-        let a = x.abs();
-        // The last value not above a (vals[0] is 0, so there is one; Inf gives MAX).
-        let mag = self.vals[self.vals.partition_point(|&(_, v)| v <= a) - 1].0;
         let sign = if fmt.signed && neg { 1u32 << fmt.mag_bits() } else { 0 };
-        (mag | sign) as u8
+        (mag(x.abs()) | sign) as u8
     }
 }
 
