@@ -6,30 +6,17 @@
 // The module docs link the private stages they describe, for readers of the source.
 #![allow(rustdoc::private_intra_doc_links)]
 
-#[doc(hidden)]
-pub mod checkpoint;
-#[doc(hidden)]
-pub mod cli;
-#[doc(hidden)]
-pub mod commands;
-#[doc(hidden)]
-pub mod convention;
-#[doc(hidden)]
-pub mod demo;
-#[doc(hidden)]
-pub mod error;
-#[doc(hidden)]
-pub mod plot;
-#[doc(hidden)]
-pub mod progress;
-#[doc(hidden)]
-pub mod report;
-#[doc(hidden)]
-pub mod scheme_arg;
-#[doc(hidden)]
-pub mod select;
-#[doc(hidden)]
-pub mod values;
+/// Declares the command's modules, each public for the binary and the fuzz targets but
+/// hidden from the docs.
+macro_rules! internal_modules {
+    ($($name:ident),*) => {$(
+        #[doc(hidden)]
+        pub mod $name;
+    )*};
+}
+internal_modules!(
+    checkpoint, cli, commands, convention, demo, error, plot, progress, report, scheme_arg, select, values
+);
 
 use crate::cli::Command;
 use crate::error::CliError;

@@ -337,15 +337,11 @@ fn load_calibration(path: &Path) -> Result<BTreeMap<String, f32>, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::quantize::testing::{args, small_model};
+    use crate::commands::quantize::testing::small_job;
 
     #[test]
     fn each_tensor_is_planned_as_a_copy_or_a_weight_with_its_outputs() {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("m.safetensors");
-        small_model(&input);
-        let out = dir.path().join("o.safetensors");
-        let a = args(&[input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "nvfp4"]);
+        let (_dir, out, a) = small_job(&["--scheme", "nvfp4"]);
         let (job, plan) = plan(&a).unwrap();
         assert_eq!((job.scheme, job.convention), (QuantizeScheme::Block(Scheme::NvFp4), ConventionArg::Native));
         assert_eq!(plan.shards.len(), 1);
@@ -367,12 +363,8 @@ mod tests {
 
     #[test]
     fn a_shape_the_scheme_cannot_hold_is_refused_naming_the_tensor() {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("m.safetensors");
-        small_model(&input);
-        let out = dir.path().join("o.safetensors");
         // K = 64 is no multiple of the 128-element FP8 block.
-        let a = args(&[input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "fp8-block"]);
+        let (_dir, out, a) = small_job(&["--scheme", "fp8-block"]);
         let e = plan(&a).err().unwrap();
         assert!(matches!(e, CliError::Tensor { .. }), "{e:?}");
         assert!(e.to_string().contains("--exclude \"l.weight\""), "{e}");

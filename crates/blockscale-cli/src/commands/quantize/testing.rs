@@ -37,3 +37,16 @@ pub fn write_bf16(path: &Path, tensors: &[(&str, Vec<usize>, Vec<u8>)]) {
 pub fn small_model(path: &Path) {
     write_bf16(path, &[("l.weight", vec![2, 64], bf16_values(128)), ("norm", vec![4], bf16_values(4))]);
 }
+
+/// A temporary folder holding [`small_model`] as `m.safetensors`, and the parsed
+/// `quantize m.safetensors -o o.safetensors EXTRA...` of it: the folder (removed when
+/// dropped), the output path and the arguments.
+pub fn small_job(extra: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, QuantizeArgs) {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("m.safetensors");
+    small_model(&input);
+    let out = dir.path().join("o.safetensors");
+    let argv = [&[input.to_str().unwrap(), "-o", out.to_str().unwrap()][..], extra].concat();
+    let a = args(&argv);
+    (dir, out, a)
+}

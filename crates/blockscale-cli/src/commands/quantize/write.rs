@@ -175,18 +175,14 @@ mod tests {
     use super::*;
     use crate::checkpoint::Shard;
     use crate::commands::quantize::plan::plan;
-    use crate::commands::quantize::testing::{args, bf16_values, small_model, write_bf16};
+    use crate::commands::quantize::testing::{args, bf16_values, small_job, write_bf16};
 
     #[test]
     fn weights_go_through_the_job_and_the_rest_is_copied() {
         // Both ways a weight reaches the file: its bytes returned by the job, or codes
         // and scales filled into the writer's buffers by it.
         for in_place in [false, true] {
-            let dir = tempfile::tempdir().unwrap();
-            let input = dir.path().join("m.safetensors");
-            small_model(&input);
-            let out = dir.path().join("o.safetensors");
-            let a = args(&[input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "mxfp8-e4m3", "-q"]);
+            let (_dir, out, a) = small_job(&["--scheme", "mxfp8-e4m3", "-q"]);
             let (_, plan) = plan(&a).unwrap();
             let sizes: HashMap<String, usize> = plan.shards[0]
                 .tensors
@@ -291,11 +287,7 @@ mod tests {
 
     #[test]
     fn a_failing_job_leaves_no_output() {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("m.safetensors");
-        small_model(&input);
-        let out = dir.path().join("o.safetensors");
-        let a = args(&[input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--scheme", "nvfp4", "-q"]);
+        let (dir, _out, a) = small_job(&["--scheme", "nvfp4", "-q"]);
         let (_, plan) = plan(&a).unwrap();
         let e = write(&a, plan, false, |w, _, _| Err(CliError::tensor(w.path, &w.tensor.name, "stop"))).unwrap_err();
         assert!(e.to_string().contains("stop"), "{e}");
