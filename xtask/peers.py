@@ -144,17 +144,22 @@ def modelopt_tensors(qdir):
     return t, [n for n in SHAPES if n in t]
 
 
+def modelopt_weights(orig_path, qdir):
+    """The original tensors, blockscale's ModelOpt tensors, and (name, layer prefix) of
+    each quantized weight."""
+    ours, names = modelopt_tensors(qdir)
+    return load_dir(orig_path), ours, [(n, n.removesuffix(".weight")) for n in names]
+
+
 def modelopt_nvfp4(orig_path, qdir, acts_path):
     from modelopt.torch.quantization.qtensor import NVFP4QTensor
 
-    orig = load_dir(orig_path)
-    acts = load_file(acts_path) if acts_path else {}
-    ours, names = modelopt_tensors(qdir)
-    if not names:
+    orig, ours, weights = modelopt_weights(orig_path, qdir)
+    if not weights:
         return report(False, "no quantized weight in blockscale's output")
+    acts = load_file(acts_path) if acts_path else {}
     diffs = []
-    for name in names:
-        p = name.removesuffix(".weight")
+    for name, p in weights:
         q, scale, scale2 = NVFP4QTensor.quantize(orig[name], 16)
         checks = [
             ("weight", q._quantized_data.to(torch.uint8), ours[f"{p}.weight"]),
@@ -175,7 +180,7 @@ def modelopt_nvfp4(orig_path, qdir, acts_path):
     if diffs:
         return report(False, "; ".join(diffs))
     extra = ", input_scale" if acts else ""
-    report(True, f"{len(names)} weights: packed E2M1, E4M3 block scales, weight_scale_2{extra} identical")
+    report(True, f"{len(weights)} weights: packed E2M1, E4M3 block scales, weight_scale_2{extra} identical")
 
 
 def modelopt_fp8(orig_path, qdir):
@@ -187,13 +192,11 @@ def modelopt_fp8(orig_path, qdir):
     from modelopt.torch.export.quant_utils import to_quantized_weight
     from modelopt.torch.quantization.utils import reduce_amax
 
-    orig = load_dir(orig_path)
-    ours, names = modelopt_tensors(qdir)
-    if not names:
+    orig, ours, weights = modelopt_weights(orig_path, qdir)
+    if not weights:
         return report(False, "no quantized weight in blockscale's output")
     diffs = []
-    for name in names:
-        p = name.removesuffix(".weight")
+    for name, p in weights:
         scale = reduce_amax(orig[name]).float() / 448.0
         want_w = to_quantized_weight(orig[name], scale, QUANTIZATION_FP8).view(torch.uint8)
         got_w = ours[f"{p}.weight"].view(torch.uint8)
@@ -207,42 +210,38 @@ def modelopt_fp8(orig_path, qdir):
             diffs.append(f"{p}.weight: {int((want_w != got_w).sum())} of {want_w.numel()} bytes differ")
     if diffs:
         return report(False, "; ".join(diffs))
-    report(True, f"{len(names)} weights: E4M3 bytes and weight_scale identical")
+    report(True, f"{len(weights)} weights: E4M3 bytes and weight_scale identical")
+
+
+# The subcommands: the function each calls and its arguments, in order ("--dtype": the
+# output dtype; "--calibration": the activations quantize was calibrated with).
+COMMANDS = {
+    "make-checkpoint": (make_checkpoint, ["dir", "acts"]),
+    "ct-dequantize": (ct_dequantize, ["qdir", "out", "--dtype"]),
+    "fp8block-dequantize": (fp8block_dequantize, ["qdir", "out", "--dtype"]),
+    "compare": (compare, ["peer", "ours"]),
+    "modelopt-nvfp4": (modelopt_nvfp4, ["orig", "qdir", "--calibration"]),
+    # --calibration is accepted as for modelopt-nvfp4; the FP8 check does not use it.
+    "modelopt-fp8": (lambda orig, qdir, _calibration: modelopt_fp8(orig, qdir), ["orig", "qdir", "--calibration"]),
+}
 
 
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("make-checkpoint")
-    p.add_argument("dir")
-    p.add_argument("acts")
-    for c in ["ct-dequantize", "fp8block-dequantize"]:
-        p = sub.add_parser(c)
-        p.add_argument("qdir")
-        p.add_argument("out")
-        p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    p = sub.add_parser("compare")
-    p.add_argument("peer")
-    p.add_argument("ours")
-    for c in ["modelopt-nvfp4", "modelopt-fp8"]:
-        p = sub.add_parser(c)
-        p.add_argument("orig")
-        p.add_argument("qdir")
-        p.add_argument("--calibration", help="the activations quantize was calibrated with")
+    for command, (_, names) in COMMANDS.items():
+        p = sub.add_parser(command)
+        for n in names:
+            if n == "--dtype":
+                p.add_argument(n, choices=sorted(DTYPES), default="bf16")
+            elif n == "--calibration":
+                p.add_argument(n, help="the activations quantize was calibrated with")
+            else:
+                p.add_argument(n)
     a = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    if a.cmd == "make-checkpoint":
-        make_checkpoint(a.dir, a.acts)
-    elif a.cmd == "ct-dequantize":
-        ct_dequantize(a.qdir, a.out, a.dtype)
-    elif a.cmd == "fp8block-dequantize":
-        fp8block_dequantize(a.qdir, a.out, a.dtype)
-    elif a.cmd == "compare":
-        compare(a.peer, a.ours)
-    elif a.cmd == "modelopt-nvfp4":
-        modelopt_nvfp4(a.orig, a.qdir, a.calibration)
-    else:
-        modelopt_fp8(a.orig, a.qdir)
+    f, names = COMMANDS[a.cmd]
+    f(*(getattr(a, n.lstrip("-")) for n in names))
 
 
 if __name__ == "__main__":

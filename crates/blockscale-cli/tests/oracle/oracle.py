@@ -261,10 +261,8 @@ def write_deepseek(out_path, expected_path, seed):
     quantized, expected, dequantized = {}, {}, []
     # The first weight's N and K are not multiples of 128: the last tile row and column
     # are partial.
-    for name, (n, k) in (
-        ("model.layers.0.mlp.down_proj.weight", (200, 300)),
-        ("model.layers.0.self_attn.o_proj.weight", (256, 128)),
-    ):
+    shapes = {"model.layers.0.mlp.down_proj.weight": (200, 300), "model.layers.0.self_attn.o_proj.weight": (256, 128)}
+    for name, (n, k) in shapes.items():
         w = random_e4m3(rng, (n, k))
         tiles = (-(-n // 128), -(-k // 128))
         # Positive scales of the size amax / 448 takes in real checkpoints, with full
@@ -887,58 +885,42 @@ def selftest():
     print("oracle selftest: ok")
 
 
+# The subcommands by the arguments they take: each row names the commands, their
+# positional arguments and their options, and the function each calls with them in order.
+DEQUANTIZERS = {"dequantize-modelopt": dequantize_modelopt, "dequantize-compressed": dequantize_compressed,
+                "dequantize-ct": dequantize_ct}
+CHECKERS = {"check-deepseek": (check_deepseek, ["output"]),
+            "check-modelopt-fp8": (check_modelopt_fp8, ["--calibration"]),
+            "check-ct-int4": (check_ct_int4, ["--group"])}
+WRITERS = {"write-gptoss": write_gptoss, "write-deepseek": write_deepseek, "write-modelopt-fp8": write_modelopt_fp8,
+           "write-ct-mxfp4": write_ct_mxfp4, "write-ct-int4": write_ct_int4, "write-ct-fp8": write_ct_fp8}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in ("dequantize-modelopt", "dequantize-compressed", "dequantize-ct"):
-        p = sub.add_parser(command)
-        p.add_argument("input")
-        p.add_argument("output")
-    p = sub.add_parser("check-deepseek")
-    p.add_argument("original")
-    p.add_argument("quantized")
-    p.add_argument("output")
-    p = sub.add_parser("check-modelopt-fp8")
-    p.add_argument("original")
-    p.add_argument("quantized")
-    p.add_argument("--calibration")
-    p = sub.add_parser("check-ct-int4")
-    p.add_argument("original")
-    p.add_argument("quantized")
-    p.add_argument("--group", type=int, required=True)
-    for command in ("write-gptoss", "write-deepseek", "write-modelopt-fp8", "write-ct-mxfp4", "write-ct-int4", "write-ct-fp8"):
-        p = sub.add_parser(command)
-        p.add_argument("output")
-        p.add_argument("expected")
-        p.add_argument("--seed", type=int, required=True)
+    calls = {"selftest": (selftest, [])}
     sub.add_parser("selftest")
+    for command, f in DEQUANTIZERS.items():
+        calls[command] = (f, add_args(sub.add_parser(command), ["input", "output"]))
+    for command, (f, extra) in CHECKERS.items():
+        calls[command] = (f, add_args(sub.add_parser(command), ["original", "quantized"] + extra))
+    for command, f in WRITERS.items():
+        calls[command] = (f, add_args(sub.add_parser(command), ["output", "expected", "--seed"]))
     args = parser.parse_args()
-    if args.command == "dequantize-modelopt":
-        dequantize_modelopt(args.input, args.output)
-    elif args.command == "dequantize-compressed":
-        dequantize_compressed(args.input, args.output)
-    elif args.command == "write-gptoss":
-        write_gptoss(args.output, args.expected, args.seed)
-    elif args.command == "write-deepseek":
-        write_deepseek(args.output, args.expected, args.seed)
-    elif args.command == "write-modelopt-fp8":
-        write_modelopt_fp8(args.output, args.expected, args.seed)
-    elif args.command == "check-deepseek":
-        check_deepseek(args.original, args.quantized, args.output)
-    elif args.command == "check-modelopt-fp8":
-        check_modelopt_fp8(args.original, args.quantized, args.calibration)
-    elif args.command == "check-ct-int4":
-        check_ct_int4(args.original, args.quantized, args.group)
-    elif args.command == "dequantize-ct":
-        dequantize_ct(args.input, args.output)
-    elif args.command == "write-ct-mxfp4":
-        write_ct_mxfp4(args.output, args.expected, args.seed)
-    elif args.command == "write-ct-int4":
-        write_ct_int4(args.output, args.expected, args.seed)
-    elif args.command == "write-ct-fp8":
-        write_ct_fp8(args.output, args.expected, args.seed)
-    else:
-        selftest()
+    f, names = calls[args.command]
+    f(*(getattr(args, n.lstrip("-")) for n in names))
+
+
+def add_args(p, names):
+    """Adds the arguments `names` to parser `p` (--seed and --group: required integers;
+    --calibration: an optional path) and returns the names."""
+    for n in names:
+        if n in ("--seed", "--group"):
+            p.add_argument(n, type=int, required=True)
+        else:
+            p.add_argument(n)
+    return names
 
 
 if __name__ == "__main__":
