@@ -62,6 +62,11 @@ struct Oracle {
 }
 
 impl Oracle {
+    /// The oracle and a fresh temporary folder, or None (the test skips) without Python.
+    fn with_dir() -> Option<(Self, tempfile::TempDir)> {
+        Some((Self::find()?, tempfile::tempdir().unwrap()))
+    }
+
     /// The oracle, or `None` after skipping (or panics under CI) if it cannot run.
     fn find() -> Option<Self> {
         let Some(path) = python_path() else {
@@ -220,6 +225,17 @@ fn write_checkpoint(path: &Path) -> Vec<Input> {
 }
 
 /// The tensors of [`write_checkpoint`].
+/// [`checkpoint_inputs`] and an all-zero `8 x k` weight, `zero_proj` (a writer's scale 0).
+fn checkpoint_inputs_with_zeros(k: usize) -> Vec<Input> {
+    let mut inputs = checkpoint_inputs();
+    inputs.push(Input {
+        name: "model.layers.0.mlp.zero_proj.weight",
+        shape: vec![8, k],
+        values: vec![bf16::ZERO; 8 * k],
+    });
+    inputs
+}
+
 fn checkpoint_inputs() -> Vec<Input> {
     let mut rng = SplitMix64::new(0x0b5e_c0de_5eed_0001);
     vec![
@@ -412,8 +428,7 @@ fn third_party(command: &str, seed: u64) {
 /// `folder`, and `inspect --json` naming each dequantized weight's format, `formats`:
 /// `(weight, format)`.
 fn third_party_at(command: &str, seed: u64, folder: bool, formats: &[(&str, &str)]) {
-    let Some(oracle) = Oracle::find() else { return };
-    let dir = tempfile::tempdir().unwrap();
+    let Some((oracle, dir)) = Oracle::with_dir() else { return };
     let input = dir.path().join(if folder { "checkpoint" } else { "model.safetensors" });
     let expected = dir.path().join("expected.safetensors");
     oracle.run([
@@ -557,8 +572,7 @@ fn deepseek_fp8_writer_follows_the_recipe_and_dequantizes_as_native_fp8_block() 
     // weight_scale_inv). blockscale's own dequantization of that checkpoint, and of the
     // native fp8-block one (the same quantization under its own names), must give
     // those values bit for bit.
-    let Some(oracle) = Oracle::find() else { return };
-    let dir = tempfile::tempdir().unwrap();
+    let Some((oracle, dir)) = Oracle::with_dir() else { return };
     let p = |name: &str| dir.path().join(name);
     let inputs = write_checkpoint(&p("model.safetensors"));
     quantize(
@@ -596,15 +610,9 @@ fn modelopt_fp8_per_tensor_writer_follows_the_recipe() {
     // E4M3 code (ml_dtypes' cast of the float32 w / scale) and the calibrated layer's
     // input_scale (activation amax / 448) from the originals, byte for byte. One weight
     // is all zeros: blockscale's documented scale 0 and zero codes.
-    let Some(oracle) = Oracle::find() else { return };
-    let dir = tempfile::tempdir().unwrap();
+    let Some((oracle, dir)) = Oracle::with_dir() else { return };
     let p = |name: &str| dir.path().join(name);
-    let mut inputs = checkpoint_inputs();
-    inputs.push(Input {
-        name: "model.layers.0.mlp.zero_proj.weight",
-        shape: vec![8, 48],
-        values: vec![bf16::ZERO; 384],
-    });
+    let mut inputs = checkpoint_inputs_with_zeros(48);
     // amax 1.078125 (bf16 0x3f8a), and three values (about 4.9e-5, 9.9e-5, 2.0e-4) whose
     // codes differ (0x0a/0x0b, 0x12/0x13, 0x1a/0x1b) between w / scale, ModelOpt's
     // division, and w * (1 / scale), a multiplication by the rounded reciprocal (found
@@ -700,8 +708,7 @@ fn compressed_tensors_fp8_dequantizes_as_the_oracle() {
 /// suffixes and dtypes the convention writes for a quantized `P.weight`; `format`: the
 /// config's `format`.
 fn compressed_tensors_writer(scheme: &str, format: &str, layer_tensors: &[(&str, Dtype)]) {
-    let Some(oracle) = Oracle::find() else { return };
-    let dir = tempfile::tempdir().unwrap();
+    let Some((oracle, dir)) = Oracle::with_dir() else { return };
     let path = |name: &str| dir.path().join(name);
     let inputs = write_checkpoint(&path("model.safetensors"));
     for (convention, out) in [("compressed-tensors", "ct.safetensors"), ("native", "native.safetensors")] {
@@ -791,15 +798,9 @@ fn compressed_tensors_int4_g128_writer_follows_the_rule() {
     // past f16's range (saturated scale) join the checkpoint. Then the oracle's
     // dequantization of the file by the published pack-quantized formula and blockscale's
     // must agree bit for bit.
-    let Some(oracle) = Oracle::find() else { return };
-    let dir = tempfile::tempdir().unwrap();
+    let Some((oracle, dir)) = Oracle::with_dir() else { return };
     let p = |name: &str| dir.path().join(name);
-    let mut inputs = checkpoint_inputs();
-    inputs.push(Input {
-        name: "model.layers.0.mlp.zero_proj.weight",
-        shape: vec![8, 256],
-        values: vec![bf16::ZERO; 2048],
-    });
+    let mut inputs = checkpoint_inputs_with_zeros(256);
     inputs.push(Input {
         name: "model.layers.0.mlp.big_proj.weight",
         shape: vec![2, 256],

@@ -59,6 +59,11 @@ fn quantize_slice_f32(
     blockscale_cpu::quantize_slice(x, rows, k, scheme, o).unwrap()
 }
 
+/// `len` values in blocks of `block`: element `i` of block `b` is `f(b, i)`.
+fn blockwise(len: usize, block: usize, mut f: impl FnMut(usize, usize) -> f32) -> Vec<f32> {
+    (0..len).map(|j| f(j / block, j % block)).collect()
+}
+
 /// NVFP4 with g = 1 and block maxima of 6 * 2^j (j in -3..=3): the scale is exactly
 /// 2^j (a UE4M3 value), the multiplier exactly 2^-j, so E2M1 values times 2^j return.
 #[test]
@@ -66,13 +71,11 @@ fn nvfp4_representable_values_round_trip() {
     let vals = values(ElementFormat::E2M1);
     let mut rng = common::rng(4);
     let (rows, k) = (3, 64);
-    let mut x = vec![0f32; rows * k];
-    for (b, chunk) in x.chunks_mut(16).enumerate() {
+    let x = blockwise(rows * k, 16, |b, i| {
         let scale = 2f32.powi((b % 7) as i32 - 3);
-        for (i, v) in chunk.iter_mut().enumerate() {
-            *v = if i == 0 { 6.0 } else { vals[rng.random_range(0..vals.len())] } * scale;
-        }
-    }
+        let v = if i == 0 { 6.0 } else { vals[rng.random_range(0..vals.len())] };
+        v * scale
+    });
     let g = GlobalScaleSource::Given(GlobalScale::from_encode(1.0).unwrap());
     let q = quantize_slice_f32(&x, rows, k, Scheme::NvFp4, &QuantizeOptions::default().with_global_scale(g));
     assert_eq!(dequantize::<f32>(&q).as_slice().unwrap(), &x[..]);
@@ -84,14 +87,12 @@ fn nvfp4_representable_values_round_trip() {
 fn int4_and_fp8_block_representable_values_round_trip() {
     let mut rng = common::rng(5);
     let (rows, k) = (4, 256);
-    let mut x = vec![0f32; rows * k];
-    for (b, chunk) in x.chunks_mut(32).enumerate() {
+    let x = blockwise(rows * k, 32, |b, i| {
         let scale = 2f32.powi((b % 5) as i32 - 2);
-        for (i, v) in chunk.iter_mut().enumerate() {
-            // amax is exactly 7 * scale (the symmetric scale cannot return -8 * scale).
-            *v = if i == 3 { 7.0 } else { rng.random_range(-7i32..=7) as f32 } * scale;
-        }
-    }
+        // amax is exactly 7 * scale (the symmetric scale cannot return -8 * scale).
+        let v = if i == 3 { 7.0 } else { rng.random_range(-7i32..=7) as f32 };
+        v * scale
+    });
     let q = quantize_slice_f32(&x, rows, k, Scheme::Int4G32, &QuantizeOptions::default());
     assert_eq!(dequantize::<f32>(&q).as_slice().unwrap(), &x[..]);
     let inter = quantize_slice_f32(
