@@ -416,7 +416,7 @@ fn run_weight_only<I: DeviceElement + cpu::Input, O: DeviceElement>(
 fn weight_only_every_scheme_and_activation_type() {
     let Some(dev) = hopper() else { return };
     let mut seed = 1000;
-    for (i, &(scheme, interleaved)) in WEIGHT_SCHEMES.iter().enumerate() {
+    for (i, &(scheme, interleaved)) in weight_schemes().iter().enumerate() {
         let k = if matches!(scheme, Scheme::Fp8Block(_) | Scheme::Int4G128) { 384 } else { 224 };
         for (j, &(m, n)) in [(1usize, 130usize), (17, 72), (300, 200)].iter().enumerate() {
             for exact in [true, false] {
@@ -491,7 +491,7 @@ fn run_weight_only_prepared<I: GemvInput + cpu::Input, O: DeviceElement>(
 fn weight_only_prepared_every_scheme() {
     let Some(dev) = hopper() else { return };
     let mut seed = 3000;
-    let schemes: Vec<Scheme> = WEIGHT_SCHEMES.iter().filter(|(_, il)| !il).map(|&(s, _)| s).collect();
+    let schemes: Vec<Scheme> = weight_schemes().iter().filter(|(_, il)| !il).map(|&(s, _)| s).collect();
     for (i, &scheme) in schemes.iter().enumerate() {
         // K ragged against the 64-element slab; M across the 64- and 128-row activation
         // tiles (9: the GEMV; 65 and 300 with bf16 on Hopper: wgmma; 300 with f16: the
@@ -914,28 +914,8 @@ fn gemm_sanitizer_smoke() {
     run_weight_only_prepared::<f16, f32>(&dev, Scheme::Int4G32, (130, 40, 256), false, Activation::Identity, 953);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::Int4G128, (70, 40, 640), false, Activation::Silu, 955);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::Int4G32, (70, 40, 320), false, Activation::GeluErf, 956);
-    run_weight_only_prepared::<f16, f32>(
-        &dev,
-        Scheme::Fp8Block(Fp8Tile::Tile128x128),
-        (70, 40, 512),
-        false,
-        Activation::Identity,
-        958,
-    );
-    run_weight_only_prepared::<bf16, f32>(
-        &dev,
-        Scheme::Fp8Block(Fp8Tile::Row1x128),
-        (70, 40, 512),
-        false,
-        Activation::Identity,
-        957,
-    );
-    run_weight_only_prepared::<bf16, bf16>(
-        &dev,
-        Scheme::Fp8Block(Fp8Tile::Tile128x128),
-        (20, 40, 512),
-        false,
-        Activation::GeluTanh,
-        954,
-    );
+    let (row, tile) = (Scheme::Fp8Block(Fp8Tile::Row1x128), Scheme::Fp8Block(Fp8Tile::Tile128x128));
+    run_weight_only_prepared::<f16, f32>(&dev, tile, (70, 40, 512), false, Activation::Identity, 958);
+    run_weight_only_prepared::<bf16, f32>(&dev, row, (70, 40, 512), false, Activation::Identity, 957);
+    run_weight_only_prepared::<bf16, bf16>(&dev, tile, (20, 40, 512), false, Activation::GeluTanh, 954);
 }

@@ -27,7 +27,12 @@ use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2};
 
 /// Every weight scheme and data layout: (scheme, block-interleaved).
-const SCHEMES: [(Scheme, bool); 12] = WEIGHT_SCHEMES;
+/// Every weight scheme and layout (numbered), on checkpoint-layout weights and then on
+/// prepared ones: `(prepared, index, scheme, interleaved)`.
+fn runs() -> Vec<(bool, usize, Scheme, bool)> {
+    let schemes = weight_schemes();
+    [false, true].into_iter().flat_map(|p| schemes.iter().enumerate().map(move |(i, &(s, il))| (p, i, s, il))).collect()
+}
 
 const ACTS: [Activation; 4] = [Activation::Identity, Activation::Silu, Activation::GeluTanh, Activation::GeluErf];
 
@@ -189,9 +194,7 @@ fn every_scheme_matches_the_reference() {
     // M 1, 4, 9 and 16 (both kernels and their edges), N ragged against every row tile.
     let shapes = [(1, 70), (4, 131), (9, 33), (16, 200)];
     let mut seed = 1u64;
-    for (prepared, (si, &(scheme, interleaved))) in
-        [false, true].into_iter().flat_map(|p| SCHEMES.iter().enumerate().map(move |s| (p, s)))
-    {
+    for (prepared, si, scheme, interleaved) in runs() {
         for (v, &(m, n)) in shapes.iter().enumerate() {
             for exact in [true, false] {
                 seed += 1;
@@ -230,9 +233,7 @@ fn of_shape(dev: &Device, scheme: Scheme, interleaved: bool, n: usize, k: usize,
 fn split_k_and_single_pass() {
     let Some(dev) = device() else { return };
     let mut seed = 500u64;
-    for (prepared, (si, &(scheme, interleaved))) in
-        [false, true].into_iter().flat_map(|p| SCHEMES.iter().enumerate().map(move |s| (p, s)))
-    {
+    for (prepared, si, scheme, interleaved) in runs() {
         // 13000 rows give every SM of an H100 (132) or RTX PRO 6000 (188) a row tile.
         for &(m, n, k, exact) in &[(3, 40, 4096, true), (16, 72, 2048, false), (2, 13000, 256, false)] {
             seed += 1;
@@ -320,9 +321,7 @@ fn run_gated<I: GemvInput + cpu::Input, O: DeviceElement>(
 fn gated_matches_two_references() {
     let Some(dev) = device() else { return };
     let mut seed = 800u64;
-    for (prepared, (si, &(scheme, interleaved))) in
-        [false, true].into_iter().flat_map(|p| SCHEMES.iter().enumerate().map(move |s| (p, s)))
-    {
+    for (prepared, si, scheme, interleaved) in runs() {
         // Exact with identity on both sides (bit for bit), then SwiGLU and GELU-gated
         // random data; short K (single pass) and long K with few rows (split-K).
         for (v, &(m, n, k, exact)) in
@@ -545,7 +544,7 @@ fn bad_input_is_a_typed_error() {
 #[test]
 fn gemv_sanitizer_smoke() {
     let Some(dev) = device() else { return };
-    for (si, &(scheme, interleaved)) in SCHEMES.iter().enumerate() {
+    for (si, (scheme, interleaved)) in weight_schemes().into_iter().enumerate() {
         let c = Case {
             scheme,
             interleaved,

@@ -11,7 +11,7 @@ use blockscale_cuda::cudarc::driver::CudaSlice;
 use blockscale_cuda::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use blockscale_cuda::{Activation, Arch, Device, DeviceElement};
 use blockscale_formats::{
-    DataLayout, Fp8Tile, GlobalScale, GlobalScaleSource, QuantizeOptions, QuantizedMatrix, ScaleLayout, Scheme,
+    DataLayout, GlobalScale, GlobalScaleSource, QuantizeOptions, QuantizedMatrix, ScaleLayout, Scheme,
 };
 use ndarray::Array2;
 
@@ -302,21 +302,11 @@ pub fn small_quantized(dev: &Device, rows: usize, k: usize, scheme: Scheme) -> b
 }
 
 /// Every weight scheme and data layout of the weight-only products: (scheme,
-/// block-interleaved).
-pub const WEIGHT_SCHEMES: [(Scheme, bool); 12] = [
-    (Scheme::NvFp4, false),
-    (Scheme::MxFp4, false),
-    (Scheme::MxFp6E2M3, false),
-    (Scheme::MxFp6E3M2, false),
-    (Scheme::MxFp8E4M3, false),
-    (Scheme::MxFp8E5M2, false),
-    (Scheme::Fp8Block(Fp8Tile::Row1x128), false),
-    (Scheme::Fp8Block(Fp8Tile::Tile128x128), false),
-    (Scheme::Int4G32, false),
-    (Scheme::Int4G32, true),
-    (Scheme::Int4G128, false),
-    (Scheme::Int4G128, true),
-];
+/// block-interleaved), [`Scheme::ALL`] in order, each INT4 scheme also interleaved.
+pub fn weight_schemes() -> Vec<(Scheme, bool)> {
+    let int4 = |s: Scheme| matches!(s, Scheme::Int4G32 | Scheme::Int4G128);
+    Scheme::ALL.into_iter().flat_map(|s| [(s, false)].into_iter().chain(int4(s).then_some((s, true)))).collect()
+}
 
 /// Checks that the allocating call's output (`fresh`, on the device) has the bits the
 /// `_into` call wrote (`got`, read back).
