@@ -32,9 +32,9 @@ mod checks;
 mod dequantize;
 mod device;
 mod error;
+mod ffi;
 mod gemm;
 mod gemv;
-mod params;
 pub mod prepared;
 mod quantize;
 

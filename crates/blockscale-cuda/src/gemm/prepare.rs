@@ -2,9 +2,9 @@
 //! function takes raw device addresses that the caller (gemm/mod.rs) derived from
 //! buffers it checked and keeps borrowed until the launches are queued.
 
-use cudarc::driver::PushKernelArg;
-
-use crate::params::{CopyParams, Fp8ScaleParams, SplitParams};
+use crate::ffi::launch::{Order, launch};
+use crate::ffi::names::KernelName;
+use crate::ffi::params::{CopyParams, Fp8ScaleParams, SplitParams};
 use crate::{CudaError, Device};
 
 /// Writes the `rows x k` activations at `x` (element stride `x_stride`, element type
@@ -31,15 +31,13 @@ pub(crate) fn split(
         pieces: pieces as u32,
         pad: 0,
     };
-    let kernel = dev.function(&format!("gemm_split_{suffix}"))?;
+    let kernel = dev.function(&KernelName::split(suffix))?;
     let config = dev.grid_stride((rows * k / 8) as u64, &kernel);
-    let mut launch = dev.stream().launch_builder(&kernel.func);
-    launch.arg(&params);
-    // SAFETY: `params` matches `SplitParams`; the caller checked that `x` holds `rows`
-    // rows of `k` elements at `x_stride` and that `out` holds rows x pieces*k bf16
-    // values, 16-byte aligned (K is a multiple of 8), both alive until the kernel runs.
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the activation split kernel"))?;
-    Ok(())
+    // The launch contract (ffi): the caller checked that `x` holds `rows` rows of `k`
+    // elements at `x_stride` and that `out` holds rows x pieces*k bf16 values, 16-byte
+    // aligned (K is a multiple of 8), both alive until the kernel runs.
+    launch(dev.stream(), &kernel, config, Order::Serial, &params)
+        .map_err(CudaError::driver("launching the activation split kernel"))
 }
 
 /// Copies `rows x cols` elements of `suffix` from `src` (row stride `src_stride`) to
@@ -63,14 +61,12 @@ pub(crate) fn copy_out(
         rows: rows as u32,
         cols: cols as u32,
     };
-    let kernel = dev.function(&format!("gemm_copy_out_{suffix}"))?;
+    let kernel = dev.function(&KernelName::copy_out(suffix))?;
     let config = dev.grid_stride((rows * cols) as u64, &kernel);
-    let mut launch = dev.stream().launch_builder(&kernel.func);
-    launch.arg(&params);
-    // SAFETY: `params` matches `CopyParams`; the caller checked both matrices' extents
-    // (rows x cols at their strides) and keeps them alive until the kernel runs.
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the output copy kernel"))?;
-    Ok(())
+    // The launch contract (ffi): the caller checked both matrices' extents (rows x cols
+    // at their strides) and keeps them alive until the kernel runs.
+    launch(dev.stream(), &kernel, config, Order::Serial, &params)
+        .map_err(CudaError::driver("launching the output copy kernel"))
 }
 
 /// Rewrites FP8 activation scales (`src`: one per row, or per 128 rows when `tiles`,
@@ -86,14 +82,12 @@ pub(crate) fn fp8_scales(
 ) -> Result<(), CudaError> {
     let params =
         Fp8ScaleParams { src, dst, rows: rows as u32, kb: kb as u32, tiles: tiles as u32, mn_major: mn_major as u32 };
-    let kernel = dev.function("gemm_fp8_scales")?;
+    let kernel = dev.function(&KernelName::fp8_scales())?;
     let config = dev.grid_stride((rows * kb) as u64, &kernel);
-    let mut launch = dev.stream().launch_builder(&kernel.func);
-    launch.arg(&params);
-    // SAFETY: `params` matches `Fp8ScaleParams`; the caller checked that `src` holds the
-    // scales of a rows x (128 kb) FP8 block matrix and that `dst` holds rows x kb f32.
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the FP8 scale kernel"))?;
-    Ok(())
+    // The launch contract (ffi): the caller checked that `src` holds the scales of a
+    // rows x (128 kb) FP8 block matrix and that `dst` holds rows x kb f32.
+    launch(dev.stream(), &kernel, config, Order::Serial, &params)
+        .map_err(CudaError::driver("launching the FP8 scale kernel"))
 }
 
 /// Copies `len` bytes from `src` to `dst` (device addresses) and zeroes the `pad` bytes
