@@ -19,9 +19,9 @@ use crate::{CudaError, Device};
 pub fn dequantize<O: DeviceElement>(dev: &Device, q: &DeviceQuantized) -> Result<CudaSlice<O>, CudaError> {
     let shape = q.shape();
     let n = shape.rows * shape.k;
-    // SAFETY: the dequantize kernels write every one of the rows x k outputs (each chunk
-    // of 8 values of every row) before anything reads them.
-    let mut out = unsafe { dev.stream().alloc::<O>(n) }.map_err(CudaError::alloc("the output", n * size_of::<O>()))?;
+    // Left unset: the dequantize kernels write every one of the rows x k outputs (each
+    // chunk of 8 values of every row) before anything reads them.
+    let mut out = dev.alloc_unset::<O>(n, "the output")?;
     dequantize_into(dev, q, &mut out, shape.k)?;
     Ok(out)
 }

@@ -4,10 +4,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, ValidAsZeroBits,
+};
 use cudarc::nvrtc::Ptx;
 
 use crate::CudaError;
+use crate::ffi::driver;
 use crate::ffi::launch::{Kernel, MAX_CLUSTER};
 use crate::ffi::names::KernelName;
 
@@ -215,13 +218,27 @@ impl Device {
         if ws.as_ref().is_some_and(|w| w.len() >= bytes) {
             return Ok(());
         }
-        // Free the old buffer first (in stream order), then allocate the larger one.
+        // Free the old buffer first (in stream order), then allocate the larger one: left
+        // unset, since the workspace is scratch that every GEMM writes before reading.
         *ws = None;
-        // SAFETY: u8 has no invalid bit patterns; the workspace is scratch that every
-        // GEMM writes before reading.
-        let buf = unsafe { self.stream.alloc::<u8>(bytes) }.map_err(CudaError::alloc("the GEMM workspace", bytes))?;
-        *ws = Some(buf);
+        *ws = Some(
+            driver::alloc_unset::<u8>(&self.stream, bytes).map_err(CudaError::alloc("the GEMM workspace", bytes))?,
+        );
         Ok(())
+    }
+
+    /// A new buffer of `len` values of `T` that a kernel writes in full before anything
+    /// reads it: allocated in stream order and left unset (no memset) for the element
+    /// types (u8, f32, f16, bf16). `what` names it in an out-of-memory error.
+    ///
+    /// # Errors
+    /// [`CudaError::OutOfMemory`] or [`CudaError::Driver`].
+    pub(crate) fn alloc_unset<T: DeviceRepr + ValidAsZeroBits + 'static>(
+        &self,
+        len: usize,
+        what: &'static str,
+    ) -> Result<CudaSlice<T>, CudaError> {
+        driver::alloc_unset(&self.stream, len).map_err(CudaError::alloc(what, len * size_of::<T>()))
     }
 
     /// Bytes the GEMM workspace holds now.
@@ -316,9 +333,7 @@ impl Device {
 
 /// Fails with [`CudaError::NoDriver`] unless libcuda can be loaded (cudarc would panic).
 fn ensure_driver() -> Result<(), CudaError> {
-    // SAFETY: is_culib_present only tries to load the library by name; it has no
-    // preconditions.
-    if unsafe { cudarc::driver::sys::is_culib_present() } { Ok(()) } else { Err(CudaError::NoDriver) }
+    if driver::library_present() { Ok(()) } else { Err(CudaError::NoDriver) }
 }
 
 /// How many clusters of s CTAs of `kernel` (named `name`, CTAs of `threads` threads and
@@ -331,7 +346,6 @@ pub(crate) fn active_clusters<P>(
     name: &KernelName<P>,
     (threads, smem): (u32, usize),
 ) -> [usize; MAX_CLUSTER + 1] {
-    use cudarc::driver::sys;
     type Key = (String, u32, String);
     static CACHE: std::sync::Mutex<Vec<(Key, [usize; MAX_CLUSTER + 1])>> = std::sync::Mutex::new(Vec::new());
     let key = (dev.name().to_string(), dev.sm_count(), name.as_str().to_string());
@@ -341,29 +355,8 @@ pub(crate) fn active_clusters<P>(
     }
     let mut counts = [0usize; MAX_CLUSTER + 1];
     for (size, count) in counts.iter_mut().enumerate().skip(1) {
-        // SAFETY: CUlaunchAttribute is plain data; all zero is valid, overwritten below.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: size as u32, y: 1, z: 1 };
-        let config = sys::CUlaunchConfig {
-            gridDimX: size as u32,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: threads,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: smem as u32,
-            hStream: dev.stream().cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        let mut n: std::ffi::c_int = 0;
-        // SAFETY: `config` and `attr` outlive the call, a query that launches nothing;
-        // the function is a loaded kernel of this device's context.
-        let ok = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, kernel.function().cu_function(), &config) }
-            .result()
-            .is_ok();
-        *count = if ok { n.max(0) as usize } else { 0 };
+        let n = driver::max_active_clusters(dev.stream(), kernel.function(), size as u32, (threads, smem));
+        *count = n.map_or(0, |n| n.max(0) as usize);
     }
     cache.push((key, counts));
     counts

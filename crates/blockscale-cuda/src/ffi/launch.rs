@@ -78,7 +78,7 @@ pub(crate) fn launch<P: KernelArgs>(
     let mut pointers = params.pointers();
     let args = pointers.as_mut();
     let func = kernel.func.cu_function();
-    let cluster = match order {
+    match order {
         Order::Serial => {
             stream.context().bind_to_thread()?;
             // SAFETY: the launch contract (above): `args` points at `params`, the kernel's
@@ -86,7 +86,7 @@ pub(crate) fn launch<P: KernelArgs>(
             // what the kernel touches and stays valid, the guards ordering the kernel
             // after the buffers' earlier uses; `config` is the kernel's launch shape.
             // `params` outlives the call, which copies the parameters.
-            return unsafe {
+            unsafe {
                 result::launch_kernel(
                     func,
                     config.grid_dim,
@@ -95,18 +95,49 @@ pub(crate) fn launch<P: KernelArgs>(
                     stream.cu_stream(),
                     args,
                 )
-            };
+            }
         }
-        Order::Dependent { cluster } => cluster,
-    };
-    // SAFETY: CUlaunchAttribute is plain data (an id and a union of integers); all zero
-    // is a valid value, overwritten below.
-    let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
-    attrs[0].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attrs[0].value.programmaticStreamSerializationAllowed = 1;
-    attrs[1].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[1].value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster, y: 1, z: 1 };
-    let cfg = sys::CUlaunchConfig {
+        Order::Dependent { cluster } => {
+            let mut serialization =
+                attribute(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+            serialization.value.programmaticStreamSerializationAllowed = 1;
+            let mut attrs = [serialization, cluster_attribute(cluster)];
+            let used = if cluster > 1 { 2 } else { 1 };
+            let cfg = config_ex(stream, config, &mut attrs[..used]);
+            // SAFETY: as for a serial launch; in addition the kernel reads nothing before
+            // its griddepcontrol.wait that earlier work may still write, and with clusters
+            // the grid's x is a multiple of `cluster` (at most MAX_CLUSTER) and the kernel
+            // expects them (the launch contract). `cfg`, `attrs` and `params` outlive the
+            // call, which copies them.
+            unsafe { sys::cuLaunchKernelEx(&cfg, func, args.as_mut_ptr(), std::ptr::null_mut()) }.result()
+        }
+    }
+}
+
+/// A launch attribute: `id`, its value all zero (for the caller to set).
+fn attribute(id: sys::CUlaunchAttributeID) -> sys::CUlaunchAttribute {
+    // SAFETY: CUlaunchAttribute is plain data (an id, padding and a union of integers);
+    // all zero is a valid value.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = id;
+    attr
+}
+
+/// The attribute of a launch in clusters of `cluster` CTAs along x.
+pub(super) fn cluster_attribute(cluster: u32) -> sys::CUlaunchAttribute {
+    let mut attr = attribute(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
+    attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster, y: 1, z: 1 };
+    attr
+}
+
+/// The `cuLaunchKernelEx` description of a launch of shape `config` on `stream` with
+/// `attrs` (which must outlive its use).
+pub(super) fn config_ex(
+    stream: &CudaStream,
+    config: LaunchConfig,
+    attrs: &mut [sys::CUlaunchAttribute],
+) -> sys::CUlaunchConfig {
+    sys::CUlaunchConfig {
         gridDimX: config.grid_dim.0,
         gridDimY: config.grid_dim.1,
         gridDimZ: config.grid_dim.2,
@@ -116,11 +147,6 @@ pub(crate) fn launch<P: KernelArgs>(
         sharedMemBytes: config.shared_mem_bytes,
         hStream: stream.cu_stream(),
         attrs: attrs.as_mut_ptr(),
-        numAttrs: if cluster > 1 { 2 } else { 1 },
-    };
-    // SAFETY: as for a serial launch; in addition the kernel reads nothing before its
-    // griddepcontrol.wait that earlier work may still write, and with clusters the grid's
-    // x is a multiple of `cluster` (at most MAX_CLUSTER) and the kernel expects them (the
-    // launch contract). `cfg`, `attrs` and `params` outlive the call, which copies them.
-    unsafe { sys::cuLaunchKernelEx(&cfg, func, args.as_mut_ptr(), std::ptr::null_mut()) }.result()
+        numAttrs: attrs.len() as u32,
+    }
 }

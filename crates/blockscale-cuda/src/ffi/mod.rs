@@ -26,6 +26,7 @@
 //! [`KernelArgs`]: params::KernelArgs
 
 pub(crate) mod cutlass;
+pub(crate) mod driver;
 pub(crate) mod launch;
 pub(crate) mod names;
 pub(crate) mod params;

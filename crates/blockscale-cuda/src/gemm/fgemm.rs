@@ -250,34 +250,8 @@ pub(super) fn workspace_size(dev: &Device, a: &DeviceQuantized, b: &DeviceQuanti
 /// The tensor map of a rows x k matrix of bytes at `ptr` (row stride k) read in boxes of
 /// `box_rows` x 128 bytes, 128-byte swizzled, zeros past the last row.
 fn tensor_map(ptr: u64, rows: usize, k: usize, box_rows: usize) -> Result<TensorMap, CudaError> {
-    use cudarc::driver::sys;
-    let mut map = TensorMap::default();
-    let dims = [k as u64, rows as u64];
-    let strides = [k as u64];
-    let boxes = [BLOCK_K as u32, box_rows as u32];
-    let element_strides = [1u32, 1];
-    // SAFETY: `map` is 128 writable bytes with CUtensorMap's alignment (TensorMap's
-    // layout); the arrays hold the rank's entries (rank - 1 strides); the function only
-    // encodes the description (it touches no device memory).
-    unsafe {
-        sys::cuTensorMapEncodeTiled(
-            (&mut map as *mut TensorMap).cast::<sys::CUtensorMap>(),
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
-            2,
-            ptr as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            element_strides.as_ptr(),
-            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    }
-    .result()
-    .map_err(CudaError::driver("encoding an FP8 operand's tensor map"))?;
-    Ok(map)
+    crate::ffi::driver::tensor_map_u8(ptr, (rows, k), (box_rows, BLOCK_K))
+        .map_err(CudaError::driver("encoding an FP8 operand's tensor map"))
 }
 
 /// Checks and queues `a` (M x K) x `b` (N x K) on the FP8 wgmma kernel; the caller

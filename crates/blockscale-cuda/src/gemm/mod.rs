@@ -587,12 +587,11 @@ pub(crate) fn check_schemes((sa, ka): (Scheme, usize), (sb, kb): (Scheme, usize)
     Ok(())
 }
 
-/// A new contiguous M x N output.
+/// A new contiguous M x N output, left unset: the GEMMs and GEMVs write every one of the
+/// m x n outputs before anything reads them (the values are only meaningful after the
+/// queued work).
 pub(crate) fn alloc_output<O: DeviceElement>(dev: &Device, m: usize, n: usize) -> Result<CudaSlice<O>, CudaError> {
-    // SAFETY: the GEMM writes every one of the m x n outputs before anything reads them
-    // (the values are only meaningful after the queued work; uninitialised f32/f16/bf16
-    // bits are valid values).
-    unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))
+    dev.alloc_unset::<O>(m * n, "the output")
 }
 
 /// The GEMM of two quantized device matrices, `a` (M x K) and `b` (N x K), into a new

@@ -2,6 +2,7 @@
 //! function takes raw device addresses that the caller (gemm/mod.rs) derived from
 //! buffers it checked and keeps borrowed until the launches are queued.
 
+use crate::ffi::driver;
 use crate::ffi::launch::{Order, launch};
 use crate::ffi::names::KernelName;
 use crate::ffi::params::{CopyParams, Fp8ScaleParams, SplitParams};
@@ -94,33 +95,20 @@ pub(crate) fn fp8_scales(
 /// after them, on the device's stream.
 ///
 /// The caller guarantees `src` holds `len` readable bytes and `dst` `len + pad`
-/// writable ones, kept alive until the stream has run the copy.
+/// writable ones, kept alive until the stream has run the copy (the launch contract).
 pub(crate) fn copy_and_pad(dev: &Device, src: u64, dst: u64, len: usize, pad: usize) -> Result<(), CudaError> {
-    let stream = dev.stream().cu_stream();
-    // SAFETY: the extents are the caller's guarantee above; both calls only queue work on
-    // the device's stream.
-    unsafe {
-        if len > 0 {
-            cudarc::driver::result::memcpy_dtod_async(dst, src, len, stream)
-                .map_err(CudaError::driver("copying a GEMM operand into the workspace"))?;
-        }
-        zero(dst + len as u64, pad, stream)
+    if len > 0 {
+        driver::copy_async(dev.stream(), dst, src, len)
+            .map_err(CudaError::driver("copying a GEMM operand into the workspace"))?;
     }
+    zero_bytes(dev, dst + len as u64, pad)
 }
 
-/// Zeroes `bytes` bytes at device address `at` (the caller guarantees they are writable).
+/// Zeroes `bytes` bytes at device address `at` (the caller guarantees they are writable,
+/// the launch contract).
 pub(crate) fn zero_bytes(dev: &Device, at: u64, bytes: usize) -> Result<(), CudaError> {
-    // SAFETY: the extent is the caller's guarantee; this only queues a memset.
-    unsafe { zero(at, bytes, dev.stream().cu_stream()) }
-}
-
-/// # Safety
-/// `bytes` bytes at `at` must be device memory writable until `stream` has run.
-unsafe fn zero(at: u64, bytes: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), CudaError> {
     if bytes == 0 {
         return Ok(());
     }
-    // SAFETY: the function's contract.
-    unsafe { cudarc::driver::result::memset_d8_async(at, 0, bytes, stream) }
-        .map_err(CudaError::driver("zeroing GEMM padding in the workspace"))
+    driver::zero_async(dev.stream(), at, bytes).map_err(CudaError::driver("zeroing GEMM padding in the workspace"))
 }

@@ -476,10 +476,7 @@ pub fn gemm_weight_only_prepared<I: GemvInput, O: DeviceElement>(
     if m == 0 {
         return Err(blockscale_formats::FormatError::EmptyShape { rows: 0, cols: x.k }.into());
     }
-    // SAFETY: the GEMM writes every one of the m x n outputs before anything reads them
-    // (uninitialised f32/f16/bf16 bits are valid values).
-    let mut out =
-        unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))?;
+    let mut out = super::alloc_output::<O>(dev, m, n)?;
     run(dev, x, w, epilogue, DeviceMatrixMut::new(&mut out, m, n), true)?;
     Ok(out)
 }

@@ -17,7 +17,7 @@ use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::ffi::launch::{Kernel, Order, launch};
 use crate::ffi::names::KernelName;
 use crate::ffi::params::GemvParams;
-use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, check_output, on_device, to_host};
+use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, alloc_output, check_output, on_device, to_host};
 use crate::prepared::{Inner, PreparedWeights};
 use crate::quantize::DeviceMatrix;
 use crate::{CudaError, Device};
@@ -481,12 +481,6 @@ pub fn gemv_workspace_size<'w>(
             }
         },
     }
-}
-
-fn alloc_output<O: DeviceElement>(dev: &Device, m: usize, n: usize) -> Result<CudaSlice<O>, CudaError> {
-    // SAFETY: the GEMV writes every one of the m x n outputs before anything reads them
-    // (uninitialised f32/f16/bf16 bits are valid values).
-    unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))
 }
 
 /// `y = act(alpha * x . W^T + bias)`: activations `x` (M x K bf16 or f16 on the device,
