@@ -632,10 +632,10 @@ pub fn gemm<O: DeviceElement>(
 /// contiguous output grows it too).
 ///
 /// To capture it, turn cudarc's cross-stream event tracking off for the capture
-/// (`unsafe { dev.context().disable_event_tracking() }`, see cudarc's safety notes):
-/// with it on, the launch waits on events recorded before the capture began, which
-/// invalidates the capture. The crate's test `gemm_into_replays_in_a_cuda_graph` shows
-/// the whole sequence.
+/// (`dev.context().disable_event_tracking()`, whose safety notes in cudarc say when that
+/// is sound): with it on, the launch waits on events recorded before the capture began,
+/// which invalidates the capture. The crate's test `gemm_into_replays_in_a_cuda_graph`
+/// shows the whole sequence.
 ///
 /// ```no_run
 /// use blockscale_cuda::{Device, DeviceEpilogue, DeviceMatrixMut, DeviceQuantized, gemm_into, gemm_workspace_size};
