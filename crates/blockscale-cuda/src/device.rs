@@ -78,6 +78,21 @@ pub(crate) fn scratch_ptr<'a, T>(
     }
 }
 
+/// The device address of an optional buffer a kernel reads (an epilogue's bias), with
+/// the guard that records the read on `stream`; 0 and no guard without one.
+pub(crate) fn optional_ptr<'a, T>(
+    buf: Option<&'a CudaSlice<T>>,
+    stream: &'a CudaStream,
+) -> (u64, Option<cudarc::driver::SyncOnDrop<'a>>) {
+    match buf {
+        Some(b) => {
+            let (p, g) = cudarc::driver::DevicePtr::device_ptr(b, stream);
+            (p, Some(g))
+        }
+        None => (0, None),
+    }
+}
+
 /// Row tiles the GEMV's split-K counters cover.
 pub(crate) const GEMV_COUNTERS: usize = 1 << 16;
 

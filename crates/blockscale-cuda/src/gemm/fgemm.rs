@@ -282,13 +282,7 @@ pub(super) fn run<O: DeviceElement>(
     let (b_ptr, g_b) = b.data().device_ptr(stream);
     let (sa_ptr, g_sa) = a.scales().ptr(stream);
     let (sb_ptr, g_sb) = b.scales().ptr(stream);
-    let (bias_ptr, g_bias) = match epilogue.bias {
-        Some(v) => {
-            let (p, g) = v.device_ptr(stream);
-            (p, Some(g))
-        }
-        None => (0, None),
-    };
+    let (bias_ptr, g_bias) = crate::device::optional_ptr(epilogue.bias, stream);
     // TMA reads 16-byte aligned rows: K is a multiple of 128, the buffers are cudarc
     // allocations (256-byte aligned).
     for (what, ptr) in [("FP8 activations", a_ptr), ("FP8 weights", b_ptr)] {

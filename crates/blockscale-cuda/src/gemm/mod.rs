@@ -511,13 +511,7 @@ pub(crate) fn run_rhs<I: DeviceElement, O: DeviceElement>(
         Rhs::Quantized(b) => (b.data().device_ptr(stream), b.scales().ptr(stream)),
         Rhs::Prepared(f) => (f.codes.device_ptr(stream), f.scales.device_ptr(stream)),
     };
-    let (bias, g_bias) = match epilogue.bias {
-        Some(v) => {
-            let (p, g) = v.device_ptr(stream);
-            (p, Some(g))
-        }
-        None => (0, None),
-    };
+    let (bias, g_bias) = crate::device::optional_ptr(epilogue.bias, stream);
 
     // Operand preparation.
     let kk = plan.pieces * plan.k;

@@ -341,13 +341,7 @@ fn launch_fused<O: DeviceElement>(
     let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
     let (w_ptr, g_w) = f.codes.device_ptr(stream);
     let (s_ptr, g_s) = f.scales.device_ptr(stream);
-    let (bias_ptr, g_b) = match epilogue.bias {
-        Some(b) => {
-            let (p, g) = b.device_ptr(stream);
-            (p, Some(g))
-        }
-        None => (0, None),
-    };
+    let (bias_ptr, g_b) = crate::device::optional_ptr(epilogue.bias, stream);
     let (x_ptr, x_stride) = match acts {
         Acts::Plain { ptr, stride, .. } => (ptr, stride),
         // Decoded into the workspace below.
