@@ -96,11 +96,9 @@ impl DeviceQuantized {
         let scale_len = shape.scale_len(scale_layout)?;
         crate::checks::check_limits(scheme, rows, k)?;
         let s = dev.stream();
-        // SAFETY: u8 has no invalid bit patterns; the codes are only meaningful after a
-        // quantization writes every byte (quantize_into), and reading them earlier reads
-        // arbitrary but valid bytes.
-        let data = unsafe { s.alloc::<u8>(shape.data_bytes) }
-            .map_err(CudaError::alloc("quantized codes", shape.data_bytes))?;
+        // Left unset: the codes are only meaningful after a quantization writes every byte
+        // (quantize_into), and reading them earlier reads arbitrary but valid bytes.
+        let data = dev.alloc_unset::<u8>(shape.data_bytes, "quantized codes")?;
         let scales = match scheme.scale_format() {
             ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => {
                 DeviceScales::Bytes(s.alloc_zeros::<u8>(scale_len).map_err(CudaError::alloc("scales", scale_len))?)

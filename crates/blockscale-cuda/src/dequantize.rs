@@ -5,8 +5,9 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use ndarray::Array2;
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
-use crate::params::DequantParams;
-use crate::quantize::scheme_name;
+use crate::ffi::launch::{Order, launch};
+use crate::ffi::names::KernelName;
+use crate::ffi::params::DequantParams;
 use crate::{CudaError, Device};
 
 /// Dequantizes to a new contiguous `rows x k` device buffer of `O` (f32, f16 or bf16):
@@ -18,9 +19,9 @@ use crate::{CudaError, Device};
 pub fn dequantize<O: DeviceElement>(dev: &Device, q: &DeviceQuantized) -> Result<CudaSlice<O>, CudaError> {
     let shape = q.shape();
     let n = shape.rows * shape.k;
-    // SAFETY: the dequantize kernels write every one of the rows x k outputs (each chunk
-    // of 8 values of every row) before anything reads them.
-    let mut out = unsafe { dev.stream().alloc::<O>(n) }.map_err(CudaError::alloc("the output", n * size_of::<O>()))?;
+    // Left unset: the dequantize kernels write every one of the rows x k outputs (each
+    // chunk of 8 values of every row) before anything reads them.
+    let mut out = dev.alloc_unset::<O>(n, "the output")?;
     dequantize_into(dev, q, &mut out, shape.k)?;
     Ok(out)
 }
@@ -68,14 +69,14 @@ pub(crate) fn launch_dequantize(
     let (data_ptr, g_data) = q.data().device_ptr(stream);
     let (scales_ptr, g_scales) = q.scales().ptr(stream);
     let params = dequant_params(q, (data_ptr, scales_ptr), out_ptr, row_stride, post);
-    let kernel = dev.function(&format!("dequantize_{}_{suffix}", scheme_name(q.scheme())))?;
+    let kernel = dev.function(&KernelName::dequantize(q.scheme(), suffix))?;
     // One thread per 8 values (dequantize.cu).
     let config = dev.grid_stride((shape.rows * shape.k / 8) as u64, &kernel);
-    // SAFETY: `params` matches `DequantParams`; `q` was built by `quantize` or
-    // `from_host` (a validated QuantizedMatrix), so its codes and scales have the sizes
-    // its shape implies; the caller guarantees the output's size, stride and alignment.
-    // The kernel reads nothing before its griddepcontrol.wait.
-    unsafe { crate::device::launch_dependent(stream, &kernel.func, config, &params) }
+    // The launch contract (ffi): `q` was built by `quantize` or `from_host` (a validated
+    // QuantizedMatrix), so its codes and scales have the sizes its shape implies; the
+    // caller guarantees the output's size, stride and alignment. The kernel reads nothing
+    // before its griddepcontrol.wait.
+    launch(stream, &kernel, config, Order::DEPENDENT, &params)
         .map_err(CudaError::driver("launching the dequantize kernel"))?;
     drop((g_data, g_scales));
     Ok(())

@@ -4,10 +4,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, ValidAsZeroBits,
+};
 use cudarc::nvrtc::Ptx;
 
 use crate::CudaError;
+use crate::ffi::driver;
+use crate::ffi::launch::{Kernel, MAX_CLUSTER};
+use crate::ffi::names::KernelName;
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
@@ -38,7 +43,8 @@ pub struct Device {
     name: String,
     sm_count: u32,
     modules: Vec<(&'static str, Arc<CudaModule>)>,
-    functions: Mutex<HashMap<String, Kernel>>,
+    /// Loaded kernels by name, with how many of their CTAs fit on one SM.
+    functions: Mutex<HashMap<String, (CudaFunction, u32)>>,
     /// Scratch memory of the GEMMs and GEMVs, grown by the allocating calls and
     /// [`Device::reserve_workspace`]; every use is ordered on `stream`. (Boxed: a
     /// `Device` stays small enough to sit in enums such as the facade's `Backend`.)
@@ -72,15 +78,23 @@ pub(crate) fn scratch_ptr<'a, T>(
     }
 }
 
+/// The device address of an optional buffer a kernel reads (an epilogue's bias), with
+/// the guard that records the read on `stream`; 0 and no guard without one.
+pub(crate) fn optional_ptr<'a, T>(
+    buf: Option<&'a CudaSlice<T>>,
+    stream: &'a CudaStream,
+) -> (u64, Option<cudarc::driver::SyncOnDrop<'a>>) {
+    match buf {
+        Some(b) => {
+            let (p, g) = cudarc::driver::DevicePtr::device_ptr(b, stream);
+            (p, Some(g))
+        }
+        None => (0, None),
+    }
+}
+
 /// Row tiles the GEMV's split-K counters cover.
 pub(crate) const GEMV_COUNTERS: usize = 1 << 16;
-
-/// A loaded kernel and how many 256-thread blocks of it fit on one SM.
-#[derive(Clone, Debug)]
-pub(crate) struct Kernel {
-    pub(crate) func: CudaFunction,
-    pub(crate) blocks_per_sm: u32,
-}
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -219,13 +233,27 @@ impl Device {
         if ws.as_ref().is_some_and(|w| w.len() >= bytes) {
             return Ok(());
         }
-        // Free the old buffer first (in stream order), then allocate the larger one.
+        // Free the old buffer first (in stream order), then allocate the larger one: left
+        // unset, since the workspace is scratch that every GEMM writes before reading.
         *ws = None;
-        // SAFETY: u8 has no invalid bit patterns; the workspace is scratch that every
-        // GEMM writes before reading.
-        let buf = unsafe { self.stream.alloc::<u8>(bytes) }.map_err(CudaError::alloc("the GEMM workspace", bytes))?;
-        *ws = Some(buf);
+        *ws = Some(
+            driver::alloc_unset::<u8>(&self.stream, bytes).map_err(CudaError::alloc("the GEMM workspace", bytes))?,
+        );
         Ok(())
+    }
+
+    /// A new buffer of `len` values of `T` that a kernel writes in full before anything
+    /// reads it: allocated in stream order and left unset (no memset) for the element
+    /// types (u8, f32, f16, bf16). `what` names it in an out-of-memory error.
+    ///
+    /// # Errors
+    /// [`CudaError::OutOfMemory`] or [`CudaError::Driver`].
+    pub(crate) fn alloc_unset<T: DeviceRepr + ValidAsZeroBits + 'static>(
+        &self,
+        len: usize,
+        what: &'static str,
+    ) -> Result<CudaSlice<T>, CudaError> {
+        driver::alloc_unset(&self.stream, len).map_err(CudaError::alloc(what, len * size_of::<T>()))
     }
 
     /// Bytes the GEMM workspace holds now.
@@ -262,14 +290,14 @@ impl Device {
     }
 
     /// A kernel by name, loaded once and cached with its occupancy.
-    pub(crate) fn function(&self, name: &str) -> Result<Kernel, CudaError> {
+    pub(crate) fn function<P>(&self, name: &KernelName<P>) -> Result<Kernel<P>, CudaError> {
         self.function_with_smem(name, 0)
     }
 
     /// As [`Self::function`] for a kernel of 128 threads that always runs with `smem`
     /// bytes of dynamic shared memory (the GEMVs): on first use its limit is raised to
     /// `smem` and its occupancy counted with it, so a launch costs no driver query.
-    pub(crate) fn function_with_smem(&self, name: &str, smem: usize) -> Result<Kernel, CudaError> {
+    pub(crate) fn function_with_smem<P>(&self, name: &KernelName<P>, smem: usize) -> Result<Kernel<P>, CudaError> {
         // The grid-stride kernels run 256 threads per block; the GEMVs (their own grid
         // and shared memory) the 128 they are built for.
         self.function_with_threads(name, if smem > 0 { 128 } else { 256 }, smem)
@@ -277,37 +305,22 @@ impl Device {
 
     /// A kernel by name, its occupancy counted for blocks of `threads` with `smem` bytes
     /// of dynamic shared memory (its limit raised to that on first use).
-    pub(crate) fn function_with_threads(&self, name: &str, threads: u32, smem: usize) -> Result<Kernel, CudaError> {
+    pub(crate) fn function_with_threads<P>(
+        &self,
+        name: &KernelName<P>,
+        threads: u32,
+        smem: usize,
+    ) -> Result<Kernel<P>, CudaError> {
         let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = cache.get(name) {
-            return Ok(f.clone());
+        if let Some((func, blocks_per_sm)) = cache.get(name.as_str()) {
+            return Ok(Kernel::new(name, func.clone(), *blocks_per_sm));
         }
-        // Kernels live in the module named after their operation: quantize_* and amax_*
-        // in quantize.fatbin, dequantize_* in dequantize.fatbin, gemm_* (operand
-        // preparation) in prepare.fatbin, gemv_* in gemv.fatbin, pgemv_* in prepared.fatbin,
-        // pgemm_* in pgemm.fatbin, wgemm_* in wgemm.fatbin, fgemm_* in fgemm.fatbin.
-        let module_name = if name.starts_with("dequantize_") {
-            "dequantize"
-        } else if name.starts_with("gemm_") {
-            "prepare"
-        } else if name.starts_with("gemv_") {
-            "gemv"
-        } else if name.starts_with("pgemv_") {
-            "prepared"
-        } else if name.starts_with("pgemm_") {
-            "pgemm"
-        } else if name.starts_with("wgemm_") {
-            "wgemm"
-        } else if name.starts_with("fgemm_") {
-            "fgemm"
-        } else {
-            "quantize"
-        };
+        let module_name = name.module();
         let module = self.modules.iter().find(|(n, _)| *n == module_name).map(|(_, m)| m).ok_or(CudaError::Driver {
             context: "finding the kernel module",
             source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND),
         })?;
-        let func = module.load_function(name).map_err(CudaError::driver("finding a kernel in its module"))?;
+        let func = module.load_function(name.as_str()).map_err(CudaError::driver("finding a kernel in its module"))?;
         if smem > 0 {
             func.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -319,15 +332,14 @@ impl Device {
             .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
             .map_err(CudaError::driver("querying a kernel's occupancy"))?
             .max(1);
-        let kernel = Kernel { func, blocks_per_sm };
-        cache.insert(name.to_string(), kernel.clone());
-        Ok(kernel)
+        cache.insert(name.as_str().to_string(), (func.clone(), blocks_per_sm));
+        Ok(Kernel::new(name, func, blocks_per_sm))
     }
 
     /// The launch of a grid-stride kernel over `work` items, one per thread per step:
     /// blocks of 256 threads, one full wave (every SM holding as many blocks as fit), no
     /// more than the work needs.
-    pub(crate) fn grid_stride(&self, work: u64, kernel: &Kernel) -> LaunchConfig {
+    pub(crate) fn grid_stride<P>(&self, work: u64, kernel: &Kernel<P>) -> LaunchConfig {
         let needed = work.div_ceil(256).max(1);
         let blocks = needed.min(self.sm_count as u64 * kernel.blocks_per_sm as u64) as u32;
         LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
@@ -336,177 +348,31 @@ impl Device {
 
 /// Fails with [`CudaError::NoDriver`] unless libcuda can be loaded (cudarc would panic).
 fn ensure_driver() -> Result<(), CudaError> {
-    // SAFETY: is_culib_present only tries to load the library by name; it has no
-    // preconditions.
-    if unsafe { cudarc::driver::sys::is_culib_present() } { Ok(()) } else { Err(CudaError::NoDriver) }
+    if driver::library_present() { Ok(()) } else { Err(CudaError::NoDriver) }
 }
-
-/// Queues `func` on `stream` with one by-value parameter struct and the
-/// programmatic-stream-serialization attribute: the kernel may start while the previous
-/// kernel on the stream finishes, and must itself wait (`griddepcontrol.wait`) before it
-/// touches memory that kernel writes.
-///
-/// # Safety
-/// As for any launch: `params` must be the kernel's one parameter (same layout), every
-/// pointer in it valid for what the kernel does with it until the kernel completes, and
-/// the grid and shared memory what the kernel expects. In addition the kernel must read
-/// nothing before its `griddepcontrol.wait` that an earlier kernel on the stream may
-/// still be writing.
-pub(crate) unsafe fn launch_dependent<P: cudarc::driver::DeviceRepr>(
-    stream: &CudaStream,
-    func: &CudaFunction,
-    config: LaunchConfig,
-    params: &P,
-) -> Result<(), cudarc::driver::DriverError> {
-    let mut args = [params as *const P as *mut std::ffi::c_void];
-    // SAFETY: the caller's guarantee.
-    unsafe { launch_dependent_args(stream, func, config, 1, &mut args) }
-}
-
-/// The largest cluster the kernels are launched in (the portable limit).
-pub(crate) const MAX_CLUSTER: usize = 8;
 
 /// How many clusters of s CTAs of `kernel` (named `name`, CTAs of `threads` threads and
 /// `smem` bytes of shared memory) the device holds at once, for s up to [`MAX_CLUSTER`] (index s; the driver's occupancy
 /// query, made once per device name, SM count and kernel; 0 where the query fails, which
 /// keeps that size out of the plan).
-pub(crate) fn active_clusters(
+pub(crate) fn active_clusters<P>(
     dev: &Device,
-    kernel: &Kernel,
-    name: &str,
+    kernel: &Kernel<P>,
+    name: &KernelName<P>,
     (threads, smem): (u32, usize),
 ) -> [usize; MAX_CLUSTER + 1] {
-    use cudarc::driver::sys;
     type Key = (String, u32, String);
     static CACHE: std::sync::Mutex<Vec<(Key, [usize; MAX_CLUSTER + 1])>> = std::sync::Mutex::new(Vec::new());
-    let key = (dev.name().to_string(), dev.sm_count(), name.to_string());
+    let key = (dev.name().to_string(), dev.sm_count(), name.as_str().to_string());
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, n)) = cache.iter().find(|(k, _)| *k == key) {
         return *n;
     }
     let mut counts = [0usize; MAX_CLUSTER + 1];
     for (size, count) in counts.iter_mut().enumerate().skip(1) {
-        // SAFETY: CUlaunchAttribute is plain data; all zero is valid, overwritten below.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: size as u32, y: 1, z: 1 };
-        let config = sys::CUlaunchConfig {
-            gridDimX: size as u32,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: threads,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: smem as u32,
-            hStream: dev.stream().cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        let mut n: std::ffi::c_int = 0;
-        // SAFETY: `config` and `attr` outlive the call, a query that launches nothing;
-        // the function is a loaded kernel of this device's context.
-        let ok =
-            unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, kernel.func.cu_function(), &config) }.result().is_ok();
-        *count = if ok { n.max(0) as usize } else { 0 };
+        let n = driver::max_active_clusters(dev.stream(), kernel.function(), size as u32, (threads, smem));
+        *count = n.map_or(0, |n| n.max(0) as usize);
     }
     cache.push((key, counts));
     counts
-}
-
-/// [`launch_dependent`] in clusters of `cluster` CTAs along x (1: no clusters).
-///
-/// # Safety
-/// As [`launch_dependent`]; the grid's x is a multiple of `cluster` (at most
-/// [`MAX_CLUSTER`]) and the kernel expects the clusters.
-pub(crate) unsafe fn launch_dependent_in_clusters<P: cudarc::driver::DeviceRepr>(
-    stream: &CudaStream,
-    func: &CudaFunction,
-    config: LaunchConfig,
-    cluster: u32,
-    params: &P,
-) -> Result<(), cudarc::driver::DriverError> {
-    let mut args = [params as *const P as *mut std::ffi::c_void];
-    // SAFETY: the caller's guarantee.
-    unsafe { launch_dependent_args(stream, func, config, cluster, &mut args) }
-}
-
-/// [`launch_dependent`] for a kernel of two parameters.
-///
-/// # Safety
-/// As [`launch_dependent`], for each of the two parameters.
-pub(crate) unsafe fn launch_dependent2<P, Q>(
-    stream: &CudaStream,
-    func: &CudaFunction,
-    config: LaunchConfig,
-    params: (&P, &Q),
-) -> Result<(), cudarc::driver::DriverError>
-where
-    P: cudarc::driver::DeviceRepr,
-    Q: cudarc::driver::DeviceRepr,
-{
-    let mut args = [params.0 as *const P as *mut std::ffi::c_void, params.1 as *const Q as *mut std::ffi::c_void];
-    // SAFETY: the caller's guarantee.
-    unsafe { launch_dependent_args(stream, func, config, 1, &mut args) }
-}
-
-/// [`launch_dependent`] for a kernel of three parameters, in clusters of `cluster` CTAs
-/// along x (1: no clusters).
-///
-/// # Safety
-/// As [`launch_dependent`], for each of the three parameters; with clusters the grid's x
-/// is a multiple of `cluster` (at most 8) and the kernel expects them.
-pub(crate) unsafe fn launch_dependent3<P, Q, R>(
-    stream: &CudaStream,
-    func: &CudaFunction,
-    config: LaunchConfig,
-    cluster: u32,
-    params: (&P, &Q, &R),
-) -> Result<(), cudarc::driver::DriverError>
-where
-    P: cudarc::driver::DeviceRepr,
-    Q: cudarc::driver::DeviceRepr,
-    R: cudarc::driver::DeviceRepr,
-{
-    let mut args = [
-        params.0 as *const P as *mut std::ffi::c_void,
-        params.1 as *const Q as *mut std::ffi::c_void,
-        params.2 as *const R as *mut std::ffi::c_void,
-    ];
-    // SAFETY: the caller's guarantee.
-    unsafe { launch_dependent_args(stream, func, config, cluster, &mut args) }
-}
-
-/// # Safety
-/// `args` points at the kernel's parameters, as [`launch_dependent`] requires; a
-/// `cluster` above 1 as [`launch_dependent3`] requires.
-unsafe fn launch_dependent_args(
-    stream: &CudaStream,
-    func: &CudaFunction,
-    config: LaunchConfig,
-    cluster: u32,
-    args: &mut [*mut std::ffi::c_void],
-) -> Result<(), cudarc::driver::DriverError> {
-    use cudarc::driver::sys;
-    // SAFETY: CUlaunchAttribute is plain data (an id and a union of integers); all zero
-    // is a valid value, overwritten below.
-    let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
-    attrs[0].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attrs[0].value.programmaticStreamSerializationAllowed = 1;
-    attrs[1].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[1].value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: cluster, y: 1, z: 1 };
-    let cfg = sys::CUlaunchConfig {
-        gridDimX: config.grid_dim.0,
-        gridDimY: config.grid_dim.1,
-        gridDimZ: config.grid_dim.2,
-        blockDimX: config.block_dim.0,
-        blockDimY: config.block_dim.1,
-        blockDimZ: config.block_dim.2,
-        sharedMemBytes: config.shared_mem_bytes,
-        hStream: stream.cu_stream(),
-        attrs: attrs.as_mut_ptr(),
-        numAttrs: if cluster > 1 { 2 } else { 1 },
-    };
-    // SAFETY: the caller guarantees the parameters and launch shape; `cfg`, `attrs` and
-    // `args` outlive the call, which copies them.
-    unsafe { sys::cuLaunchKernelEx(&cfg, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()
 }

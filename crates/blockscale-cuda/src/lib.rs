@@ -26,15 +26,18 @@
 //! a GPU of compute capability 9.0 or 12.x; anything else is a typed error.
 
 #![warn(missing_docs)]
+// `unsafe` lives only in the FFI layer (`ffi/`), whose modules that need it say so with
+// `#[allow(unsafe_code)]`; every other module is safe Rust, and the compiler keeps it so.
+#![deny(unsafe_code)]
 
 mod buffer;
 mod checks;
 mod dequantize;
 mod device;
 mod error;
+mod ffi;
 mod gemm;
 mod gemv;
-mod params;
 pub mod prepared;
 mod quantize;
 

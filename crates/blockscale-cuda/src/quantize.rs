@@ -4,12 +4,14 @@ use blockscale_formats::{
     DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantShape, QuantizeOptions, QuantizedMatrix,
     ScaleLayout, ScaleRule, Scheme, check_recipe,
 };
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ndarray::ArrayView2;
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::checks::{check_limits, check_matrix};
-use crate::params::{AmaxParams, QuantParams};
+use crate::ffi::launch::{Order, launch};
+use crate::ffi::names::KernelName;
+use crate::ffi::params::{AmaxParams, QuantParams};
 use crate::{CudaError, Device};
 
 /// A row-major matrix in device memory: `rows x k` elements, row `r` starting at element
@@ -43,22 +45,6 @@ fn check_request(scheme: Scheme, rows: usize, k: usize, options: &QuantizeOption
     check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
     check_limits(scheme, rows, k)?;
     Ok(shape)
-}
-
-/// The kernel-name fragment of a scheme.
-pub(crate) fn scheme_name(scheme: Scheme) -> &'static str {
-    match scheme {
-        Scheme::NvFp4 => "nvfp4",
-        Scheme::MxFp4 => "mxfp4",
-        Scheme::MxFp6E2M3 => "mxfp6_e2m3",
-        Scheme::MxFp6E3M2 => "mxfp6_e3m2",
-        Scheme::MxFp8E4M3 => "mxfp8_e4m3",
-        Scheme::MxFp8E5M2 => "mxfp8_e5m2",
-        Scheme::Fp8Block(blockscale_formats::Fp8Tile::Row1x128) => "fp8_block_1x128",
-        Scheme::Fp8Block(blockscale_formats::Fp8Tile::Tile128x128) => "fp8_block_128x128",
-        Scheme::Int4G32 => "int4_g32",
-        Scheme::Int4G128 => "int4_g128",
-    }
 }
 
 /// Quantizes a device matrix along K into new device buffers. The result stays on the
@@ -150,8 +136,7 @@ pub fn quantize_into<T: DeviceElement>(
         mbits: element.mantissa_bits() as i32,
         pad: 0,
     };
-    let name = format!("quantize_{}_{}", scheme_name(scheme), T::SUFFIX);
-    let kernel = dev.function(&name)?;
+    let kernel = dev.function(&KernelName::quantize(scheme, T::SUFFIX))?;
     let config = if scheme.block_rows() == 128 {
         LaunchConfig {
             grid_dim: (shape.scale_cols as u32, shape.scale_rows as u32, 1),
@@ -163,14 +148,12 @@ pub fn quantize_into<T: DeviceElement>(
         let units = (shape.rows * shape.k / scheme.block_size().min(32)) as u64;
         dev.grid_stride(units, &kernel)
     };
-    let mut launch = stream.launch_builder(&kernel.func);
-    launch.arg(&params);
-    // SAFETY: `params` matches the kernel's `QuantParams` (params.rs asserts the layout);
-    // check_matrix confirmed the input holds rows x k elements at row_stride with 16-byte
-    // alignment; `out` was allocated for exactly this shape and these layouts (checked
-    // above) and `bad` holds one u64. All outlive the queued kernel: cudarc frees device
-    // memory in stream order.
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the quantize kernel"))?;
+    // The launch contract (ffi): check_matrix confirmed the input holds rows x k elements
+    // at row_stride with 16-byte alignment; `out` was allocated for exactly this shape and
+    // these layouts (checked above) and `bad` holds one u64. All outlive the queued kernel:
+    // cudarc frees device memory in stream order.
+    launch(stream, &kernel, config, Order::Serial, &params)
+        .map_err(CudaError::driver("launching the quantize kernel"))?;
     drop((g_in, g_data, g_scales, g_bad));
 
     if options.non_finite == NonFinite::Error {
@@ -230,14 +213,12 @@ fn tensor_amax<T: DeviceElement>(
         rows: input.rows as u32,
         k: input.k as u32,
     };
-    let kernel = dev.function(&format!("amax_{}", T::SUFFIX))?;
+    let kernel = dev.function(&KernelName::amax(T::SUFFIX))?;
     // One thread per 16 values (quantize.cu `amax_units`).
     let config = dev.grid_stride((input.rows * input.k / 16) as u64, &kernel);
-    let mut launch = stream.launch_builder(&kernel.func);
-    launch.arg(&params);
-    // SAFETY: `params` matches `AmaxParams`; the input was checked by check_matrix, and
-    // `amax` and `bad` hold one u32 and one u64.
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the amax kernel"))?;
+    // The launch contract (ffi): the input was checked by check_matrix, and `amax` and
+    // `bad` hold one u32 and one u64.
+    launch(stream, &kernel, config, Order::Serial, &params).map_err(CudaError::driver("launching the amax kernel"))?;
     drop((g_amax, g_bad));
     if policy == NonFinite::Error {
         check_bad(dev, input, bad)?;

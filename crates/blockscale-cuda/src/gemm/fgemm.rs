@@ -21,7 +21,9 @@ use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::{DeviceEpilogue, DeviceMatrixMut, check_epilogue, check_output};
 use crate::buffer::{DeviceElement, DeviceQuantized};
-use crate::params::{FgemmParams, PgemmParams, TensorMap};
+use crate::ffi::launch::{Kernel, MAX_CLUSTER, Order, launch};
+use crate::ffi::names::KernelName;
+use crate::ffi::params::{FgemmArgs, FgemmParams, PgemmParams, TensorMap};
 use crate::{Arch, CudaError, Device};
 
 /// Threads per CTA (`kThreads`: two consumer warpgroups and a producer warpgroup).
@@ -59,15 +61,12 @@ impl Format {
     }
 
     /// The kernel for tiles of `tm` activation rows.
-    fn kernel_name(self, tm: usize) -> &'static str {
-        let names = match self {
-            Self::Fp8Block => ["fgemm_fp8_block_m64", "fgemm_fp8_block"],
-            Self::Mx { a_e5m2: false, b_e5m2: false } => ["fgemm_mx_e4m3_e4m3_m64", "fgemm_mx_e4m3_e4m3"],
-            Self::Mx { a_e5m2: true, b_e5m2: true } => ["fgemm_mx_e5m2_e5m2_m64", "fgemm_mx_e5m2_e5m2"],
-            Self::Mx { a_e5m2: false, b_e5m2: true } => ["fgemm_mx_e4m3_e5m2_m64", "fgemm_mx_e4m3_e5m2"],
-            Self::Mx { a_e5m2: true, b_e5m2: false } => ["fgemm_mx_e5m2_e4m3_m64", "fgemm_mx_e5m2_e4m3"],
+    fn kernel_name(self, tm: usize) -> KernelName<FgemmArgs> {
+        let mx = match self {
+            Self::Fp8Block => None,
+            Self::Mx { a_e5m2, b_e5m2 } => Some((a_e5m2, b_e5m2)),
         };
-        names[usize::from(tm != 64)]
+        KernelName::fgemm(mx, tm == 64)
     }
 }
 
@@ -182,7 +181,6 @@ fn fills_waves(m: usize, n: usize, slots: usize) -> bool {
 /// What a CTA's fixed costs (pipeline fill, epilogue, its share of a reduction) weigh
 /// in K blocks, in the plan's count of waves x (blocks a split + this).
 const SPLIT_COST_BLOCKS: usize = 4;
-use crate::device::MAX_CLUSTER;
 
 /// How the kernel is launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,13 +223,13 @@ fn plan(
     dev: &Device,
     format: Format,
     (m, n, k): (usize, usize, usize),
-) -> Result<(crate::device::Kernel, usize, usize, Plan), CudaError> {
+) -> Result<(Kernel<FgemmArgs>, usize, usize, Plan), CudaError> {
     // One CTA an SM (the shared memory allows no more).
     let slots = dev.sm_count() as usize;
     let tm = tile_m(m, n, slots);
     let (name, bytes) = (format.kernel_name(tm), smem(tm, format.is_mx()));
-    let kernel = dev.function_with_threads(name, THREADS, bytes)?;
-    let counts = crate::device::active_clusters(dev, &kernel, name, (THREADS, bytes));
+    let kernel = dev.function_with_threads(&name, THREADS, bytes)?;
+    let counts = crate::device::active_clusters(dev, &kernel, &name, (THREADS, bytes));
     let active = |s: usize| counts[s];
     let plan = Plan::new((m, n, k / BLOCK_K), slots, tm, &active);
     Ok((kernel, tm, bytes, plan))
@@ -252,34 +250,8 @@ pub(super) fn workspace_size(dev: &Device, a: &DeviceQuantized, b: &DeviceQuanti
 /// The tensor map of a rows x k matrix of bytes at `ptr` (row stride k) read in boxes of
 /// `box_rows` x 128 bytes, 128-byte swizzled, zeros past the last row.
 fn tensor_map(ptr: u64, rows: usize, k: usize, box_rows: usize) -> Result<TensorMap, CudaError> {
-    use cudarc::driver::sys;
-    let mut map = TensorMap::default();
-    let dims = [k as u64, rows as u64];
-    let strides = [k as u64];
-    let boxes = [BLOCK_K as u32, box_rows as u32];
-    let element_strides = [1u32, 1];
-    // SAFETY: `map` is 128 writable bytes with CUtensorMap's alignment (TensorMap's
-    // layout); the arrays hold the rank's entries (rank - 1 strides); the function only
-    // encodes the description (it touches no device memory).
-    unsafe {
-        sys::cuTensorMapEncodeTiled(
-            (&mut map as *mut TensorMap).cast::<sys::CUtensorMap>(),
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
-            2,
-            ptr as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            element_strides.as_ptr(),
-            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    }
-    .result()
-    .map_err(CudaError::driver("encoding an FP8 operand's tensor map"))?;
-    Ok(map)
+    crate::ffi::driver::tensor_map_u8(ptr, (rows, k), (box_rows, BLOCK_K))
+        .map_err(CudaError::driver("encoding an FP8 operand's tensor map"))
 }
 
 /// Checks and queues `a` (M x K) x `b` (N x K) on the FP8 wgmma kernel; the caller
@@ -310,13 +282,7 @@ pub(super) fn run<O: DeviceElement>(
     let (b_ptr, g_b) = b.data().device_ptr(stream);
     let (sa_ptr, g_sa) = a.scales().ptr(stream);
     let (sb_ptr, g_sb) = b.scales().ptr(stream);
-    let (bias_ptr, g_bias) = match epilogue.bias {
-        Some(v) => {
-            let (p, g) = v.device_ptr(stream);
-            (p, Some(g))
-        }
-        None => (0, None),
-    };
+    let (bias_ptr, g_bias) = crate::device::optional_ptr(epilogue.bias, stream);
     // TMA reads 16-byte aligned rows: K is a multiple of 128, the buffers are cudarc
     // allocations (256-byte aligned).
     for (what, ptr) in [("FP8 activations", a_ptr), ("FP8 weights", b_ptr)] {
@@ -352,19 +318,19 @@ pub(super) fn run<O: DeviceElement>(
     };
     let config =
         LaunchConfig { grid_dim: (plan.ctas as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: bytes as u32 };
-    // SAFETY: the parameters match `FgemmParams` and the kernel's two `TensorMap`s. The
-    // tensor maps describe the validated FP8 codes (M x K and N x K bytes, rows of K);
-    // the scales are validated scales of those shapes (FP8 block: [M][K/128] or
-    // [ceil(M/128)][K/128], [ceil(N/128)][K/128] f32; MX: K/32 = scale_cols bytes a row,
-    // row-major or Swizzled128x4 as `swizzled` says, K a multiple of 128 so that each
-    // row's four scales of a block are one aligned word); the output was checked for M x N at
-    // its stride, the bias for N values. The kernel traps if given less shared memory
-    // than it lays out, and reads the activations and their scales only after its
-    // griddepcontrol.wait. With K split the grid is tiles x splits CTAs in clusters of
-    // `splits` (at most 8, a divisor of the grid), as the kernel expects whenever
-    // g.splits > 1, and it reads peers' shared memory only between its cluster barriers.
-    // The guards keep every buffer alive and ordered until the launch is queued.
-    unsafe { crate::device::launch_dependent3(stream, &kernel.func, config, plan.splits as u32, (&params, &ta, &tb)) }
+    // The launch contract (ffi): the tensor maps describe the validated FP8 codes (M x K
+    // and N x K bytes, rows of K); the scales are validated scales of those shapes (FP8
+    // block: [M][K/128] or [ceil(M/128)][K/128], [ceil(N/128)][K/128] f32; MX: K/32 =
+    // scale_cols bytes a row, row-major or Swizzled128x4 as `swizzled` says, K a multiple
+    // of 128 so that each row's four scales of a block are one aligned word); the output
+    // was checked for M x N at its stride, the bias for N values. The kernel traps if given
+    // less shared memory than it lays out, and reads the activations and their scales only
+    // after its griddepcontrol.wait. With K split the grid is tiles x splits CTAs in
+    // clusters of `splits` (at most 8, a divisor of the grid), as the kernel expects
+    // whenever g.splits > 1, and it reads peers' shared memory only between its cluster
+    // barriers. The guards keep every buffer alive and ordered until the launch is queued.
+    let cluster = plan.splits as u32;
+    launch(stream, &kernel, config, Order::Dependent { cluster }, &(params, ta, tb))
         .map_err(CudaError::driver("launching the FP8 wgmma GEMM"))?;
     drop((g_out, g_a, g_b, g_sa, g_sb, g_bias));
     Ok(())
@@ -384,10 +350,13 @@ mod tests {
         // + 32 + 1 KiB.
         assert_eq!(smem(128, true), 4 * 35 * 1024 + 65 * 1024);
         assert_eq!(smem(64, true), 7 * 26 * 1024 + 33 * 1024);
-        let fp8 = Format::Fp8Block;
-        assert_eq!((fp8.kernel_name(64), fp8.kernel_name(128)), ("fgemm_fp8_block_m64", "fgemm_fp8_block"));
+        let name = |f: Format, tm| f.kernel_name(tm).as_str().to_string();
+        assert_eq!(
+            (name(Format::Fp8Block, 64), name(Format::Fp8Block, 128)),
+            ("fgemm_fp8_block_m64".into(), "fgemm_fp8_block".into())
+        );
         let mixed = Format::Mx { a_e5m2: false, b_e5m2: true };
-        assert_eq!((mixed.kernel_name(64), mixed.kernel_name(128)), ("fgemm_mx_e4m3_e5m2_m64", "fgemm_mx_e4m3_e5m2"));
+        assert_eq!((name(mixed, 64), name(mixed, 128)), ("fgemm_mx_e4m3_e5m2_m64".into(), "fgemm_mx_e4m3_e5m2".into()));
     }
 
     #[test]

@@ -29,7 +29,6 @@
 //! in place (NVFP4, MXFP4, MXFP8 E4M3 or E5M2, MXFP8 E4M3 x MXFP6 E2M3, FP8 block), bf16
 //! output; what that tier has no kernel for is [`CudaError::NoGemmKernel`] (`sm120.rs`).
 
-mod cutlass;
 mod fgemm;
 mod prepare;
 mod prepared;
@@ -40,7 +39,7 @@ pub use prepared::{
     gemm_weight_only_prepared_host, gemm_weight_only_prepared_into, gemm_weight_only_prepared_workspace_size,
 };
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::sync::OnceLock;
 
 use blockscale_formats::{Epilogue, Fp8Tile, QuantizedMatrix, Scheme};
@@ -48,9 +47,9 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use ndarray::{Array2, ArrayView2};
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
+use crate::ffi::cutlass::{BsGemmArgs, Family, OutKind, Shim};
 use crate::quantize::DeviceMatrix;
 use crate::{Arch, CudaError, Device};
-use cutlass::{BsGemmArgs, Family, OutKind, Shim};
 
 /// A row-major matrix in device memory that a GEMM writes: `rows x cols` elements, row
 /// `r` starting at element `r * row_stride` of `data`.
@@ -147,8 +146,8 @@ fn out_kind<O: DeviceElement>() -> OutKind {
 }
 
 /// The shim of a family for output `O`, or the typed error for a combination without one.
-fn shim_for<O: DeviceElement>(arch: Arch, family: Family) -> Result<(Shim, &'static str), CudaError> {
-    cutlass::shim(family, out_kind::<O>())
+fn shim_for<O: DeviceElement>(arch: Arch, family: Family) -> Result<Shim, CudaError> {
+    Shim::of(family, out_kind::<O>())
         .ok_or(CudaError::NoGemmKernel { arch, what: "f16 or f32 output (the SM120 kernels write bf16)" })
 }
 
@@ -382,16 +381,7 @@ impl Plan {
     fn with_cutlass_workspace<O: DeviceElement>(mut self, dev: &Device) -> Result<Self, CudaError> {
         // Placeholder addresses: the query reads sizes and strides only.
         let args = self.args(&Addresses::default(), 1.0, 0, dev.sm_count());
-        let (shim, name) = shim_for::<O>(dev.arch(), self.family)?;
-        let mut need = 0u64;
-        let mut cuda = 0 as c_int;
-        // SAFETY: a query: with `need` non-null the shim only builds CUTLASS's host-side
-        // arguments from the sizes and strides in `args` (no pointer is dereferenced, no
-        // launch) and writes the workspace size to `need`.
-        let status = unsafe { shim(&args, std::ptr::null_mut(), &mut need, &mut cuda) };
-        if status != cutlass::OK {
-            return Err(CudaError::Cutlass { kernel: name, status: cutlass::status_name(status), cuda });
-        }
+        let need = shim_for::<O>(dev.arch(), self.family)?.workspace(&args)?;
         self.total = self.cutlass_ws + align256(need as usize);
         Ok(self)
     }
@@ -521,13 +511,7 @@ pub(crate) fn run_rhs<I: DeviceElement, O: DeviceElement>(
         Rhs::Quantized(b) => (b.data().device_ptr(stream), b.scales().ptr(stream)),
         Rhs::Prepared(f) => (f.codes.device_ptr(stream), f.scales.device_ptr(stream)),
     };
-    let (bias, g_bias) = match epilogue.bias {
-        Some(v) => {
-            let (p, g) = v.device_ptr(stream);
-            (p, Some(g))
-        }
-        None => (0, None),
-    };
+    let (bias, g_bias) = crate::device::optional_ptr(epilogue.bias, stream);
 
     // Operand preparation.
     let kk = plan.pieces * plan.k;
@@ -569,19 +553,13 @@ pub(crate) fn run_rhs<I: DeviceElement, O: DeviceElement>(
     // The GEMM.
     let at = Addresses { ws, a: a_data, b: b_data, sfa: a_scales, sfb: b_scales, d: out_ptr, ldd: out_stride, bias };
     let args = plan.args(&at, alpha, activation_code(epilogue.activation), dev.sm_count());
-    let (shim, name) = shim_for::<O>(dev.arch(), plan.family)?;
-    dev.context().bind_to_thread().map_err(CudaError::driver("binding the context to this thread"))?;
-    let mut cuda = 0 as c_int;
-    // SAFETY: every address in `args` was checked for the extent the kernel reads or
-    // writes: the quantized operands are validated DeviceQuantized buffers of the shapes
-    // in `args`, the activations and the output were checked against their shapes and
-    // strides, the workspace holds `plan.total` bytes, which covers every offset and
-    // CUTLASS's `workspace_bytes`. The guards keep them alive and ordered until the
+    // The launch contract (ffi): every address in `args` was checked for the extent the
+    // kernel reads or writes: the quantized operands are validated DeviceQuantized buffers
+    // of the shapes in `args`, the activations and the output were checked against their
+    // shapes and strides, the workspace holds `plan.total` bytes, which covers every offset
+    // and CUTLASS's `workspace_bytes`. The guards keep them alive and ordered until the
     // launch is queued on `stream`, the stream this device's work goes to.
-    let status = unsafe { shim(&args, stream.cu_stream() as *mut c_void, std::ptr::null_mut(), &mut cuda) };
-    if status != cutlass::OK {
-        return Err(CudaError::Cutlass { kernel: name, status: cutlass::status_name(status), cuda });
-    }
+    shim_for::<O>(dev.arch(), plan.family)?.launch(stream, &args)?;
     if let Some((o, ld)) = plan.staged {
         prepare::copy_out(dev, O::SUFFIX, ws + o as u64, ld, out_ptr, out_stride, m, n)?;
     }
@@ -603,12 +581,11 @@ pub(crate) fn check_schemes((sa, ka): (Scheme, usize), (sb, kb): (Scheme, usize)
     Ok(())
 }
 
-/// A new contiguous M x N output.
+/// A new contiguous M x N output, left unset: the GEMMs and GEMVs write every one of the
+/// m x n outputs before anything reads them (the values are only meaningful after the
+/// queued work).
 pub(crate) fn alloc_output<O: DeviceElement>(dev: &Device, m: usize, n: usize) -> Result<CudaSlice<O>, CudaError> {
-    // SAFETY: the GEMM writes every one of the m x n outputs before anything reads them
-    // (the values are only meaningful after the queued work; uninitialised f32/f16/bf16
-    // bits are valid values).
-    unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))
+    dev.alloc_unset::<O>(m * n, "the output")
 }
 
 /// The GEMM of two quantized device matrices, `a` (M x K) and `b` (N x K), into a new
@@ -649,10 +626,10 @@ pub fn gemm<O: DeviceElement>(
 /// contiguous output grows it too).
 ///
 /// To capture it, turn cudarc's cross-stream event tracking off for the capture
-/// (`unsafe { dev.context().disable_event_tracking() }`, see cudarc's safety notes):
-/// with it on, the launch waits on events recorded before the capture began, which
-/// invalidates the capture. The crate's test `gemm_into_replays_in_a_cuda_graph` shows
-/// the whole sequence.
+/// (`dev.context().disable_event_tracking()`, whose safety notes in cudarc say when that
+/// is sound): with it on, the launch waits on events recorded before the capture began,
+/// which invalidates the capture. The crate's test `gemm_into_replays_in_a_cuda_graph`
+/// shows the whole sequence.
 ///
 /// ```no_run
 /// use blockscale_cuda::{Device, DeviceEpilogue, DeviceMatrixMut, DeviceQuantized, gemm_into, gemm_workspace_size};

@@ -2,9 +2,10 @@
 //! function takes raw device addresses that the caller (gemm/mod.rs) derived from
 //! buffers it checked and keeps borrowed until the launches are queued.
 
-use cudarc::driver::PushKernelArg;
-
-use crate::params::{CopyParams, Fp8ScaleParams, SplitParams};
+use crate::ffi::driver;
+use crate::ffi::launch::{Order, launch};
+use crate::ffi::names::KernelName;
+use crate::ffi::params::{CopyParams, Fp8ScaleParams, SplitParams};
 use crate::{CudaError, Device};
 
 /// Writes the `rows x k` activations at `x` (element stride `x_stride`, element type
@@ -31,15 +32,13 @@ pub(crate) fn split(
         pieces: pieces as u32,
         pad: 0,
     };
-    let kernel = dev.function(&format!("gemm_split_{suffix}"))?;
+    let kernel = dev.function(&KernelName::split(suffix))?;
     let config = dev.grid_stride((rows * k / 8) as u64, &kernel);
-    let mut launch = dev.stream().launch_builder(&kernel.func);
-    launch.arg(&params);
-    // SAFETY: `params` matches `SplitParams`; the caller checked that `x` holds `rows`
-    // rows of `k` elements at `x_stride` and that `out` holds rows x pieces*k bf16
-    // values, 16-byte aligned (K is a multiple of 8), both alive until the kernel runs.
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the activation split kernel"))?;
-    Ok(())
+    // The launch contract (ffi): the caller checked that `x` holds `rows` rows of `k`
+    // elements at `x_stride` and that `out` holds rows x pieces*k bf16 values, 16-byte
+    // aligned (K is a multiple of 8), both alive until the kernel runs.
+    launch(dev.stream(), &kernel, config, Order::Serial, &params)
+        .map_err(CudaError::driver("launching the activation split kernel"))
 }
 
 /// Copies `rows x cols` elements of `suffix` from `src` (row stride `src_stride`) to
@@ -63,14 +62,12 @@ pub(crate) fn copy_out(
         rows: rows as u32,
         cols: cols as u32,
     };
-    let kernel = dev.function(&format!("gemm_copy_out_{suffix}"))?;
+    let kernel = dev.function(&KernelName::copy_out(suffix))?;
     let config = dev.grid_stride((rows * cols) as u64, &kernel);
-    let mut launch = dev.stream().launch_builder(&kernel.func);
-    launch.arg(&params);
-    // SAFETY: `params` matches `CopyParams`; the caller checked both matrices' extents
-    // (rows x cols at their strides) and keeps them alive until the kernel runs.
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the output copy kernel"))?;
-    Ok(())
+    // The launch contract (ffi): the caller checked both matrices' extents (rows x cols
+    // at their strides) and keeps them alive until the kernel runs.
+    launch(dev.stream(), &kernel, config, Order::Serial, &params)
+        .map_err(CudaError::driver("launching the output copy kernel"))
 }
 
 /// Rewrites FP8 activation scales (`src`: one per row, or per 128 rows when `tiles`,
@@ -86,47 +83,32 @@ pub(crate) fn fp8_scales(
 ) -> Result<(), CudaError> {
     let params =
         Fp8ScaleParams { src, dst, rows: rows as u32, kb: kb as u32, tiles: tiles as u32, mn_major: mn_major as u32 };
-    let kernel = dev.function("gemm_fp8_scales")?;
+    let kernel = dev.function(&KernelName::fp8_scales())?;
     let config = dev.grid_stride((rows * kb) as u64, &kernel);
-    let mut launch = dev.stream().launch_builder(&kernel.func);
-    launch.arg(&params);
-    // SAFETY: `params` matches `Fp8ScaleParams`; the caller checked that `src` holds the
-    // scales of a rows x (128 kb) FP8 block matrix and that `dst` holds rows x kb f32.
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the FP8 scale kernel"))?;
-    Ok(())
+    // The launch contract (ffi): the caller checked that `src` holds the scales of a
+    // rows x (128 kb) FP8 block matrix and that `dst` holds rows x kb f32.
+    launch(dev.stream(), &kernel, config, Order::Serial, &params)
+        .map_err(CudaError::driver("launching the FP8 scale kernel"))
 }
 
 /// Copies `len` bytes from `src` to `dst` (device addresses) and zeroes the `pad` bytes
 /// after them, on the device's stream.
 ///
 /// The caller guarantees `src` holds `len` readable bytes and `dst` `len + pad`
-/// writable ones, kept alive until the stream has run the copy.
+/// writable ones, kept alive until the stream has run the copy (the launch contract).
 pub(crate) fn copy_and_pad(dev: &Device, src: u64, dst: u64, len: usize, pad: usize) -> Result<(), CudaError> {
-    let stream = dev.stream().cu_stream();
-    // SAFETY: the extents are the caller's guarantee above; both calls only queue work on
-    // the device's stream.
-    unsafe {
-        if len > 0 {
-            cudarc::driver::result::memcpy_dtod_async(dst, src, len, stream)
-                .map_err(CudaError::driver("copying a GEMM operand into the workspace"))?;
-        }
-        zero(dst + len as u64, pad, stream)
+    if len > 0 {
+        driver::copy_async(dev.stream(), dst, src, len)
+            .map_err(CudaError::driver("copying a GEMM operand into the workspace"))?;
     }
+    zero_bytes(dev, dst + len as u64, pad)
 }
 
-/// Zeroes `bytes` bytes at device address `at` (the caller guarantees they are writable).
+/// Zeroes `bytes` bytes at device address `at` (the caller guarantees they are writable,
+/// the launch contract).
 pub(crate) fn zero_bytes(dev: &Device, at: u64, bytes: usize) -> Result<(), CudaError> {
-    // SAFETY: the extent is the caller's guarantee; this only queues a memset.
-    unsafe { zero(at, bytes, dev.stream().cu_stream()) }
-}
-
-/// # Safety
-/// `bytes` bytes at `at` must be device memory writable until `stream` has run.
-unsafe fn zero(at: u64, bytes: usize, stream: cudarc::driver::sys::CUstream) -> Result<(), CudaError> {
     if bytes == 0 {
         return Ok(());
     }
-    // SAFETY: the function's contract.
-    unsafe { cudarc::driver::result::memset_d8_async(at, 0, bytes, stream) }
-        .map_err(CudaError::driver("zeroing GEMM padding in the workspace"))
+    driver::zero_async(dev.stream(), at, bytes).map_err(CudaError::driver("zeroing GEMM padding in the workspace"))
 }

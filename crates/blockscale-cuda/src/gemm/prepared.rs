@@ -16,15 +16,16 @@
 //! pgemm reads them decoded (SM120), CUTLASS's BF16 GEMM takes both operands decoded
 //! above (docs/DECISIONS.md #47).
 
-use blockscale_formats::{Epilogue, Fp8Tile, QuantizedMatrix, Scheme};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use blockscale_formats::{Epilogue, QuantizedMatrix, Scheme};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ndarray::{Array2, ArrayView2};
 
 use super::{DeviceEpilogue, DeviceMatrixMut, check_output, on_device, to_host};
 use crate::buffer::{DeviceElement, DeviceQuantized};
-use crate::device::MAX_CLUSTER;
+use crate::ffi::launch::{Kernel, MAX_CLUSTER, Order, launch};
+use crate::ffi::names::KernelName;
+use crate::ffi::params::PgemmParams;
 use crate::gemv::{GEMV_MAX_ROWS, GemvInput};
-use crate::params::PgemmParams;
 use crate::prepared::{Acts, Fast, Inner, PreparedWeights, scale_add, stage_scale_bytes};
 use crate::quantize::DeviceMatrix;
 use crate::{CudaError, Device};
@@ -67,30 +68,12 @@ fn wgmma_enabled() -> bool {
     *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMM_WGMMA").map_or(true, |v| v.trim() != "0"))
 }
 
-/// The wgmma kernel for a scheme (every scheme has one for bf16 activations, the
-/// post-scaled ones for f16: see [`f16_wgmma`]).
-fn wgmma_name(scheme: Scheme, f16: bool) -> String {
-    format!("wgemm_{}{}", crate::quantize::scheme_name(scheme), if f16 { "_f16" } else { "" })
-}
-
 /// Whether the wgmma kernel takes f16 activations with `scheme`: INT4 and FP8 block,
 /// whose elements are exact in f16 and whose scales enter in f32. (NVFP4 and MX weights
 /// carry their block scale inside the bf16 weight, which f16's range cannot always
 /// hold; with f16 activations they keep pgemm's two bf16 pieces.)
 fn f16_wgmma(scheme: Scheme) -> bool {
     matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_))
-}
-
-/// The kernel that writes the activation tiles in the order of the scheme's fragments:
-/// INT4-G32's half map (32-element blocks inside a slab) has its own.
-fn wgmma_acts_name(scheme: Scheme) -> &'static str {
-    if scheme == Scheme::Int4G32 { "wgemm_acts_half" } else { "wgemm_acts" }
-}
-
-/// The tiling kernel that decodes quantized activations of `scheme` (NVFP4 or MX) into
-/// the wgmma kernel's tiles.
-fn quantized_acts_name(scheme: Scheme) -> String {
-    format!("wgemm_acts_{}", crate::quantize::scheme_name(scheme))
 }
 
 /// The largest M the wgmma kernel takes; above it the prepared weights are decoded to
@@ -148,12 +131,7 @@ fn fused(dev: &Device, m: usize) -> bool {
 /// Writes the prepared weights `w` (codes and scales at `ptrs`) as bf16, row-major with
 /// row stride `ld` elements, at `to`.
 pub(crate) fn launch_dequantize(dev: &Device, w: &Fast, ptrs: (u64, u64), to: u64, ld: usize) -> Result<(), CudaError> {
-    let base = match w.scheme {
-        Scheme::Fp8Block(Fp8Tile::Tile128x128) => "fp8_block_128x128",
-        Scheme::Fp8Block(Fp8Tile::Row1x128) => "fp8_block_1x128",
-        s => crate::quantize::scheme_name(s),
-    };
-    let kernel = dev.function(&format!("pgemm_dequant_{base}"))?;
+    let kernel = dev.function(&KernelName::pgemm_dequant(w.scheme))?;
     let jobs = w.rows.div_ceil(16) * w.k.div_ceil(64);
     let config = dev.grid_stride(32 * jobs as u64, &kernel);
     let params = PgemmParams {
@@ -167,22 +145,11 @@ pub(crate) fn launch_dequantize(dev: &Device, w: &Fast, ptrs: (u64, u64), to: u6
         scale_add: scale_add(w.scheme, w.shift),
         ..PgemmParams::default()
     };
-    let mut launch = dev.stream().launch_builder(&kernel.func);
-    launch.arg(&params);
-    // SAFETY: `params` matches `PgemmParams`; the prepared codes and scales hold every
-    // (row group, slab) the grid decodes, and the caller gives a destination of N rows
-    // of `ld >= K` bf16 elements (the GEMM's workspace, sized by its plan).
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the prepared weights' dequantization"))?;
-    Ok(())
-}
-
-fn kernel_name(scheme: Scheme, f16: bool) -> String {
-    let base = match scheme {
-        Scheme::Fp8Block(Fp8Tile::Tile128x128) => "fp8_block_128x128",
-        Scheme::Fp8Block(Fp8Tile::Row1x128) => "fp8_block_1x128",
-        s => crate::quantize::scheme_name(s),
-    };
-    format!("pgemm_{base}{}", if f16 { "_f16" } else { "" })
+    // The launch contract (ffi): the prepared codes and scales hold every (row group,
+    // slab) the grid decodes, and the caller gives a destination of N rows of `ld >= K`
+    // bf16 elements (the GEMM's workspace, sized by its plan).
+    launch(dev.stream(), &kernel, config, Order::Serial, &params)
+        .map_err(CudaError::driver("launching the prepared weights' dequantization"))
 }
 
 /// The kernel's dynamic shared memory: stages x (8 groups' codes and scales + 64
@@ -267,15 +234,17 @@ fn plan(
     (m, image): (usize, usize),
     f16: bool,
     wgmma: bool,
-) -> Result<(crate::device::Kernel, Plan), CudaError> {
+) -> Result<(Kernel<PgemmParams>, Plan), CudaError> {
     let (kernel, plan) = if wgmma {
-        let (name, smem) = (wgmma_name(w.scheme, f16), wg_smem_bytes(w.scheme));
+        // Every scheme has a wgmma kernel for bf16 activations, the post-scaled ones for
+        // f16 (see `f16_wgmma`).
+        let (name, smem) = (KernelName::wgemm(w.scheme, f16), wg_smem_bytes(w.scheme));
         let kernel = dev.function_with_threads(&name, WG_THREADS, smem)?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
         let counts = crate::device::active_clusters(dev, &kernel, &name, (WG_THREADS, smem));
         (kernel, Plan::wgmma((m, w.rows, w.slabs), slots, &|s| counts[s]))
     } else {
-        let kernel = dev.function_with_threads(&kernel_name(w.scheme, f16), THREADS, smem_bytes(w.scheme))?;
+        let kernel = dev.function_with_threads(&KernelName::pgemm(w.scheme, f16), THREADS, smem_bytes(w.scheme))?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
         (kernel, Plan::new((m, w.rows, w.slabs), slots, image))
     };
@@ -372,13 +341,7 @@ fn launch_fused<O: DeviceElement>(
     let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
     let (w_ptr, g_w) = f.codes.device_ptr(stream);
     let (s_ptr, g_s) = f.scales.device_ptr(stream);
-    let (bias_ptr, g_b) = match epilogue.bias {
-        Some(b) => {
-            let (p, g) = b.device_ptr(stream);
-            (p, Some(g))
-        }
-        None => (0, None),
-    };
+    let (bias_ptr, g_b) = crate::device::optional_ptr(epilogue.bias, stream);
     let (x_ptr, x_stride) = match acts {
         Acts::Plain { ptr, stride, .. } => (ptr, stride),
         // Decoded into the workspace below.
@@ -413,27 +376,26 @@ fn launch_fused<O: DeviceElement>(
         let items = (plan.tiles_m * WG_TILE * f.slabs * 8) as u64;
         match acts {
             Acts::Plain { .. } => {
-                let tiling = dev.function(wgmma_acts_name(f.scheme))?;
+                let tiling = dev.function(&KernelName::wgemm_acts(f.scheme))?;
                 let config = dev.grid_stride(items, &tiling);
-                // SAFETY: `tiles` matches `PgemmParams`; the kernel reads the checked
-                // activations (M rows of K at their stride, nothing past K) and writes
-                // tiles_m x slabs tiles of WG_ACT_TILE bytes at the start of the
-                // workspace, which the plan sized for them.
-                unsafe { crate::device::launch_dependent(stream, &tiling.func, config, &tiles) }
+                // The launch contract (ffi): the kernel reads the checked activations (M
+                // rows of K at their stride, nothing past K) and writes tiles_m x slabs
+                // tiles of WG_ACT_TILE bytes at the start of the workspace, which the
+                // plan sized for them.
+                launch(stream, &tiling, config, Order::DEPENDENT, &tiles)
             }
             Acts::Quantized(a) => {
-                let tiling = dev.function(&quantized_acts_name(a.scheme()))?;
+                let tiling = dev.function(&KernelName::wgemm_acts_quantized(a.scheme()))?;
                 let config = dev.grid_stride(items, &tiling);
                 let (a_data, g_ad) = a.data().device_ptr(stream);
                 let (a_scales, g_as) = a.scales().ptr(stream);
                 let source = crate::dequantize::dequant_params(a, (a_data, a_scales), 0, 0, 1.0);
-                // SAFETY: `source` matches `DequantParams` and describes `a`, a validated
+                // The launch contract (ffi): `source` describes `a`, a validated
                 // DeviceQuantized of M x K (its codes and scales have the sizes its shape
-                // implies); `tiles` matches `PgemmParams` and its output is the
-                // workspace's tiles_m x slabs tiles of WG_ACT_TILE bytes, as above. The
-                // guards keep `a` alive until the launch is queued.
-                let queued =
-                    unsafe { crate::device::launch_dependent2(stream, &tiling.func, config, (&source, &tiles)) };
+                // implies); the output of `tiles` is the workspace's tiles_m x slabs tiles
+                // of WG_ACT_TILE bytes, as above. The guards keep `a` alive until the
+                // launch is queued.
+                let queued = launch(stream, &tiling, config, Order::DEPENDENT, &(source, tiles));
                 drop((g_ad, g_as));
                 queued
             }
@@ -459,30 +421,29 @@ fn launch_fused<O: DeviceElement>(
         }
     };
     let cluster = if wgmma { plan.splits as u32 } else { 1 };
-    // SAFETY: `params` matches `PgemmParams`. The prepared codes and scales hold whole
-    // pairs of 4-group units (128 rows) and a multiple of 4 slabs, so every copy of the
-    // grid's tiles is inside them; the activations were checked for M rows of K at a
-    // stride keeping rows 16-byte aligned, or decoded into the workspace at the start
-    // (K a multiple of 16: rows of 32-byte multiples) (pgemm zero-fills past M and K; the
-    // wgmma kernel reads instead the tiles written by the launch above, whole tiles of
-    // slabs the weights hold), the output for M x N at its stride, the bias for N values,
-    // the workspace for pgemm's split-K partial sums after the activations (the wgmma
-    // kernel adds its splits in the cluster); the dynamic shared memory is what pgemm.cu
-    // or wgemm.cu lays out (each traps if given less).
-    // Before its griddepcontrol.wait the kernel reads only the prepared weights. The
-    // guards keep every buffer alive and ordered until the launch is queued on this
-    // device's stream. With K split on the wgmma kernel, the splits of a tile are one
-    // cluster (at most MAX_CLUSTER): the grid is one CTA per tile and split, a multiple
-    // of the cluster, as wgemm.cu's tile order expects.
-    unsafe { crate::device::launch_dependent_in_clusters(stream, &kernel.func, config, cluster, &params) }
+    // The launch contract (ffi): the prepared codes and scales hold whole pairs of 4-group
+    // units (128 rows) and a multiple of 4 slabs, so every copy of the grid's tiles is
+    // inside them; the activations were checked for M rows of K at a stride keeping rows
+    // 16-byte aligned, or decoded into the workspace at the start (K a multiple of 16: rows
+    // of 32-byte multiples) (pgemm zero-fills past M and K; the wgmma kernel reads instead
+    // the tiles written by the launch above, whole tiles of slabs the weights hold), the
+    // output for M x N at its stride, the bias for N values, the workspace for pgemm's
+    // split-K partial sums after the activations (the wgmma kernel adds its splits in the
+    // cluster); the dynamic shared memory is what pgemm.cu or wgemm.cu lays out (each traps
+    // if given less). Before its griddepcontrol.wait the kernel reads only the prepared
+    // weights. The guards keep every buffer alive and ordered until the launch is queued on
+    // this device's stream. With K split on the wgmma kernel, the splits of a tile are one
+    // cluster (at most MAX_CLUSTER): the grid is one CTA per tile and split, a multiple of
+    // the cluster, as wgemm.cu's tile order expects.
+    launch(stream, &kernel, config, Order::Dependent { cluster }, &params)
         .map_err(CudaError::driver("launching the GEMM on prepared weights"))?;
     if plan.splits > 1 && !wgmma {
-        let reduce = dev.function("pgemm_reduce")?;
+        let reduce = dev.function(&KernelName::pgemm_reduce())?;
         let config = dev.grid_stride((m * n) as u64, &reduce);
-        // SAFETY: as above: the reduction reads the partial sums the GEMM wrote into the
-        // workspace (splits x M x N f32, after its griddepcontrol.wait for the GEMM) and
-        // writes the checked output.
-        unsafe { crate::device::launch_dependent(stream, &reduce.func, config, &params) }
+        // As above: the reduction reads the partial sums the GEMM wrote into the workspace
+        // (splits x M x N f32, after its griddepcontrol.wait for the GEMM) and writes the
+        // checked output.
+        launch(stream, &reduce, config, Order::DEPENDENT, &params)
             .map_err(CudaError::driver("launching the GEMM's split-K reduction"))?;
     }
     drop((g_ws, g_out, g_w, g_s, g_b));
@@ -509,10 +470,7 @@ pub fn gemm_weight_only_prepared<I: GemvInput, O: DeviceElement>(
     if m == 0 {
         return Err(blockscale_formats::FormatError::EmptyShape { rows: 0, cols: x.k }.into());
     }
-    // SAFETY: the GEMM writes every one of the m x n outputs before anything reads them
-    // (uninitialised f32/f16/bf16 bits are valid values).
-    let mut out =
-        unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))?;
+    let mut out = super::alloc_output::<O>(dev, m, n)?;
     run(dev, x, w, epilogue, DeviceMatrixMut::new(&mut out, m, n), true)?;
     Ok(out)
 }
@@ -748,6 +706,8 @@ pub fn gemm_prepared_host<O: DeviceElement>(
 
 #[cfg(test)]
 mod tests {
+    use blockscale_formats::Fp8Tile;
+
     use super::*;
 
     #[test]
@@ -814,15 +774,8 @@ mod tests {
         for s in Scheme::ALL {
             assert!(wg_smem_bytes(s) <= 227 << 10, "{s:?}");
         }
-        assert_eq!(wgmma_name(Scheme::MxFp4, false), "wgemm_mxfp4");
-        assert_eq!(wgmma_name(Scheme::Int4G128, true), "wgemm_int4_g128_f16");
-        assert_eq!(wgmma_name(Scheme::Fp8Block(Fp8Tile::Row1x128), false), "wgemm_fp8_block_1x128");
-        assert_eq!(wgmma_name(Scheme::Int4G32, false), "wgemm_int4_g32");
         assert!(f16_wgmma(Scheme::Int4G32) && !f16_wgmma(Scheme::NvFp4));
         assert_eq!(wg_smem_bytes(Scheme::Int4G32), 6 * 21 * 1024 + 65 * 1024);
-        assert_eq!(wgmma_acts_name(Scheme::Int4G32), "wgemm_acts_half");
-        assert_eq!(wgmma_acts_name(Scheme::Int4G128), "wgemm_acts");
-        assert_eq!(quantized_acts_name(Scheme::MxFp8E4M3), "wgemm_acts_mxfp8_e4m3");
     }
 
     #[test]
@@ -835,12 +788,5 @@ mod tests {
         for s in Scheme::ALL {
             assert!(smem_bytes(s) <= 99 << 10, "{s:?}");
         }
-    }
-
-    #[test]
-    fn kernel_names() {
-        assert_eq!(kernel_name(Scheme::NvFp4, false), "pgemm_nvfp4");
-        assert_eq!(kernel_name(Scheme::Int4G32, true), "pgemm_int4_g32_f16");
-        assert_eq!(kernel_name(Scheme::Fp8Block(Fp8Tile::Row1x128), false), "pgemm_fp8_block_1x128");
     }
 }

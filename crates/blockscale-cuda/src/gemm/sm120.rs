@@ -4,7 +4,7 @@
 
 use blockscale_formats::{Fp8Tile, ScaleLayout, Scheme};
 
-use super::cutlass::{OutKind, Sm120Kind};
+use crate::ffi::cutlass::{OutKind, Sm120Kind};
 use crate::{Arch, CudaError};
 
 /// What the checks need to know of a quantized operand.
@@ -177,5 +177,148 @@ mod tests {
             assert!((n_multiple(kind) * 2).is_multiple_of(16), "{kind:?}");
         }
         assert_eq!(row_bytes(Sm120Kind::Mxfp8Mxfp6, 256), 192);
+    }
+}
+
+#[cfg(test)]
+mod shim_tests {
+    //! The shims' `can_implement` and workspace queries run on the host: no GPU needed.
+    //! These pin the sm_120a rules above, which the Rust side enforces before any launch,
+    //! to what CUTLASS itself accepts (the shims: `ffi/cutlass.rs`).
+
+    use std::ffi::c_int;
+
+    use super::*;
+    use crate::ffi::cutlass::{BsGemmArgs, CANNOT_IMPLEMENT, Family, OK, Shim, status_name};
+
+    fn args(m: i32, n: i32, k: i32) -> BsGemmArgs {
+        BsGemmArgs {
+            a: 0,
+            b: 0,
+            sfa: 0,
+            sfb: 0,
+            d: 0,
+            bias: 0,
+            workspace: 0,
+            workspace_bytes: 0,
+            lda: k as i64,
+            ldb: k as i64,
+            ldd: n as i64,
+            m,
+            n,
+            k,
+            sm_count: 170,
+            alpha: 1.0,
+            activation: 0,
+            config: 0,
+            sfa_mn_major: 0,
+            raster: 0,
+            swizzle: 1,
+        }
+    }
+
+    /// The query's status and workspace size.
+    fn query(kind: Sm120Kind, args: &BsGemmArgs) -> (c_int, u64) {
+        let shim = Shim::of(Family::Sm120(kind), OutKind::Bf16).expect("every sm_120a kind writes bf16");
+        let (status, need, _) = shim.query(args);
+        (status, need)
+    }
+
+    #[test]
+    fn sm120_shims_accept_what_the_rust_rules_allow() {
+        for kind in Sm120Kind::ALL {
+            let (k, n) = (4 * k_multiple(kind) as i32, 2 * n_multiple(kind) as i32);
+            for m in [1, 33, 128, 4097] {
+                let (status, _) = query(kind, &args(m, n, k));
+                assert_eq!(status, OK, "{kind:?} M={m} N={n} K={k}");
+            }
+            // Ragged M is the kernel's business (TMA fills the tile with zeros).
+            assert_eq!(query(kind, &args(33, n + n_multiple(kind) as i32, k)).0, OK, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn sm120_shims_refuse_k_and_n_the_rust_rules_refuse() {
+        for kind in Sm120Kind::ALL {
+            let (k, n) = (k_multiple(kind) as i32, n_multiple(kind) as i32);
+            // K one scale block short of the multiple (16 for NVFP4, 32 for MX, 128 FP8 block
+            // has no smaller block): CUTLASS refuses it, as the Rust side does first.
+            let block = match kind {
+                Sm120Kind::Nvfp4 => 16,
+                Sm120Kind::Fp8Block => 64,
+                _ => 8,
+            };
+            assert_eq!(query(kind, &args(64, n, 2 * k + block)).0, CANNOT_IMPLEMENT, "{kind:?} K={}", 2 * k + block);
+            // N not a multiple of what the kernel computes: 8 for the TMA epilogue's
+            // 16-byte rows, 128 for FP8 block's scale granularity.
+            assert_eq!(query(kind, &args(64, n + 4, 2 * k)).0, CANNOT_IMPLEMENT, "{kind:?} N={}", n + 4);
+        }
+    }
+
+    #[test]
+    fn sm120_shims_refuse_configs_and_scale_majors_they_do_not_have() {
+        let mut a = args(128, 128, 256);
+        a.config = 1;
+        assert_eq!(query(Sm120Kind::Nvfp4, &a).0, 5, "one tile configuration only");
+        let mut a = args(128, 128, 256);
+        a.sfa_mn_major = 1;
+        assert_eq!(query(Sm120Kind::Fp8Block, &a).0, CANNOT_IMPLEMENT, "A's FP8 scales are read K-major");
+    }
+
+    /// On a GPU that is not SM120 (the H100 of the GPU bundle), launching an sm_120a shim
+    /// anyway is a status the wrapper turns into a typed error, not a crash, and the
+    /// device stays usable. (The wrapper never does this: it dispatches by compute
+    /// capability; this pins what would happen if it did.) Skips without a GPU.
+    #[test]
+    fn sm120_shim_on_another_gpu_fails_cleanly() {
+        let dev = match crate::Device::new(0) {
+            Ok(d) if d.arch() != crate::Arch::Sm120 => d,
+            Ok(_) => return eprintln!("SKIPPED: this is an SM120 device"),
+            Err(e) => {
+                assert!(std::env::var("BLOCKSCALE_REQUIRE_GPU").as_deref() != Ok("1"), "no GPU: {e}");
+                return eprintln!("SKIPPED: no GPU ({e})");
+            }
+        };
+        use cudarc::driver::DevicePtrMut;
+        let stream = dev.stream();
+        let (m, n, k) = (128usize, 128usize, 256usize);
+        let mut a = stream.alloc_zeros::<u8>(m * k / 2).unwrap();
+        let mut b = stream.alloc_zeros::<u8>(n * k / 2).unwrap();
+        let mut sf = stream.alloc_zeros::<u8>(128 * 16).unwrap();
+        let mut d = stream.alloc_zeros::<u16>(m * n).unwrap();
+        let mut ws = stream.alloc_zeros::<u8>(1 << 20).unwrap();
+        let mut p = args(m as i32, n as i32, k as i32);
+        p.a = a.device_ptr_mut(stream).0;
+        p.b = b.device_ptr_mut(stream).0;
+        p.sfa = sf.device_ptr_mut(stream).0;
+        p.sfb = p.sfa;
+        p.d = d.device_ptr_mut(stream).0;
+        p.workspace = ws.device_ptr_mut(stream).0;
+        p.workspace_bytes = 1 << 20;
+        p.sm_count = dev.sm_count() as c_int;
+        let shim = Shim::of(Family::Sm120(Sm120Kind::Nvfp4), OutKind::Bf16).unwrap();
+        // Every pointer is a live allocation of the size the arguments describe (A, B: 128
+        // x 256 FP4; both scale tensors one 128 x 16 swizzled tile; D 128 x 128 bf16; 1 MiB
+        // workspace), all on `stream`, which stays alive past the call.
+        match shim.launch(stream, &p) {
+            Err(CudaError::Cutlass { status, cuda, .. }) => {
+                assert_eq!(status, status_name(6), "CUDA error {cuda}");
+                assert_ne!(cuda, 0, "the CUDA error (no kernel image) is reported");
+            }
+            other => panic!("expected the no-kernel-image status, got {other:?}"),
+        }
+        stream.synchronize().expect("the device is still usable");
+        let back = stream.clone_dtoh(&d).unwrap();
+        assert!(back.iter().all(|&v| v == 0), "nothing was written");
+    }
+
+    #[test]
+    fn sm120_workspace_query_is_small_and_grows_with_nothing_unexpected() {
+        for kind in Sm120Kind::ALL {
+            let (status, need) = query(kind, &args(4096, 4096, 4096));
+            assert_eq!(status, OK, "{kind:?}");
+            // The persistent scheduler's workspace is a few bytes per SM at most.
+            assert!(need < 1 << 20, "{kind:?}: {need} bytes");
+        }
     }
 }

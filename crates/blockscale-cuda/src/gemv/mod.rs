@@ -9,13 +9,15 @@
 //! so exact data gives the CPU reference's bits (docs/KERNELS.md, "GEMV").
 
 use blockscale_formats::{DataLayout, Epilogue, Fp8Tile, QuantizedMatrix, ScaleLayout, Scheme};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2};
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
-use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, check_output, on_device, to_host};
-use crate::params::GemvParams;
+use crate::ffi::launch::{Kernel, Order, launch};
+use crate::ffi::names::KernelName;
+use crate::ffi::params::GemvParams;
+use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, alloc_output, check_output, on_device, to_host};
 use crate::prepared::{Inner, PreparedWeights};
 use crate::quantize::DeviceMatrix;
 use crate::{CudaError, Device};
@@ -142,20 +144,6 @@ fn rows_per_cta(scheme: Scheme) -> usize {
     if scheme.element().bits() == 4 { 64 } else { 32 }
 }
 
-/// `gemv_{scheme}` (M <= 8, bf16), `_f16` (M <= 8, f16) or `_m16` (M <= 16, either).
-fn kernel_name(scheme: Scheme, m: usize, f16: bool) -> String {
-    let base = match scheme {
-        Scheme::Fp8Block(_) => "fp8_block",
-        s => crate::quantize::scheme_name(s),
-    };
-    let variant = match (m > 8, f16) {
-        (true, _) => "_m16",
-        (false, true) => "_f16",
-        (false, false) => "",
-    };
-    format!("gemv_{base}{variant}")
-}
-
 /// Tuning override for benchmarks: `BLOCKSCALE_GEMV_SPLITS` (CTAs along K).
 fn split_override() -> Option<usize> {
     static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
@@ -232,13 +220,13 @@ fn prepare(
     (m, n, k): (usize, usize, usize),
     gated: bool,
     f16: bool,
-) -> Result<(crate::device::Kernel, Plan), CudaError> {
+) -> Result<(Kernel<GemvParams>, Plan), CudaError> {
     let smem = smem_bytes(scheme);
-    let planner = dev.function_with_smem(&kernel_name(scheme, m, false), smem)?;
+    let planner = dev.function_with_smem(&KernelName::gemv(scheme, m, false), smem)?;
     let per_sm = planner.blocks_per_sm as usize;
     let sms = dev.sm_count() as usize;
     let plan = Plan::new(scheme, (m, n, k), gated, (sms, sms * per_sm, smem));
-    let kernel = if f16 { dev.function_with_smem(&kernel_name(scheme, m, true), smem)? } else { planner };
+    let kernel = if f16 { dev.function_with_smem(&KernelName::gemv(scheme, m, true), smem)? } else { planner };
     Ok((kernel, plan))
 }
 
@@ -431,7 +419,7 @@ fn weight_params(w: &DeviceQuantized, plan: &Plan) -> GemvParams {
 /// `params` points at and holds their guards across this call.
 fn launch_plain(
     dev: &Device,
-    kernel: &crate::device::Kernel,
+    kernel: &Kernel<GemvParams>,
     plan: &Plan,
     params: &GemvParams,
     outputs: usize,
@@ -442,26 +430,22 @@ fn launch_plain(
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: plan.smem as u32,
     };
-    let mut launch = stream.launch_builder(&kernel.func);
-    launch.arg(params);
-    // SAFETY: `params` matches `GemvParams`. The weights are validated DeviceQuantized
-    // buffers (codes and scales of the sizes their shape implies; gate and up checked
-    // equal in shape and layouts); the kernel reads rows below N and scale columns below
-    // scale_cols only, zero-filling the rest. The activations were checked for M rows of
-    // K at their stride with 16-byte aligned rows, the output for M x N at its stride,
-    // the bias for N values, the workspace for the split-K partials; the dynamic shared
-    // memory is what gemv.cu lays out (it traps otherwise). The guards keep every
-    // buffer alive and ordered until the launch is queued on this device's stream (the
-    // caller holds them past this call).
-    unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the GEMV"))?;
+    // The launch contract (ffi): the weights are validated DeviceQuantized buffers (codes
+    // and scales of the sizes their shape implies; gate and up checked equal in shape and
+    // layouts); the kernel reads rows below N and scale columns below scale_cols only,
+    // zero-filling the rest. The activations were checked for M rows of K at their stride
+    // with 16-byte aligned rows, the output for M x N at its stride, the bias for N values,
+    // the workspace for the split-K partials; the dynamic shared memory is what gemv.cu
+    // lays out (it traps otherwise). The guards keep every buffer alive and ordered until
+    // the launch is queued on this device's stream (the caller holds them past this call).
+    launch(stream, kernel, config, Order::Serial, params).map_err(CudaError::driver("launching the GEMV"))?;
     if plan.splits > 1 {
-        let reduce = dev.function("gemv_reduce")?;
+        let reduce = dev.function(&KernelName::gemv_reduce())?;
         let config = dev.grid_stride(outputs as u64, &reduce);
-        let mut launch = stream.launch_builder(&reduce.func);
-        launch.arg(params);
-        // SAFETY: as above: the reduction reads the partials the GEMV wrote into the
-        // workspace (splits x mats x M x N f32) and writes the checked output.
-        unsafe { launch.launch(config) }.map_err(CudaError::driver("launching the GEMV reduction"))?;
+        // As above: the reduction reads the partials the GEMV wrote into the workspace
+        // (splits x mats x M x N f32) and writes the checked output.
+        launch(stream, &reduce, config, Order::Serial, params)
+            .map_err(CudaError::driver("launching the GEMV reduction"))?;
     }
     Ok(())
 }
@@ -492,12 +476,6 @@ pub fn gemv_workspace_size<'w>(
             }
         },
     }
-}
-
-fn alloc_output<O: DeviceElement>(dev: &Device, m: usize, n: usize) -> Result<CudaSlice<O>, CudaError> {
-    // SAFETY: the GEMV writes every one of the m x n outputs before anything reads them
-    // (uninitialised f32/f16/bf16 bits are valid values).
-    unsafe { dev.stream().alloc::<O>(m * n) }.map_err(CudaError::alloc("the output", m * n * size_of::<O>()))
 }
 
 /// `y = act(alpha * x . W^T + bias)`: activations `x` (M x K bf16 or f16 on the device,
@@ -729,13 +707,5 @@ mod tests {
         assert_eq!(smem_bytes(Scheme::MxFp6E2M3), 4 * (3 * (32 * 112 + 32 * 4) + 32 * 4 * 4));
         assert_eq!(smem_bytes(Scheme::MxFp8E5M2), 4 * (3 * (32 * 160 + 32 * 4) + 32 * 4 * 4));
         assert_eq!(smem_bytes(Scheme::Fp8Block(Fp8Tile::Tile128x128)), 4 * (3 * (32 * 160 + 32 * 4) + 32 * 4 * 4));
-    }
-
-    #[test]
-    fn kernel_names() {
-        assert_eq!(kernel_name(Scheme::NvFp4, 1, false), "gemv_nvfp4");
-        assert_eq!(kernel_name(Scheme::MxFp8E4M3, 8, true), "gemv_mxfp8_e4m3_f16");
-        assert_eq!(kernel_name(Scheme::Fp8Block(Fp8Tile::Row1x128), 9, true), "gemv_fp8_block_m16");
-        assert_eq!(kernel_name(Scheme::Int4G32, 16, false), "gemv_int4_g32_m16");
     }
 }

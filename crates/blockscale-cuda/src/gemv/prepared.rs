@@ -1,12 +1,14 @@
 //! The GEMV on [`PreparedWeights`] (`kernels/gemv/prepared.cu`): launch plan and launch.
 
-use blockscale_formats::{Fp8Tile, Scheme};
+use blockscale_formats::Scheme;
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::{GemvInput, check_request};
 use crate::buffer::{DeviceElement, DeviceQuantized};
+use crate::ffi::launch::{Kernel, Order};
+use crate::ffi::names::KernelName;
+use crate::ffi::params::PgemvParams;
 use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, check_output};
-use crate::params::PgemvParams;
 use crate::prepared::{Acts, Fast, decoded_rows_bytes, scale_add, stage_scale_bytes};
 use crate::quantize::DeviceMatrix;
 use crate::{CudaError, Device};
@@ -45,16 +47,6 @@ fn smem_bytes(scheme: Scheme, m: usize) -> usize {
     let scales = stage_scale_bytes(scheme);
     let tiles = if m > 8 { 2 } else { 1 };
     WARPS * depth(m) * (groups(scheme) * (code + scales) + tiles * 1024)
-}
-
-/// `pgemv_{scheme}` (M <= 8, bf16), `_f16` (M <= 8, f16), `_m16` / `_m16_f16` (M <= 16).
-fn kernel_name(scheme: Scheme, m: usize, f16: bool) -> String {
-    let base = match scheme {
-        Scheme::Fp8Block(Fp8Tile::Tile128x128) => "fp8_block_128x128",
-        Scheme::Fp8Block(Fp8Tile::Row1x128) => "fp8_block_1x128",
-        s => crate::quantize::scheme_name(s),
-    };
-    format!("pgemv_{base}{}{}", if m > 8 { "_m16" } else { "" }, if f16 { "_f16" } else { "" })
 }
 
 /// How a GEMV on prepared weights is launched.
@@ -108,18 +100,15 @@ impl Plan {
 }
 
 /// The kernel and its plan.
-fn prepare(
-    dev: &Device,
-    w: &Fast,
-    m: usize,
-    gated: bool,
-    f16: bool,
-) -> Result<(crate::device::Kernel, Plan), CudaError> {
+fn prepare(dev: &Device, w: &Fast, m: usize, gated: bool, f16: bool) -> Result<(Kernel<PgemvParams>, Plan), CudaError> {
     let smem = smem_bytes(w.scheme, m);
-    let kernel = dev.function_with_threads(&kernel_name(w.scheme, m, f16), THREADS, smem)?;
+    let kernel = dev.function_with_threads(&KernelName::pgemv(w.scheme, m, f16), THREADS, smem)?;
     // Plan from the bf16 kernel of the same M so the workspace needs no type.
-    let planner =
-        if f16 { dev.function_with_threads(&kernel_name(w.scheme, m, false), THREADS, smem)? } else { kernel.clone() };
+    let planner = if f16 {
+        dev.function_with_threads(&KernelName::pgemv(w.scheme, m, false), THREADS, smem)?
+    } else {
+        kernel.clone()
+    };
     let slots = dev.sm_count() as usize * planner.blocks_per_sm as usize;
     let plan = Plan::new(w.scheme, (m, w.rows, w.slabs), gated, slots);
     if plan.tiles > MAX_TILES {
@@ -268,21 +257,20 @@ fn launch<O: DeviceElement>(
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: smem_bytes(w.scheme, m) as u32,
     };
-    // SAFETY: `params` matches `PgemvParams`. The prepared codes and scales were made by
-    // PreparedLayout for this scheme and shape (row groups padded to whole CTA tiles,
-    // slabs to whole chunks), so every load the plan's grid issues is inside them; gate
-    // and up were checked equal in scheme and shape; the dynamic shared memory is the
-    // ring prepared.cu lays out (it traps if given less). The activations were checked for M
-    // rows of K at their stride with 16-byte aligned rows, or decoded just before into
-    // the workspace after the partials (M rows of K bf16, K a multiple of 16; the kernel
-    // reads them after its griddepcontrol.wait) (the kernel zero-fills past M
-    // and K), the output for M x N at its stride, the bias for N values, the workspace
-    // for the split-K partials and the counters for the plan's tiles (zero between
-    // launches: the last CTA of each tile resets its counter). The guards keep every
-    // buffer alive and ordered until the launch is queued on this device's stream.
-    // Before its griddepcontrol.wait the kernel reads only the prepared weights, which
-    // nothing writes after PreparedWeights uploaded them.
-    unsafe { crate::device::launch_dependent(stream, &kernel.func, config, &params) }
+    // The launch contract (ffi): the prepared codes and scales were made by PreparedLayout
+    // for this scheme and shape (row groups padded to whole CTA tiles, slabs to whole
+    // chunks), so every load the plan's grid issues is inside them; gate and up were
+    // checked equal in scheme and shape; the dynamic shared memory is the ring prepared.cu
+    // lays out (it traps if given less). The activations were checked for M rows of K at
+    // their stride with 16-byte aligned rows, or decoded just before into the workspace
+    // after the partials (M rows of K bf16, K a multiple of 16; the kernel reads them after
+    // its griddepcontrol.wait) (the kernel zero-fills past M and K), the output for M x N
+    // at its stride, the bias for N values, the workspace for the split-K partials and the
+    // counters for the plan's tiles (zero between launches: the last CTA of each tile
+    // resets its counter). The guards keep every buffer alive and ordered until the launch
+    // is queued on this device's stream. Before its griddepcontrol.wait the kernel reads
+    // only the prepared weights, which nothing writes after PreparedWeights uploaded them.
+    crate::ffi::launch::launch(stream, &kernel, config, Order::DEPENDENT, &params)
         .map_err(CudaError::driver("launching the GEMV on prepared weights"))?;
     drop((g_ws, g_cnt, g_out, guards));
     Ok(())
@@ -290,6 +278,8 @@ fn launch<O: DeviceElement>(
 
 #[cfg(test)]
 mod tests {
+    use blockscale_formats::Fp8Tile;
+
     use super::*;
 
     #[test]
@@ -341,13 +331,5 @@ mod tests {
                 assert!(4 * (smem_bytes(s, m) + 1024) <= 228 << 10, "{s:?} M={m}");
             }
         }
-    }
-
-    #[test]
-    fn kernel_names() {
-        assert_eq!(kernel_name(Scheme::NvFp4, 1, false), "pgemv_nvfp4");
-        assert_eq!(kernel_name(Scheme::MxFp8E4M3, 8, true), "pgemv_mxfp8_e4m3_f16");
-        assert_eq!(kernel_name(Scheme::Fp8Block(Fp8Tile::Row1x128), 9, true), "pgemv_fp8_block_1x128_m16_f16");
-        assert_eq!(kernel_name(Scheme::Int4G32, 16, false), "pgemv_int4_g32_m16");
     }
 }

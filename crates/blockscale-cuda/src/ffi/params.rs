@@ -1,7 +1,8 @@
 //! Kernel parameter structs: `#[repr(C)]` mirrors of `kernels/common/params.cuh`, with
-//! their sizes checked at compile time.
+//! their sizes checked at compile time, and [`KernelArgs`], which says how each kernel's
+//! parameter list is passed to a launch.
 
-use cudarc::driver::DeviceRepr;
+use std::ffi::c_void;
 
 /// `bs::QuantParams`.
 #[repr(C)]
@@ -207,27 +208,75 @@ const _: () = assert!(size_of::<PgemmParams>() == 104 && align_of::<PgemmParams>
 const _: () = assert!(size_of::<FgemmParams>() == 136 && align_of::<FgemmParams>() == 8);
 const _: () = assert!(size_of::<TensorMap>() == 128 && align_of::<TensorMap>() == 64);
 
-// SAFETY: plain #[repr(C)] structs of integers and floats, passed by value to kernels
-// whose parameter types have the identical layout (kernels/common/params.cuh).
-unsafe impl DeviceRepr for QuantParams {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for DequantParams {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for AmaxParams {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for SplitParams {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for CopyParams {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for Fp8ScaleParams {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for GemvParams {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for PgemvParams {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for PgemmParams {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for FgemmParams {}
-// SAFETY: 128 bytes of plain data with the alignment CUtensorMap and the kernel's
-// `bs::fgemm::TensorMap` have.
-unsafe impl DeviceRepr for TensorMap {}
+/// The parameters a kernel takes, as a launch passes them: one pointer per parameter.
+///
+/// # Safety
+/// [`pointers`](Self::pointers) gives, in order, one pointer per parameter of every kernel
+/// whose [`KernelName`](super::names::KernelName) names `Self`, each to a value with that
+/// parameter's C layout, valid while `self` is borrowed.
+pub(crate) unsafe trait KernelArgs {
+    /// An array of as many pointers as the kernels take parameters.
+    type Pointers: AsMut<[*mut c_void]>;
+    /// The pointers to `self`'s parameters, in order.
+    fn pointers(&self) -> Self::Pointers;
+}
+
+/// The pointer a launch takes for a parameter.
+fn pointer<T>(value: &T) -> *mut c_void {
+    (value as *const T).cast_mut().cast()
+}
+
+/// The wgmma GEMM's tiling of quantized activations (`wgemm_acts_{scheme}`): the
+/// activations' `DequantParams`, then the tiles' `PgemmParams`.
+pub(crate) type TilingArgs = (DequantParams, PgemmParams);
+
+/// The FP8 wgmma GEMM (`fgemm_*`): its `FgemmParams`, then the tensor maps of A and B.
+pub(crate) type FgemmArgs = (FgemmParams, TensorMap, TensorMap);
+
+/// [`KernelArgs`] for kernels of one parameter struct.
+macro_rules! one_struct {
+    ($($params:ty),* $(,)?) => {$(
+        // SAFETY: a #[repr(C)] struct of integers and floats whose size and alignment are
+        // asserted above and are the C struct's (the .cuh asserts the same sizes); the
+        // kernels it is named with (names.rs) take it by value as their one parameter.
+        unsafe impl KernelArgs for $params {
+            type Pointers = [*mut c_void; 1];
+            fn pointers(&self) -> Self::Pointers {
+                [pointer(self)]
+            }
+        }
+    )*};
+}
+
+one_struct!(
+    QuantParams,
+    DequantParams,
+    AmaxParams,
+    SplitParams,
+    CopyParams,
+    Fp8ScaleParams,
+    GemvParams,
+    PgemvParams,
+    PgemmParams,
+);
+
+// SAFETY: `wgemm_acts_{scheme}` takes `(bs::DequantParams, bs::PgemmParams)` by value; both
+// are #[repr(C)] mirrors of the C structs (sizes asserted above and in params.cuh), and
+// each pointer is to the tuple's own field.
+unsafe impl KernelArgs for TilingArgs {
+    type Pointers = [*mut c_void; 2];
+    fn pointers(&self) -> Self::Pointers {
+        [pointer(&self.0), pointer(&self.1)]
+    }
+}
+
+// SAFETY: the `fgemm_*` kernels take `(bs::FgemmParams, bs::fgemm::TensorMap,
+// bs::fgemm::TensorMap)` by value: FgemmParams mirrors the C struct, TensorMap is the 128
+// bytes of a CUtensorMap with its 64-byte alignment (sizes asserted above), and each
+// pointer is to the tuple's own field.
+unsafe impl KernelArgs for FgemmArgs {
+    type Pointers = [*mut c_void; 3];
+    fn pointers(&self) -> Self::Pointers {
+        [pointer(&self.0), pointer(&self.1), pointer(&self.2)]
+    }
+}
