@@ -2,8 +2,8 @@
 //! the device twin of [`QuantizedMatrix`].
 
 use blockscale_formats::{
-    DataLayout, FloatKind, GlobalScale, QuantShape, QuantizedMatrix, QuantizedParts, ScaleData, ScaleFormat,
-    ScaleLayout, Scheme, Source,
+    DataLayout, FloatKind, GlobalScale, QuantRequest, QuantShape, QuantizeOptions, QuantizedMatrix, ScaleData,
+    ScaleFormat, ScaleLayout, Scheme, Source,
 };
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, SyncOnDrop, ValidAsZeroBits};
 use half::{bf16, f16};
@@ -67,11 +67,10 @@ impl DeviceScales {
 /// same shape, layouts and per-tensor scale a [`QuantizedMatrix`] has.
 #[derive(Debug)]
 pub struct DeviceQuantized {
-    pub(crate) shape: QuantShape,
+    /// The scheme, shape and layouts, checked.
+    pub(crate) request: QuantRequest,
     pub(crate) data: CudaSlice<u8>,
-    pub(crate) data_layout: DataLayout,
     pub(crate) scales: DeviceScales,
-    pub(crate) scale_layout: ScaleLayout,
     pub(crate) global_scale: Option<GlobalScale>,
     /// The NaN/Inf flag the kernels set: `!flat_index` of the first one, 0 for none.
     pub(crate) bad: CudaSlice<u64>,
@@ -92,14 +91,18 @@ impl DeviceQuantized {
         scale_layout: ScaleLayout,
         data_layout: DataLayout,
     ) -> Result<Self, CudaError> {
-        let shape = scheme.shape(rows, k)?;
-        let scale_len = shape.scale_len(scale_layout)?;
-        crate::checks::check_limits(scheme, rows, k)?;
+        let options = QuantizeOptions::default().with_scale_layout(scale_layout).with_data_layout(data_layout);
+        Self::alloc_for(dev, &crate::quantize::check_request(scheme, rows, k, &options)?)
+    }
+
+    /// [`Self::alloc`] for a checked request.
+    pub(crate) fn alloc_for(dev: &Device, request: &QuantRequest) -> Result<Self, CudaError> {
+        let (shape, scale_len) = (request.shape(), request.scale_len());
         let s = dev.stream();
         // Left unset: the codes are only meaningful after a quantization writes every byte
         // (quantize_into), and reading them earlier reads arbitrary but valid bytes.
         let data = dev.alloc_unset::<u8>(shape.data_bytes, "quantized codes")?;
-        let scales = match scheme.scale_format() {
+        let scales = match shape.scheme.scale_format() {
             ScaleFormat::UE4M3 | ScaleFormat::UE8M0 => {
                 DeviceScales::Bytes(s.alloc_zeros::<u8>(scale_len).map_err(CudaError::alloc("scales", scale_len))?)
             }
@@ -110,19 +113,19 @@ impl DeviceQuantized {
                 DeviceScales::F16(s.alloc_zeros::<f16>(scale_len).map_err(CudaError::alloc("scales", scale_len * 2))?)
             }
         };
-        let global_scale = scheme.has_global_scale().then(|| GlobalScale::from_encode(1.0)).transpose()?;
+        let global_scale = shape.scheme.has_global_scale().then(|| GlobalScale::from_encode(1.0)).transpose()?;
         let bad = s.alloc_zeros::<u64>(1).map_err(CudaError::alloc("a flag", 8))?;
-        Ok(Self { shape, data, data_layout, scales, scale_layout, global_scale, bad })
+        Ok(Self { request: *request, data, scales, global_scale, bad })
     }
 
     /// The scheme.
     pub fn scheme(&self) -> Scheme {
-        self.shape.scheme
+        self.request.scheme()
     }
 
     /// The storage shape.
     pub fn shape(&self) -> &QuantShape {
-        &self.shape
+        self.request.shape()
     }
 
     /// The packed codes.
@@ -137,12 +140,12 @@ impl DeviceQuantized {
 
     /// Order of the codes.
     pub fn data_layout(&self) -> DataLayout {
-        self.data_layout
+        self.request.data_layout()
     }
 
     /// Order of the scales.
     pub fn scale_layout(&self) -> ScaleLayout {
-        self.scale_layout
+        self.request.scale_layout()
     }
 
     /// NVFP4's per-tensor scale.
@@ -150,7 +153,8 @@ impl DeviceQuantized {
         self.global_scale
     }
 
-    /// Copies to the host (waiting for the queued work) and validates.
+    /// Copies to the host (waiting for the queued work). The buffers were sized by the
+    /// checked request, so nothing is checked again (debug builds assert).
     ///
     /// # Errors
     /// [`CudaError::Driver`] if a copy (or an earlier kernel) fails.
@@ -162,16 +166,7 @@ impl DeviceQuantized {
             DeviceScales::F32(v) => ScaleData::F32(s.clone_dtoh(v).map_err(CudaError::driver("copying scales"))?),
             DeviceScales::F16(v) => ScaleData::F16(s.clone_dtoh(v).map_err(CudaError::driver("copying scales"))?),
         };
-        Ok(QuantizedMatrix::from_parts(QuantizedParts {
-            scheme: self.shape.scheme,
-            rows: self.shape.rows,
-            k: self.shape.k,
-            data,
-            data_layout: self.data_layout,
-            scales,
-            scale_layout: self.scale_layout,
-            global_scale: self.global_scale,
-        })?)
+        Ok(QuantizedMatrix::from_request(&self.request, data, scales, self.global_scale))
     }
 
     /// Copies a host matrix to the device.
@@ -188,14 +183,6 @@ impl DeviceQuantized {
             ScaleData::F16(v) => DeviceScales::F16(s.clone_htod(v).map_err(CudaError::alloc("scales", v.len() * 2))?),
         };
         let bad = s.alloc_zeros::<u64>(1).map_err(CudaError::alloc("a flag", 8))?;
-        Ok(Self {
-            shape: *q.shape(),
-            data,
-            data_layout: q.data_layout(),
-            scales,
-            scale_layout: q.scale_layout(),
-            global_scale: q.global_scale(),
-            bad,
-        })
+        Ok(Self { request: q.request(), data, scales, global_scale: q.global_scale(), bad })
     }
 }

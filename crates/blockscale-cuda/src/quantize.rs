@@ -1,8 +1,8 @@
 //! Quantization on the device: validation, the NVFP4 amax pass, the kernel launch.
 
 use blockscale_formats::{
-    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantShape, QuantizeOptions, QuantizedMatrix,
-    ScaleLayout, ScaleRule, Scheme, check_recipe,
+    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantRequest, QuantizeOptions, QuantizedMatrix,
+    ScaleLayout, ScaleRule, Scheme,
 };
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ndarray::ArrayView2;
@@ -38,13 +38,18 @@ impl<'a, T> DeviceMatrix<'a, T> {
 /// Threads per CTA of the FP8 128x128 tile kernel (`TILE_THREADS` in quantize.cu).
 const TILE_THREADS: u32 = 256;
 
-/// The checks every quantize entry point makes before touching the device: the shape,
-/// the options against the scheme ([`check_recipe`]) and the kernels' limits.
-fn check_request(scheme: Scheme, rows: usize, k: usize, options: &QuantizeOptions) -> Result<QuantShape, CudaError> {
-    let shape = scheme.shape(rows, k)?;
-    check_recipe(&shape, options.scale_layout, options.data_layout, &options.global_scale)?;
+/// The checks every quantize entry point makes once, before touching the device: the
+/// shape and the options against the scheme ([`QuantRequest::new`]) and the kernels'
+/// limits. What runs below takes the request and checks nothing again.
+pub(crate) fn check_request(
+    scheme: Scheme,
+    rows: usize,
+    k: usize,
+    options: &QuantizeOptions,
+) -> Result<QuantRequest, CudaError> {
+    let request = QuantRequest::new(scheme, rows, k, options)?;
     check_limits(scheme, rows, k)?;
-    Ok(shape)
+    Ok(request)
 }
 
 /// Quantizes a device matrix along K into new device buffers. The result stays on the
@@ -63,9 +68,9 @@ pub fn quantize<T: DeviceElement>(
     scheme: Scheme,
     options: &QuantizeOptions,
 ) -> Result<DeviceQuantized, CudaError> {
-    check_request(scheme, input.rows, input.k, options)?;
-    let mut out = DeviceQuantized::alloc(dev, scheme, input.rows, input.k, options.scale_layout, options.data_layout)?;
-    quantize_into(dev, input, options, &mut out)?;
+    let request = check_request(scheme, input.rows, input.k, options)?;
+    let mut out = DeviceQuantized::alloc_for(dev, &request)?;
+    run(dev, input, options, &mut out)?;
     Ok(out)
 }
 
@@ -82,16 +87,28 @@ pub fn quantize_into<T: DeviceElement>(
     options: &QuantizeOptions,
     out: &mut DeviceQuantized,
 ) -> Result<(), CudaError> {
-    let scheme = out.scheme();
-    let shape = check_request(scheme, input.rows, input.k, options)?;
-    if shape != out.shape || options.scale_layout != out.scale_layout || options.data_layout != out.data_layout {
+    let request = check_request(out.scheme(), input.rows, input.k, options)?;
+    if request != out.request {
         return Err(blockscale_formats::FormatError::LengthMismatch {
             what: "output buffers (their shape or layouts differ from the input and options)",
-            expected: shape.data_bytes,
-            actual: out.shape.data_bytes,
+            expected: request.shape().data_bytes,
+            actual: out.shape().data_bytes,
         }
         .into());
     }
+    run(dev, input, options, out)
+}
+
+/// The quantization itself, into buffers allocated for this input and these options
+/// (checked by the caller).
+fn run<T: DeviceElement>(
+    dev: &Device,
+    input: DeviceMatrix<'_, T>,
+    options: &QuantizeOptions,
+    out: &mut DeviceQuantized,
+) -> Result<(), CudaError> {
+    let (scheme, shape) = (out.scheme(), *out.shape());
+    debug_assert_eq!((shape.rows, shape.k), (input.rows, input.k), "the caller checked the shape");
     let stream = dev.stream();
     // cudarc's guards (`g_*`) live until the launch is queued, so that with event
     // tracking on, the recorded reads and writes cover the kernel.
@@ -240,9 +257,11 @@ pub fn quantize_host<T: DeviceElement>(
 ) -> Result<QuantizedMatrix, CudaError> {
     let (rows, k) = input.dim();
     // Refuse what would fail anyway before copying the input to the device.
-    check_request(scheme, rows, k, options)?;
+    let request = check_request(scheme, rows, k, options)?;
     let host = input.as_standard_layout();
     let flat = host.as_slice().expect("standard layout is contiguous");
     let data = dev.stream().clone_htod(flat).map_err(CudaError::alloc("the input", std::mem::size_of_val(flat)))?;
-    quantize(dev, DeviceMatrix::new(&data, rows, k), scheme, options)?.to_host(dev)
+    let mut out = DeviceQuantized::alloc_for(dev, &request)?;
+    run(dev, DeviceMatrix::new(&data, rows, k), options, &mut out)?;
+    out.to_host(dev)
 }

@@ -160,6 +160,12 @@ impl QuantizedMatrix {
         matrix
     }
 
+    /// The request this matrix answers: its scheme, shape and layouts, checked when it was
+    /// made. A backend that copies the matrix takes it instead of checking again.
+    pub fn request(&self) -> QuantRequest {
+        QuantRequest::of_matrix(self.shape, self.scale_layout, self.data_layout, self.scales.len())
+    }
+
     fn first_nonzero_padding(&self) -> Option<usize> {
         if self.scale_layout != ScaleLayout::Swizzled128x4 {
             return None;

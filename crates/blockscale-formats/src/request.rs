@@ -39,6 +39,16 @@ impl QuantRequest {
         Ok(Self { shape, scale_layout: options.scale_layout, data_layout: options.data_layout, scale_len })
     }
 
+    /// The request a validated matrix answers (its shape and layouts hold every check).
+    pub(crate) fn of_matrix(
+        shape: QuantShape,
+        scale_layout: ScaleLayout,
+        data_layout: DataLayout,
+        scale_len: usize,
+    ) -> Self {
+        Self { shape, scale_layout, data_layout, scale_len }
+    }
+
     /// The validated storage shape.
     pub fn shape(&self) -> &QuantShape {
         &self.shape

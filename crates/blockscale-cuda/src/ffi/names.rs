@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 use std::marker::PhantomData;
 
-use blockscale_formats::{Fp8Tile, Scheme};
+use blockscale_formats::Scheme;
 
 use super::params::{
     AmaxParams, CopyParams, DequantParams, FgemmArgs, Fp8ScaleParams, GemvParams, PgemmParams, PgemvParams,
@@ -57,20 +57,10 @@ impl<P> KernelName<P> {
     }
 }
 
-/// The kernel-name fragment of a scheme.
-fn scheme_name(scheme: Scheme) -> &'static str {
-    match scheme {
-        Scheme::NvFp4 => "nvfp4",
-        Scheme::MxFp4 => "mxfp4",
-        Scheme::MxFp6E2M3 => "mxfp6_e2m3",
-        Scheme::MxFp6E3M2 => "mxfp6_e3m2",
-        Scheme::MxFp8E4M3 => "mxfp8_e4m3",
-        Scheme::MxFp8E5M2 => "mxfp8_e5m2",
-        Scheme::Fp8Block(Fp8Tile::Row1x128) => "fp8_block_1x128",
-        Scheme::Fp8Block(Fp8Tile::Tile128x128) => "fp8_block_128x128",
-        Scheme::Int4G32 => "int4_g32",
-        Scheme::Int4G128 => "int4_g128",
-    }
+/// The kernel-name fragment of a scheme: its name ([`Scheme::name`]) as a C identifier
+/// (`mxfp6-e2m3` -> `mxfp6_e2m3`).
+fn scheme_name(scheme: Scheme) -> String {
+    scheme.name().replace('-', "_")
 }
 
 /// The suffix of the kernels' f16-activation variants.
@@ -125,7 +115,7 @@ impl KernelName<GemvParams> {
     /// (M <= 16, either); both FP8 block tilings share `gemv_fp8_block`.
     pub(crate) fn gemv(scheme: Scheme, m: usize, f16: bool) -> Self {
         let base = match scheme {
-            Scheme::Fp8Block(_) => "fp8_block",
+            Scheme::Fp8Block(_) => "fp8_block".to_owned(),
             s => scheme_name(s),
         };
         let variant = if m > 8 { "_m16" } else { f16_suffix(f16) };
@@ -201,6 +191,8 @@ impl KernelName<FgemmArgs> {
 
 #[cfg(test)]
 mod tests {
+    use blockscale_formats::Fp8Tile;
+
     use super::*;
 
     #[test]
@@ -245,6 +237,17 @@ mod tests {
         assert_eq!(KernelName::fgemm(Some((false, true)), true).as_str(), "fgemm_mx_e4m3_e5m2_m64");
         assert_eq!(KernelName::fgemm(Some((false, true)), false).as_str(), "fgemm_mx_e4m3_e5m2");
         assert_eq!(KernelName::fgemm(Some((true, false)), false).as_str(), "fgemm_mx_e5m2_e4m3");
+
+        // Every scheme's fragment, as quantize.cu instantiates the kernels.
+        let symbols = ["nvfp4", "mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2"].into_iter().chain([
+            "fp8_block_1x128",
+            "fp8_block_128x128",
+            "int4_g32",
+            "int4_g128",
+        ]);
+        for (scheme, symbol) in Scheme::ALL.into_iter().zip(symbols) {
+            assert_eq!(KernelName::quantize(scheme, "f32").as_str(), format!("quantize_{symbol}_f32"));
+        }
     }
 
     #[test]
