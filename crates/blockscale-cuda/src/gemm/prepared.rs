@@ -533,10 +533,7 @@ pub fn gemm_weight_only_prepared_host<I: GemvInput, O: DeviceElement>(
 ) -> Result<Array2<O>, CudaError> {
     let (m, k) = x.dim();
     let (n, wk) = w.shape();
-    if k != wk {
-        return Err(CudaError::KMismatch { a: k, b: wk });
-    }
-    let (dx, stride) = crate::gemv::upload(dev, x)?;
+    let (dx, stride) = crate::gemv::upload(dev, x, wk)?;
     let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
     let y = on_device(dev, epilogue, |epi| gemm_weight_only_prepared::<I, O>(dev, xm, w, epi))?;
     to_host(dev, &y, m, n)

@@ -611,10 +611,7 @@ pub fn gemv_host<I: GemvInput, O: DeviceElement>(
 ) -> Result<Array2<O>, CudaError> {
     let (m, k) = x.dim();
     check_rows(m)?;
-    if k != w.k() {
-        return Err(CudaError::KMismatch { a: k, b: w.k() });
-    }
-    let (dx, stride) = upload(dev, x)?;
+    let (dx, stride) = upload(dev, x, w.k())?;
     let dw = DeviceQuantized::from_host(dev, w)?;
     let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
     let y = on_device(dev, epilogue, |epi| gemv::<I, O>(dev, xm, &dw, epi))?;
@@ -636,19 +633,24 @@ pub fn gemv_prepared_host<I: GemvInput, O: DeviceElement>(
     let (m, k) = x.dim();
     check_rows(m)?;
     let (n, wk) = w.shape();
-    if k != wk {
-        return Err(CudaError::KMismatch { a: k, b: wk });
-    }
-    let (dx, stride) = upload(dev, x)?;
+    let (dx, stride) = upload(dev, x, wk)?;
     let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
     let y = on_device(dev, epilogue, |epi| gemv::<I, O>(dev, xm, w, epi))?;
     to_host(dev, &y, m, n)
 }
 
 /// Copies host activations to the device with rows padded to 8 elements (16 bytes), as
-/// the kernel reads them; returns the buffer and its row stride.
-pub(crate) fn upload<I: GemvInput>(dev: &Device, x: ArrayView2<'_, I>) -> Result<(CudaSlice<I>, usize), CudaError> {
+/// the kernel reads them, after checking their K against the weights'; returns the
+/// buffer and its row stride.
+pub(crate) fn upload<I: GemvInput>(
+    dev: &Device,
+    x: ArrayView2<'_, I>,
+    weights_k: usize,
+) -> Result<(CudaSlice<I>, usize), CudaError> {
     let (m, k) = x.dim();
+    if k != weights_k {
+        return Err(CudaError::KMismatch { a: k, b: weights_k });
+    }
     let stride = k.next_multiple_of(8);
     let mut host = vec![I::default(); m * stride];
     for (r, row) in x.rows().into_iter().enumerate() {
