@@ -1,43 +1,51 @@
-//! Builds the two kinds of CUDA code:
+//! Builds the two kinds of CUDA code that `kernels/` describes. What to compile and
+//! how (sources, nvcc flags, target architectures) comes from the
+//! `blockscale-kernel-build` crate, which `cargo xtask kernels` reads too, so the two
+//! compile the same things the same way:
 //!
-//! - blockscale's own kernels: every `kernels/**/*.cu` except `common/` and `cutlass/`,
-//!   compiled with nvcc into a fatbin holding SASS for sm_90a and sm_120a (flags in
-//!   `kernels/nvcc_flags.txt`, which `cargo xtask kernels` reads too); `kernels.rs` in
-//!   `OUT_DIR` embeds them and cudarc loads them.
+//! - blockscale's own kernels (`KernelBuild::modules`: every `kernels/**/*.cu` except
+//!   `common/` and `cutlass/`), compiled with nvcc into a fatbin holding SASS for every
+//!   architecture of `kernels/nvcc_flags.txt`'s `-gencode` lines, in `OUT_DIR`;
+//!   `kernels.rs` in `OUT_DIR` embeds them and cudarc loads them.
 //! - the CUTLASS shims, `kernels/cutlass/*.cu` (flags in `kernels/cutlass/nvcc_flags.txt`;
-//!   `sm90_*` for sm_90a, `sm120_*` for sm_120a): each compiled once with nvcc into an
-//!   object, archived with the `cc` crate into a static library and linked with
-//!   `libcudart_static`. CUTLASS templates take about a minute each, so the objects are
-//!   cached under `<target dir>/cutlass-cache/` by a hash of everything that goes into them
-//!   (source, the folder's headers, `common/activation.cuh`, flags, nvcc's version,
-//!   CUTLASS's version header), and
-//!   compiled in parallel. Each cache entry keeps ptxas's report and the cubin, which
-//!   `cargo xtask kernels` reads (it never compiles them a second time).
+//!   each for the architecture its name's prefix gives, `sm90_*` for sm_90a, `sm120_*`
+//!   for sm_120a): each compiled once with nvcc into an object, archived with the `cc`
+//!   crate into a static library (in `OUT_DIR`) and linked with `libcudart_static`.
+//!   CUTLASS templates take about a minute each, so the objects are cached in
+//!   `<target dir>/cutlass-cache/` (`CutlassCache`), not in `OUT_DIR`: a cache there
+//!   would be lost to every `cargo clean -p`, profile and feature change, and
+//!   `cargo xtask kernels` (which reads each entry's ptxas report and cubin instead of
+//!   compiling the shims a second time) could not find it. An entry is keyed by a hash
+//!   of everything that goes into it (source, the folder's headers,
+//!   `common/activation.cuh`, flags, nvcc's version, CUTLASS's version header), so a
+//!   stale one is never used; the shims are compiled in parallel.
 //!
 //! nvcc is found through `NVCC`, `CUDA_HOME` / `CUDA_PATH`, `PATH`, or the toolchain
 //! `cargo xtask setup-cuda` installs under `<target dir>/cuda-13.0`; CUTLASS through
 //! `CUTLASS_DIR` (a CUTLASS checkout, or the wheel's `cutlass_library/source`) or the
 //! copy `cargo xtask setup-cuda` installs under `<target dir>/cutlass-4.2`. The target
 //! dir is `CARGO_TARGET_DIR` (a relative one taken from the workspace root), else
-//! `target/` in the workspace root: the rule of xtask's `util::target_dir`, so this
-//! finds what `setup-cuda` installed and keeps the cache where `cargo xtask kernels`
-//! reads it.
+//! `target/` in the workspace root (`dirs::target_dir`, xtask's rule too).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use blockscale_kernel_build::cache::{CacheEntry, CutlassCache};
+use blockscale_kernel_build::sources::Shim;
+use blockscale_kernel_build::{KernelBuild, dirs, toolchain};
+
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let root = manifest.join("../..").canonicalize().expect("the workspace root exists");
-    let kernels = root.join("kernels");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    println!("cargo:rerun-if-changed={}", kernels.display());
-    for var in ["NVCC", "CUDA_HOME", "CUDA_PATH", "PATH", "CUTLASS_DIR", "CARGO_TARGET_DIR"] {
+    let build = KernelBuild::read(&root).unwrap_or_else(|e| panic!("\n\nthe kernel build description: {e}\n"));
+    println!("cargo:rerun-if-changed={}", build.kernels.display());
+    for var in toolchain::ENV_VARS {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
-    let target = target_dir(&root);
-    let nvcc = find_nvcc(&target).unwrap_or_else(|| {
+    let target = dirs::target_dir(&root);
+    let nvcc = toolchain::find_nvcc(&target).unwrap_or_else(|| {
         panic!(
             "\n\nblockscale-cuda needs nvcc (CUDA 13.0) to compile its kernels, and none was found.\n\
              Any of these works:\n\
@@ -46,19 +54,16 @@ fn main() {
              - set CUDA_HOME or CUDA_PATH to a CUDA installation (with bin/nvcc);\n\
              - put nvcc on PATH.\n\
              (`cargo xtask test` does the first for you.)\n",
-            target.join("cuda-13.0").display()
+            dirs::cuda_prefix(&target).display()
         )
     });
-    let flags = read_flags(&kernels.join("nvcc_flags.txt"));
-    let mut sources = Vec::new();
-    collect_sources(&kernels, &mut sources);
-    sources.sort();
 
     let results: Vec<(String, PathBuf)> = std::thread::scope(|s| {
-        let handles: Vec<_> = sources
+        let handles: Vec<_> = build
+            .modules
             .iter()
             .map(|src| {
-                let (nvcc, flags, out) = (&nvcc, &flags, &out);
+                let (nvcc, flags, out) = (&nvcc, build.flags.all(), &out);
                 s.spawn(move || compile(nvcc, flags, src, out))
             })
             .collect();
@@ -73,16 +78,7 @@ fn main() {
     rs.push_str("];\n");
     std::fs::write(out.join("kernels.rs"), rs).expect("writing kernels.rs");
 
-    build_cutlass(&target, &nvcc, &kernels.join("cutlass"));
-}
-
-/// `CARGO_TARGET_DIR` (a relative one taken from the workspace root), else
-/// `<root>/target`: where `cargo xtask setup-cuda` installs and the CUTLASS cache lives.
-fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => root.join(dir),
-        _ => root.join("target"),
-    }
+    build_cutlass(&target, &nvcc, &build);
 }
 
 /// FNV-1a, 64 bits: the cache key of a CUTLASS object (no dependency for a hash).
@@ -93,13 +89,10 @@ fn fnv(hash: &mut u64, bytes: &[u8]) {
     }
 }
 
-/// The CUTLASS source tree: `CUTLASS_DIR`, else the wheel `cargo xtask setup-cuda`
-/// installs in the target dir. Either holds `include/cutlass/cutlass.h` and
-/// `tools/util/include/`.
+/// The CUTLASS source tree (`toolchain::cutlass_dir`), which must hold
+/// `include/cutlass/cutlass.h` and `tools/util/include/`.
 fn find_cutlass(target: &Path) -> PathBuf {
-    let dir = std::env::var_os("CUTLASS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target.join("cutlass-4.2/cutlass_library/source"));
+    let dir = toolchain::cutlass_dir(target);
     if !dir.join("include/cutlass/cutlass.h").is_file() {
         panic!(
             "\n\nblockscale-cuda's GEMM shims need the CUTLASS 4.2 headers, and {} has none.\n\
@@ -107,7 +100,7 @@ fn find_cutlass(target: &Path) -> PathBuf {
              - `cargo xtask setup-cuda` (installs nvidia-cutlass==4.2.0.0 from PyPI under {});\n\
              - set CUTLASS_DIR to a CUTLASS 4.2 checkout (the folder holding include/ and tools/).\n",
             dir.join("include/cutlass/cutlass.h").display(),
-            target.join("cutlass-4.2").display()
+            dirs::cutlass_prefix(target).display()
         );
     }
     dir
@@ -131,24 +124,20 @@ fn find_cudart(nvcc: &Path) -> PathBuf {
 }
 
 /// Compiles (or takes from the cache) every CUTLASS shim, archives the objects and emits
-/// the link lines. Writes `<target>/cutlass-cache/manifest.txt`: one `stem arch dir` line
-/// per shim, for `cargo xtask kernels`.
-fn build_cutlass(target: &Path, nvcc: &Path, dir: &Path) {
-    let mut shims: Vec<PathBuf> =
-        std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
-    shims.retain(|p| p.extension().is_some_and(|e| e == "cu"));
-    shims.sort();
+/// the link lines. Writes the cache's manifest (`CutlassCache::write_manifest`) for
+/// `cargo xtask kernels`.
+fn build_cutlass(target: &Path, nvcc: &Path, build: &KernelBuild) {
+    let shims = &build.shims;
     if shims.is_empty() {
         return;
     }
     let cutlass = find_cutlass(target);
-    let flags = read_flags(&dir.join("nvcc_flags.txt"));
-    let cache = target.join("cutlass-cache");
-    std::fs::create_dir_all(&cache).unwrap_or_else(|e| panic!("creating {}: {e}", cache.display()));
+    let cache = CutlassCache::new(target);
+    std::fs::create_dir_all(cache.dir()).unwrap_or_else(|e| panic!("creating {}: {e}", cache.dir().display()));
 
     // What every shim depends on besides its own source.
     let mut common = 0xcbf2_9ce4_8422_2325u64;
-    let mut headers: Vec<PathBuf> = std::fs::read_dir(dir)
+    let mut headers: Vec<PathBuf> = std::fs::read_dir(&build.cutlass)
         .expect("reading kernels/cutlass")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && p.extension().is_none_or(|e| e != "cu"))
@@ -159,9 +148,9 @@ fn build_cutlass(target: &Path, nvcc: &Path, dir: &Path) {
         fnv(&mut common, &std::fs::read(h).expect("reading a kernels/cutlass header"));
     }
     // The one header the shims take from kernels/common (the epilogue activation).
-    let shared = dir.join("../common/activation.cuh");
+    let shared = build.cutlass.join("../common/activation.cuh");
     fnv(&mut common, &std::fs::read(&shared).expect("reading kernels/common/activation.cuh"));
-    fnv(&mut common, flags.join(" ").as_bytes());
+    fnv(&mut common, build.shim_flags.all().join(" ").as_bytes());
     let version = Command::new(nvcc).arg("--version").output().expect("running nvcc --version");
     fnv(&mut common, &version.stdout);
     fnv(&mut common, &std::fs::read(cutlass.join("include/cutlass/version.h")).unwrap_or_default());
@@ -174,26 +163,28 @@ fn build_cutlass(target: &Path, nvcc: &Path, dir: &Path) {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
         .clamp(1, shims.len());
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut entries: Vec<(usize, String, &str, PathBuf)> = std::thread::scope(|s| {
+    let mut entries: Vec<(usize, CacheEntry)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..jobs)
             .map(|_| {
-                let (flags, cutlass, cache, shims, next) = (&flags, &cutlass, &cache, &shims, &next);
+                let (cutlass, cache, next) = (&cutlass, &cache, &next);
                 s.spawn(move || {
                     let mut done = Vec::new();
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(src) = shims.get(i) else { break done };
-                        let stem = src.file_stem().expect("a .cu file has a stem").to_string_lossy().into_owned();
-                        let arch = if stem.starts_with("sm120") { "sm_120a" } else { "sm_90a" };
+                        let Some(shim) = shims.get(i) else { break done };
                         let mut key = common;
-                        fnv(&mut key, &std::fs::read(src).expect("reading a CUTLASS shim"));
-                        fnv(&mut key, arch.as_bytes());
-                        let entry = cache.join(format!("{stem}-{key:016x}"));
-                        if !entry.join(format!("{stem}.o")).is_file() {
-                            compile_shim(nvcc, flags, cutlass, arch, src, &stem, &entry);
-                            remove_stale(cache, &stem, &entry);
+                        fnv(&mut key, &std::fs::read(&shim.source).expect("reading a CUTLASS shim"));
+                        fnv(&mut key, shim.arch.name().as_bytes());
+                        let entry = CacheEntry {
+                            stem: shim.stem.clone(),
+                            arch: shim.arch.name().to_string(),
+                            dir: cache.entry_dir(&shim.stem, key),
+                        };
+                        if !entry.object().is_file() {
+                            compile_shim(nvcc, &build.shim_flags.for_arch(&shim.arch), cutlass, shim, &entry);
+                            remove_stale(cache, &entry);
                         }
-                        done.push((i, stem, arch, entry));
+                        done.push((i, entry));
                     }
                 })
             })
@@ -201,16 +192,15 @@ fn build_cutlass(target: &Path, nvcc: &Path, dir: &Path) {
         handles.into_iter().flat_map(|h| h.join().expect("an nvcc thread panicked")).collect()
     });
     entries.sort_by_key(|e| e.0);
+    let entries: Vec<CacheEntry> = entries.into_iter().map(|(_, entry)| entry).collect();
 
-    let mut manifest = String::new();
-    let mut build = cc::Build::new();
-    build.cpp(true).cpp_link_stdlib("stdc++");
-    for (_, stem, arch, entry) in &entries {
-        manifest.push_str(&format!("{stem} {arch} {}\n", entry.display()));
-        build.object(entry.join(format!("{stem}.o")));
+    let mut archive = cc::Build::new();
+    archive.cpp(true).cpp_link_stdlib("stdc++");
+    for entry in &entries {
+        archive.object(entry.object());
     }
-    std::fs::write(cache.join("manifest.txt"), manifest).expect("writing the CUTLASS cache manifest");
-    build.compile("blockscale_cutlass");
+    cache.write_manifest(&entries).unwrap_or_else(|e| panic!("writing the CUTLASS cache manifest: {e}"));
+    archive.compile("blockscale_cutlass");
     println!("cargo:rustc-link-search=native={}", find_cudart(nvcc).display());
     println!("cargo:rustc-link-lib=static=cudart_static");
     for lib in ["dl", "rt", "pthread"] {
@@ -218,32 +208,28 @@ fn build_cutlass(target: &Path, nvcc: &Path, dir: &Path) {
     }
 }
 
-/// Removes the cache entries of `stem` other than `keep` (older versions of the shim).
-fn remove_stale(cache: &Path, stem: &str, keep: &Path) {
-    let Ok(rd) = std::fs::read_dir(cache) else { return };
+/// Removes the cache entries of `keep`'s shim other than `keep` (older versions of it).
+fn remove_stale(cache: &CutlassCache, keep: &CacheEntry) {
+    let Ok(rd) = std::fs::read_dir(cache.dir()) else { return };
     for e in rd.flatten() {
         let path = e.path();
-        let name = e.file_name().to_string_lossy().into_owned();
-        let ours = name
-            .strip_prefix(stem)
-            .and_then(|r| r.strip_prefix('-'))
-            .is_some_and(|key| key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit()));
-        if ours && path != keep {
+        let ours = CutlassCache::is_entry_of(&e.file_name().to_string_lossy(), &keep.stem);
+        if ours && path != keep.dir {
             let _ = std::fs::remove_dir_all(&path);
         }
     }
 }
 
-/// One shim into `entry/` (object, cubin, ptxas report), built in a temporary folder and
-/// renamed into place, so an interrupted build never leaves a half entry.
-fn compile_shim(nvcc: &Path, flags: &[String], cutlass: &Path, arch: &str, src: &Path, stem: &str, entry: &Path) {
-    let tmp = entry.with_extension(format!("tmp{}", std::process::id()));
+/// One shim into `entry`'s folder (object, cubin, ptxas report), built in a temporary
+/// folder and renamed into place, so an interrupted build never leaves a half entry.
+/// `flags` are the shims' flags for its architecture (`NvccFlags::for_arch`).
+fn compile_shim(nvcc: &Path, flags: &[String], cutlass: &Path, shim: &Shim, entry: &CacheEntry) {
+    let tmp = entry.dir.with_extension(format!("tmp{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).expect("creating a CUTLASS cache folder");
-    let compute = arch.replace("sm_", "compute_");
+    let in_tmp = |path: PathBuf| tmp.join(path.file_name().expect("a cache entry's file has a name"));
     let mut cmd = Command::new(nvcc);
     cmd.args(flags)
-        .arg(format!("-gencode=arch={compute},code={arch}"))
         .arg("-I")
         .arg(cutlass.join("include"))
         .arg("-I")
@@ -252,72 +238,32 @@ fn compile_shim(nvcc: &Path, flags: &[String], cutlass: &Path, arch: &str, src: 
         .arg(&tmp)
         .arg("-c")
         .arg("-o")
-        .arg(tmp.join(format!("{stem}.o")))
-        .arg(src);
+        .arg(in_tmp(entry.object()))
+        .arg(&shim.source);
     let started = std::time::Instant::now();
-    let output = run_nvcc(&mut cmd, src);
+    let output = run_nvcc(&mut cmd, &shim.source);
     // Keep the object, the cubin and ptxas's report; drop the other intermediates
     // (hundreds of MB of preprocessed source).
+    let keep = [in_tmp(entry.object()), in_tmp(entry.cubin())];
     for e in std::fs::read_dir(&tmp).expect("reading the nvcc keep folder").flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name != format!("{stem}.o") && name != format!("{stem}.cubin") {
+        if !keep.contains(&e.path()) {
             let _ = std::fs::remove_file(e.path());
         }
     }
     let report = format!(
-        "# {} for {arch}, {:.0} s\n{}",
-        src.display(),
+        "# {} for {}, {:.0} s\n{}",
+        shim.source.display(),
+        shim.arch,
         started.elapsed().as_secs_f64(),
         String::from_utf8_lossy(&output.stderr)
     );
-    std::fs::write(tmp.join("ptxas.log"), report).expect("writing the ptxas report");
-    let _ = std::fs::remove_dir_all(entry);
-    std::fs::rename(&tmp, entry).expect("moving a CUTLASS cache entry into place");
+    std::fs::write(in_tmp(entry.ptxas_log()), report).expect("writing the ptxas report");
+    let _ = std::fs::remove_dir_all(&entry.dir);
+    std::fs::rename(&tmp, &entry.dir).expect("moving a CUTLASS cache entry into place");
 }
 
-/// nvcc: `NVCC`, `CUDA_HOME` / `CUDA_PATH`, `PATH`, then the toolchain `cargo xtask
-/// setup-cuda` installs in the target dir.
-fn find_nvcc(target: &Path) -> Option<PathBuf> {
-    let exists = |p: PathBuf| p.is_file().then_some(p);
-    if let Some(p) = std::env::var_os("NVCC") {
-        return exists(PathBuf::from(p));
-    }
-    for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Some(home) = std::env::var_os(var)
-            && let Some(p) = exists(PathBuf::from(home).join("bin/nvcc"))
-        {
-            return Some(p);
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            if let Some(p) = exists(dir.join("nvcc")) {
-                return Some(p);
-            }
-        }
-    }
-    exists(target.join("cuda-13.0/nvidia/cu13/bin/nvcc"))
-}
-
-fn read_flags(path: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
-}
-
-fn collect_sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())) {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            // common/ holds headers; cutlass/ is built separately (build_cutlass).
-            if path.file_name().is_some_and(|n| n != "common" && n != "cutlass") {
-                collect_sources(&path, out);
-            }
-        } else if path.extension().is_some_and(|e| e == "cu") {
-            out.push(path);
-        }
-    }
-}
-
+/// Compiles one module kernel into `<out>/<stem>.fatbin` with the kernels' flags (all
+/// of them: one fatbin for every architecture); returns the module name and the file.
 fn compile(nvcc: &Path, flags: &[String], src: &Path, out: &Path) -> (String, PathBuf) {
     let name = src.file_stem().expect("a .cu file has a stem").to_string_lossy().into_owned();
     let dst = out.join(format!("{name}.fatbin"));

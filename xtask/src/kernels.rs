@@ -1,22 +1,28 @@
 //! `cargo xtask kernels`: compiles every own kernel source for each target architecture
-//! with the flags build.rs uses, prints per-kernel registers, spills and stack, fails on
-//! any spill, stack frame or serialized wgmma (ptxas C7510-C7515), and checks in the sm_120a SASS that each quantize kernel
-//! converts with the hardware instruction for its element format. The CUTLASS GEMM shims
-//! are not compiled again: build.rs's cache entries (ptxas report and cubin, listed in
-//! `<target dir>/cutlass-cache/manifest.txt`) are read, and each kernel must have no spills, no
-//! stack, no serialized wgmma (ptxas warning C7510) and its tensor-core instruction.
+//! with the flags build.rs uses (both read sources, flags and architectures through
+//! `blockscale_kernel_build`), prints per-kernel registers, spills and stack, fails on
+//! any spill, stack frame or serialized wgmma (ptxas C7510-C7515), and checks in the
+//! sm_120a SASS that each quantize kernel converts with the hardware instruction for
+//! its element format. The CUTLASS GEMM shims are not compiled again: build.rs's cache
+//! entries (ptxas report and cubin, listed in the manifest of
+//! `<target dir>/cutlass-cache/`, `CutlassCache`) are read, and each kernel must have
+//! no spills, no stack, no serialized wgmma (ptxas warning C7510) and its tensor-core
+//! instruction.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use blockscale_kernel_build::cache::CutlassCache;
+use blockscale_kernel_build::{Arch, KernelBuild};
 
 use crate::setup_cuda;
 use crate::util::{root, target_dir};
 
-/// The architectures of the fatbin (as in kernels/nvcc_flags.txt).
-const ARCHS: [&str; 2] = ["sm_90a", "sm_120a"];
+/// The architecture whose SASS has the hardware conversions [`SASS_EXPECTED`] checks
+/// (one of the targets of kernels/nvcc_flags.txt).
+const SASS_CHECK_ARCH: &str = "sm_120a";
 
 /// ptxas's account of one kernel on one architecture.
 #[derive(Clone, Copy, Default)]
@@ -66,18 +72,21 @@ pub fn run() -> Result<()> {
     let home = setup_cuda::cuda(false)?;
     let nvdisasm = setup_cuda::nvdisasm(false)?;
     let nvcc = home.join("bin").join("nvcc");
-    let kernels = root().join("kernels");
-    let flags = read_flags(&kernels.join("nvcc_flags.txt"))?;
+    let build = KernelBuild::read(&root())?;
+    let archs = &build.archs;
     let out = target_dir().join("kernels-check");
     std::fs::create_dir_all(&out)?;
 
-    let mut usage: BTreeMap<String, [Option<Usage>; 2]> = BTreeMap::new();
+    let mut usage: BTreeMap<String, Vec<Option<Usage>>> = BTreeMap::new();
     let mut problems = Vec::new();
-    for src in sources(&kernels)? {
+    if !archs.iter().any(|a| a.name() == SASS_CHECK_ARCH) {
+        problems.push(format!("the SASS checks' {SASS_CHECK_ARCH} is not a target of kernels/nvcc_flags.txt"));
+    }
+    for src in &build.modules {
         let stem = src.file_stem().and_then(|s| s.to_str()).unwrap_or("kernel").to_string();
-        for (a, arch) in ARCHS.iter().enumerate() {
+        for (a, arch) in archs.iter().enumerate() {
             let cubin = out.join(format!("{stem}.{arch}.cubin"));
-            let log = compile(&nvcc, &flags, arch, &src, &cubin)?;
+            let log = compile(&nvcc, &build.flags.for_arch(arch), arch, src, &cubin)?;
             // wgmma serialized by ptxas (C7510-C7515: a call, too few registers, or a
             // register operand written while its group is in flight) loses its overlap.
             for code in ["C7510", "C7511", "C7512", "C7513", "C7514", "C7515"] {
@@ -86,21 +95,23 @@ pub fn run() -> Result<()> {
                 }
             }
             for (name, u) in parse_ptxas(&log) {
-                usage.entry(name).or_default()[a] = Some(u);
+                usage.entry(name).or_insert_with(|| vec![None; archs.len()])[a] = Some(u);
             }
-            if *arch == "sm_120a" {
+            if arch.name() == SASS_CHECK_ARCH {
                 problems.extend(check_sass(&nvdisasm, &cubin)?);
             }
         }
     }
 
-    println!("{:<36} {:>22} {:>22}", "kernel", "sm_90a regs/spill/stack", "sm_120a regs/spill/stack");
+    let header: String = archs.iter().map(|arch| format!(" {:>22}", format!("{arch} regs/spill/stack"))).collect();
+    println!("{:<36}{header}", "kernel");
     for (name, per_arch) in &usage {
         let cell = |u: &Option<Usage>| {
             u.map_or("-".to_string(), |u| format!("{} / {} / {}", u.registers, u.spill_bytes, u.stack_bytes))
         };
-        println!("{name:<36} {:>22} {:>22}", cell(&per_arch[0]), cell(&per_arch[1]));
-        for (arch, u) in ARCHS.iter().zip(per_arch) {
+        let cells: String = per_arch.iter().map(|u| format!(" {:>22}", cell(u))).collect();
+        println!("{name:<36}{cells}");
+        for (arch, u) in archs.iter().zip(per_arch) {
             match u {
                 None => problems.push(format!("{name}: not compiled for {arch}")),
                 Some(u) if u.spill_bytes > 0 || u.stack_bytes > 0 => problems.push(format!(
@@ -114,7 +125,7 @@ pub fn run() -> Result<()> {
     let gemm_kernels = check_cutlass(&nvdisasm, &mut problems)?;
     if problems.is_empty() {
         println!(
-            "\nkernels: {} kernels and {gemm_kernels} CUTLASS GEMM kernels, no spills, sm_120a SASS conversions \
+            "\nkernels: {} kernels and {gemm_kernels} CUTLASS GEMM kernels, no spills, {SASS_CHECK_ARCH} SASS conversions \
              and GEMM tensor-core instructions present",
             usage.len()
         );
@@ -128,28 +139,19 @@ pub fn run() -> Result<()> {
 /// missing): per kernel registers, spills, stack; C7510; the tensor-core instruction.
 /// Returns the number of kernels checked.
 fn check_cutlass(nvdisasm: &Path, problems: &mut Vec<String>) -> Result<usize> {
-    let cache = target_dir().join("cutlass-cache");
-    let manifest = cache.join("manifest.txt");
     // The manifest lists what the last build linked; build to make it current (a no-op
     // when nothing changed, and it never recompiles a cached shim).
     crate::util::run(crate::util::cargo().args(["build", "-q", "-p", "blockscale-cuda"]))?;
-    let text = std::fs::read_to_string(&manifest).with_context(|| format!("reading {}", manifest.display()))?;
-    let mut shims: Vec<(String, String, PathBuf)> = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let mut parts = line.splitn(3, ' ');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(stem), Some(arch), Some(dir)) => shims.push((stem.into(), arch.into(), PathBuf::from(dir))),
-            _ => bail!("{}: malformed line {line:?}", manifest.display()),
-        }
-    }
+    let shims = CutlassCache::new(&target_dir()).read_manifest()?;
     println!(
         "\n{:<28} {:<8} {:>8} {:>14} {:>10} {:>7}  tensor-core MMA",
         "CUTLASS shim", "arch", "kernels", "regs", "spill/stack", "stages"
     );
     let mut count = 0;
-    for (stem, arch, dir) in &shims {
+    for shim in &shims {
+        let (stem, arch) = (&shim.stem, &shim.arch);
         let log =
-            std::fs::read_to_string(dir.join("ptxas.log")).with_context(|| format!("reading {stem}'s ptxas report"))?;
+            std::fs::read_to_string(shim.ptxas_log()).with_context(|| format!("reading {stem}'s ptxas report"))?;
         let kernels = parse_ptxas(&log);
         if kernels.is_empty() {
             problems.push(format!("{stem}: its ptxas report lists no kernel"));
@@ -162,7 +164,7 @@ fn check_cutlass(nvdisasm: &Path, problems: &mut Vec<String>) -> Result<usize> {
         if spill > 0 || stack > 0 {
             problems.push(format!("{stem}: {spill} bytes spilled, {stack} bytes of stack (must be zero)"));
         }
-        let cubin = dir.join(format!("{stem}.cubin"));
+        let cubin = shim.cubin();
         let output =
             Command::new(nvdisasm).arg(&cubin).output().with_context(|| format!("running {}", nvdisasm.display()))?;
         if !output.status.success() {
@@ -197,45 +199,11 @@ fn check_cutlass(nvdisasm: &Path, problems: &mut Vec<String>) -> Result<usize> {
     Ok(count)
 }
 
-/// Every `.cu` under kernels/ except the shared headers in common/, sorted.
-fn sources(kernels: &Path) -> Result<Vec<PathBuf>> {
-    let mut found = Vec::new();
-    let mut dirs = vec![kernels.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-            let path = entry?.path();
-            // common/ holds headers; cutlass/ is built (and cached) by build.rs.
-            if path.is_dir() && path.file_name().is_some_and(|n| n != "common" && n != "cutlass") {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "cu") {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    if found.is_empty() {
-        bail!("no .cu files under {}", kernels.display());
-    }
-    Ok(found)
-}
-
-/// The flags file without its `-gencode` lines (each compile here names one target).
-fn read_flags(path: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| !l.is_empty() && !l.starts_with("-gencode"))
-        .map(str::to_string)
-        .collect())
-}
-
 /// Compiles one source to a cubin for `arch` and returns ptxas's verbose report.
-fn compile(nvcc: &Path, flags: &[String], arch: &str, src: &Path, cubin: &Path) -> Result<String> {
-    let compute = arch.replace("sm_", "compute_");
+/// `flags` are the kernels' flags for `arch` alone (`NvccFlags::for_arch`).
+fn compile(nvcc: &Path, flags: &[String], arch: &Arch, src: &Path, cubin: &Path) -> Result<String> {
     let output = Command::new(nvcc)
         .args(flags)
-        .arg(format!("-gencode=arch={compute},code={arch}"))
         .args(["-cubin", "-Xptxas", "-v", "-o"])
         .arg(cubin)
         .arg(src)
@@ -302,7 +270,7 @@ fn check_sass(nvdisasm: &Path, cubin: &Path) -> Result<Vec<String>> {
         if let Some((_, instr)) = SASS_EXPECTED.iter().find(|(prefix, _)| name.starts_with(prefix)) {
             checked += 1;
             if !body.contains(instr) {
-                problems.push(format!("{name} (sm_120a): no {instr} in its SASS"));
+                problems.push(format!("{name} ({SASS_CHECK_ARCH}): no {instr} in its SASS"));
             }
         }
     }

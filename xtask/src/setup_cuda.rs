@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use blockscale_kernel_build::dirs;
 
 use crate::util::{run, target_dir};
 
@@ -35,14 +36,15 @@ pub const NVDISASM_PACKAGES: &[&str] = &["nvidia-cuda-nvdisasm==13.2.86"];
 /// `safetensors.numpy` needs nothing beyond numpy, so `--no-deps` is enough).
 pub const PYTHON_PACKAGES: &[&str] = &["ml_dtypes==0.6.0", "numpy==2.4.6", "safetensors==0.8.0"];
 
-/// Where `setup-cuda` installs: `CUDA_HOME` is `<this>/nvidia/cu13`.
+/// Where `setup-cuda` installs: `CUDA_HOME` is `<this>/nvidia/cu13`. build.rs finds it
+/// there (`blockscale_kernel_build::dirs`).
 pub fn cuda_prefix() -> PathBuf {
-    target_dir().join("cuda-13.0")
+    dirs::cuda_prefix(&target_dir())
 }
 
 /// The CUDA home inside the install prefix (holds `bin/nvcc` and `include/`).
 pub fn cuda_home() -> PathBuf {
-    cuda_prefix().join("nvidia").join("cu13")
+    dirs::cuda_home(&target_dir())
 }
 
 /// Where `setup-python` installs (a `--target` directory for `PYTHONPATH`).
@@ -67,14 +69,15 @@ pub fn cuda(force: bool) -> Result<PathBuf> {
     Ok(home)
 }
 
-/// Where `setup-cuda` installs CUTLASS (the wheel's files under a `--target` directory).
+/// Where `setup-cuda` installs CUTLASS (the wheel's files under a `--target` directory),
+/// where build.rs finds it (`blockscale_kernel_build::dirs`).
 pub fn cutlass_prefix() -> PathBuf {
-    target_dir().join("cutlass-4.2")
+    dirs::cutlass_prefix(&target_dir())
 }
 
 /// The CUTLASS include directory inside the install prefix (holds `cutlass/` and `cute/`).
 pub fn cutlass_include() -> PathBuf {
-    cutlass_prefix().join("cutlass_library").join("source").join("include")
+    dirs::cutlass_source(&target_dir()).join("include")
 }
 
 /// Installs CUTLASS's headers unless present with the same pin; returns the include

@@ -13,13 +13,11 @@ pub fn root() -> PathBuf {
 
 /// Where builds and everything installed or generated "under target/" go:
 /// `CARGO_TARGET_DIR` if set (a relative one taken from the workspace root, where the
-/// nested cargo runs), else `<root>/target`. blockscale-cuda's build.rs finds the
-/// toolchain and keeps its CUTLASS cache by the same rule.
+/// nested cargo runs), else `<root>/target`. The rule is
+/// `blockscale_kernel_build::dirs::target_dir`, by which blockscale-cuda's build.rs
+/// finds the toolchain and keeps its CUTLASS cache.
 pub fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => root().join(dir),
-        _ => root().join("target"),
-    }
+    blockscale_kernel_build::dirs::target_dir(&root())
 }
 
 /// The cargo that runs us, for nested invocations: from the workspace root, with
