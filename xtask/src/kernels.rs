@@ -14,13 +14,14 @@ use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use blockscale_formats::{ElementFormat, Scheme};
 use blockscale_kernel_build::cache::CutlassCache;
 use blockscale_kernel_build::{Arch, KernelBuild};
 
 use crate::setup_cuda;
 use crate::util::{root, target_dir};
 
-/// The architecture whose SASS has the hardware conversions [`SASS_EXPECTED`] checks
+/// The architecture whose SASS has the hardware conversions [`sass_expected`] checks
 /// (one of the targets of kernels/nvcc_flags.txt).
 const SASS_CHECK_ARCH: &str = "sm_120a";
 
@@ -32,17 +33,19 @@ struct Usage {
     stack_bytes: u32,
 }
 
-/// The SASS conversion each quantize kernel must contain on sm_120a, by name prefix.
-/// INT4 rounds in software on every architecture.
-const SASS_EXPECTED: &[(&str, &str)] = &[
-    ("quantize_nvfp4_", "F2FP.SATFINITE.E2M1"),
-    ("quantize_mxfp4_", "F2FP.SATFINITE.E2M1"),
-    ("quantize_mxfp6_e2m3_", "F2FP.SATFINITE.E2M3"),
-    ("quantize_mxfp6_e3m2_", "F2FP.SATFINITE.E3M2"),
-    ("quantize_mxfp8_e4m3_", "F2FP.SATFINITE.E4M3"),
-    ("quantize_mxfp8_e5m2_", "F2FP.SATFINITE.E5M2"),
-    ("quantize_fp8_block_", "F2FP.SATFINITE.E4M3"),
-];
+/// The SASS conversion each quantize kernel must contain on sm_120a, by name prefix:
+/// for every scheme of [`Scheme::ALL`] with a float element, `quantize_{scheme}_` and
+/// `F2FP.SATFINITE.{ELEMENT}`. INT4 rounds in software on every architecture.
+fn sass_expected() -> Vec<(String, String)> {
+    Scheme::ALL
+        .into_iter()
+        .filter(|s| s.element() != ElementFormat::Int4)
+        .map(|s| {
+            let name = s.name().replace('-', "_");
+            (format!("quantize_{name}_"), format!("F2FP.SATFINITE.{}", s.element().name().to_uppercase()))
+        })
+        .collect()
+}
 
 /// The tensor-core instruction each CUTLASS shim's kernels must contain, by shim prefix.
 /// On sm_120a: the block-scaled MMAs (OMMA.SF for the FP4 kinds, QMMA.SF for
@@ -266,10 +269,11 @@ fn check_sass(nvdisasm: &Path, cubin: &Path) -> Result<Vec<String>> {
     }
     let mut problems = Vec::new();
     let mut checked = 0;
+    let expected = sass_expected();
     for (name, body) in &functions {
-        if let Some((_, instr)) = SASS_EXPECTED.iter().find(|(prefix, _)| name.starts_with(prefix)) {
+        if let Some((_, instr)) = expected.iter().find(|(prefix, _)| name.starts_with(prefix.as_str())) {
             checked += 1;
-            if !body.contains(instr) {
+            if !body.contains(instr.as_str()) {
                 problems.push(format!("{name} ({SASS_CHECK_ARCH}): no {instr} in its SASS"));
             }
         }
@@ -284,6 +288,23 @@ fn check_sass(nvdisasm: &Path, cubin: &Path) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_float_scheme_has_its_hardware_conversion() {
+        let want = [
+            ("quantize_nvfp4_", "E2M1"),
+            ("quantize_mxfp4_", "E2M1"),
+            ("quantize_mxfp6_e2m3_", "E2M3"),
+            ("quantize_mxfp6_e3m2_", "E3M2"),
+            ("quantize_mxfp8_e4m3_", "E4M3"),
+            ("quantize_mxfp8_e5m2_", "E5M2"),
+            ("quantize_fp8_block_1x128_", "E4M3"),
+            ("quantize_fp8_block_128x128_", "E4M3"),
+        ];
+        let want: Vec<(String, String)> =
+            want.iter().map(|(p, e)| (p.to_string(), format!("F2FP.SATFINITE.{e}"))).collect();
+        assert_eq!(sass_expected(), want);
+    }
 
     #[test]
     fn parses_ptxas_verbose_output() {
