@@ -40,6 +40,7 @@ impl QuantRequest {
     }
 
     /// The request a validated matrix answers (its shape and layouts hold every check).
+    #[cfg(feature = "alloc")]
     pub(crate) fn of_matrix(
         shape: QuantShape,
         scale_layout: ScaleLayout,
