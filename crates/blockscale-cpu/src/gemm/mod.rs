@@ -121,8 +121,9 @@ pub fn gemm_reference<O: Source>(
 ) -> Result<Array2<O>, CpuError> {
     check_pair(a, b)?;
     let r = resolve(epilogue, Some(a), b)?;
-    let path = Path::select(Simd::Auto)?;
-    let (da, db) = (Decoded::new(a, path, true), Decoded::new(b, path, true));
+    // The reference decodes on the portable path, the definition every SIMD path must
+    // match: it never depends on the SIMD setting.
+    let (da, db) = (Decoded::new(a, Path::Portable, true), Decoded::new(b, Path::Portable, true));
     let out = reference::gemm_qq(&da, &db, &r, reference::format_of::<O>(), true);
     Ok(to_array(a.rows(), b.rows(), out))
 }
@@ -153,7 +154,7 @@ pub fn gemm_weight_only_reference<I: Input, O: Source>(
 ) -> Result<Array2<O>, CpuError> {
     let xs = activations(x, w.k())?;
     let r = resolve(epilogue, None, w)?;
-    let dw = Decoded::new(w, Path::select(Simd::Auto)?, true);
+    let dw = Decoded::new(w, Path::Portable, true);
     let m = x.nrows();
     let out = reference::gemm_wq(&xs, m, &dw, &r, reference::format_of::<O>(), true);
     Ok(to_array(m, w.rows(), out))

@@ -45,15 +45,17 @@ impl Path {
 }
 
 /// What `simd` asks for: `Auto` becomes the path `BLOCKSCALE_SIMD` names (`portable`,
-/// `avx2` or `avx512`), and stays `Auto` (the best the CPU has) when it names none.
+/// `avx2` or `avx512`), and stays `Auto` (the best the CPU has) when it names none. The
+/// variable is read once per process.
 pub(crate) fn requested(simd: Simd) -> Simd {
+    static FROM_ENV: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
     match simd {
-        Simd::Auto => match std::env::var("BLOCKSCALE_SIMD").as_deref() {
+        Simd::Auto => *FROM_ENV.get_or_init(|| match std::env::var("BLOCKSCALE_SIMD").as_deref() {
             Ok("portable") => Simd::Portable,
             Ok("avx2") => Simd::Avx2,
             Ok("avx512") => Simd::Avx512,
             _ => Simd::Auto,
-        },
+        }),
         other => other,
     }
 }
