@@ -7,7 +7,7 @@ use blockscale_formats::{DataLayout, QuantizedMatrix, pack};
 use ndarray::{Array2, ArrayViewMut2};
 use rayon::prelude::*;
 
-use crate::kernels::{self, Path, Target};
+use crate::kernels::{self, Path, RowBlocks, Target};
 use crate::{CpuError, Simd};
 
 /// Options for [`dequantize_with`] and [`dequantize_into`].
@@ -81,14 +81,14 @@ impl<'q> RowDecoder<'q> {
             *s = if scaled { self.q.scale(r, c).unwrap_or(f32::NAN) } else { 1.0 };
         }
         let post = if with_post { self.post } else { 1.0 };
-        let block = self.q.scheme().block_size();
+        let blocks = RowBlocks { block: self.q.scheme().block_size(), factors: &self.scales, target: self.target };
         if matches!(self.target, Target::E2M3 | Target::E3M2) {
             self.codes.resize(k, 0);
             // The lengths agree: 3k/4 bytes, k codes.
             let _ = pack::unpack_fp6::<u8>(bytes, &mut self.codes);
-            kernels::decode_row(self.path, &self.codes, block, self.target, &self.scales, post, out);
+            kernels::decode_row(self.path, &self.codes, blocks, post, out);
         } else {
-            kernels::decode_row(self.path, bytes, block, self.target, &self.scales, post, out);
+            kernels::decode_row(self.path, bytes, blocks, post, out);
         }
     }
 }

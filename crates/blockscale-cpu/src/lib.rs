@@ -89,7 +89,7 @@ pub use quantize::{quantize, quantize_into, quantize_slice};
 pub mod __test_hooks {
     use blockscale_formats::{ElementFormat, Source};
 
-    use crate::kernels::{self, Codes, Path};
+    use crate::kernels::{self, Codes, Path, RowBlocks};
     use crate::scale::Op;
     use crate::{CpuError, Simd};
 
@@ -100,7 +100,7 @@ pub mod __test_hooks {
         let mut out = vec![0u8; xs.len() / target.per_byte()];
         let factors = vec![factor; xs.len() / 32];
         let op = if div { Op::Div } else { Op::Mul };
-        kernels::encode_row(Path::select(simd)?, xs, 32, op, &factors, target, &mut out);
+        kernels::encode_row(Path::select(simd)?, xs, RowBlocks { block: 32, factors: &factors, target }, op, &mut out);
         Ok(out)
     }
 
@@ -116,7 +116,14 @@ pub mod __test_hooks {
         let target = element;
         let n = codes.len() * target.per_byte();
         let mut out = vec![O::default(); n];
-        kernels::decode_row(Path::select(simd)?, codes, 32, target, &vec![scale; n / 32], post, &mut out);
+        let scales = vec![scale; n / 32];
+        kernels::decode_row(
+            Path::select(simd)?,
+            codes,
+            RowBlocks { block: 32, factors: &scales, target },
+            post,
+            &mut out,
+        );
         Ok(out)
     }
 

@@ -10,7 +10,7 @@ use half::f16;
 use ndarray::ArrayView2;
 use rayon::prelude::*;
 
-use crate::kernels::{self, Path, Target};
+use crate::kernels::{self, Path, RowBlocks, Target};
 use crate::scale::{self, Op};
 use crate::{CpuError, GlobalScaleSource, Input, NonFinite, NvFp4Recipe, QuantizeOptions};
 
@@ -208,7 +208,13 @@ fn band_rows<T: Input, S: Copy + Default>(
         for i in 0..rows {
             let row = row_of(input, r0 + i, &mut s.row);
             let out = &mut data[i * row_bytes..(i + 1) * row_bytes];
-            kernels::encode_row(plan.path, row, block, plan.op, &s.factors, plan.target, out);
+            kernels::encode_row(
+                plan.path,
+                row,
+                RowBlocks { block, factors: &s.factors, target: plan.target },
+                plan.op,
+                out,
+            );
         }
         return None;
     }
@@ -230,11 +236,23 @@ fn band_rows<T: Input, S: Copy + Default>(
             scales[scale_index(layout, i, c, cols)] = e;
         }
         if fp6 {
-            kernels::encode_row(plan.path, row, block, plan.op, &s.factors, plan.target, &mut s.codes);
+            kernels::encode_row(
+                plan.path,
+                row,
+                RowBlocks { block, factors: &s.factors, target: plan.target },
+                plan.op,
+                &mut s.codes,
+            );
             // The lengths agree: k codes, 3k/4 bytes.
             let _ = pack::pack_fp6::<u8>(&s.codes, out);
         } else {
-            kernels::encode_row(plan.path, row, block, plan.op, &s.factors, plan.target, out);
+            kernels::encode_row(
+                plan.path,
+                row,
+                RowBlocks { block, factors: &s.factors, target: plan.target },
+                plan.op,
+                out,
+            );
         }
     }
     None

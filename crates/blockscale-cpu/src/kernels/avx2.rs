@@ -9,7 +9,7 @@
 use blockscale_formats::Source;
 use core::arch::x86_64::*;
 
-use super::{Codes, Target, portable, zero_codes};
+use super::{Codes, RowBlocks, Target, portable, zero_codes};
 use crate::Input;
 use crate::scale::Op;
 use blockscale_formats::FloatKind;
@@ -202,17 +202,11 @@ unsafe fn encode_block<T: Input>(
 
 /// See `super::encode_row`.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn encode_row<T: Input>(
-    row: &[T],
-    block: usize,
-    op: Op,
-    factors: &[f32],
-    target: Target,
-    out: &mut [u8],
-) {
+pub(super) unsafe fn encode_row<T: Input>(row: &[T], blocks: RowBlocks<'_>, op: Op, out: &mut [u8]) {
+    let RowBlocks { block, factors, target } = blocks;
     assert!(row.len() == factors.len() * block && out.len() * target.per_byte() == row.len());
     let Some(mini) = mini_of(target) else {
-        return portable::encode_row(row, block, op, factors, target, out);
+        return portable::encode_row(row, blocks, op, out);
     };
     let per_byte = target.per_byte();
     assert!(block.is_multiple_of(32 / per_byte));
@@ -349,14 +343,8 @@ fn decode_fp8_lanes(c: __m256i, ieee: bool) -> __m256 {
 
 /// See `super::decode_row`.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn decode_row<O: Source>(
-    codes: &[u8],
-    block: usize,
-    target: Target,
-    scales: &[f32],
-    post: f32,
-    out: &mut [O],
-) {
+pub(super) unsafe fn decode_row<O: Source>(codes: &[u8], blocks: RowBlocks<'_>, post: f32, out: &mut [O]) {
+    let RowBlocks { block, factors: scales, target } = blocks;
     assert!(
         out.len() == scales.len() * block && codes.len() * target.per_byte() == out.len() && block.is_multiple_of(8)
     );
@@ -364,7 +352,7 @@ pub(super) unsafe fn decode_row<O: Source>(
         Target::E2M1 => false,
         Target::E4M3 => false,
         Target::E5M2 => true,
-        _ => return portable::decode_row(codes, block, target, scales, post, out),
+        _ => return portable::decode_row(codes, blocks, post, out),
     };
     let postv = _mm256_set1_ps(post);
     for (b, &s) in scales.iter().enumerate() {

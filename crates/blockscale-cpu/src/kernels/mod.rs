@@ -116,28 +116,30 @@ pub(crate) fn zero_codes(factor: f32) -> bool {
     factor == 0.0 || factor.is_nan()
 }
 
+/// Calls kernel `$f` of the portable or the AVX2 module, as `$path` says.
+macro_rules! on_path {
+    ($path:expr, $f:ident($($arg:expr),*)) => {
+        match $path {
+            Path::Portable => portable::$f($($arg),*),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Path::Avx2` is only constructed after `avx2_available()` confirmed
+            // AVX2 and F16C; every AVX2 kernel checks its slice lengths itself.
+            Path::Avx2 => unsafe { avx2::$f($($arg),*) },
+        }
+    };
+}
+
 /// `out[b]` = the largest `|x|` bit pattern (`bits & 0x7fff_ffff`) of block `b`:
 /// exact, and `>= 0x7f80_0000` exactly when the block holds a NaN or an infinity.
 pub(crate) fn block_amax_bits<T: Input>(path: Path, row: &[T], block: usize, out: &mut [u32]) {
     debug_assert_eq!(row.len(), out.len() * block);
-    match path {
-        Path::Portable => portable::block_amax_bits(row, block, out),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Path::Avx2` is only constructed after `avx2_available()` confirmed
-        // AVX2 and F16C; the kernel checks its slice lengths itself.
-        Path::Avx2 => unsafe { avx2::block_amax_bits(row, block, out) },
-    }
+    on_path!(path, block_amax_bits(row, block, out))
 }
 
 /// The largest finite `|x|` bit pattern of a row, and the column of its first non-finite
 /// value.
 pub(crate) fn finite_amax_bits<T: Input>(path: Path, row: &[T]) -> (u32, Option<usize>) {
-    match path {
-        Path::Portable => portable::finite_amax_bits(row),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `block_amax_bits`.
-        Path::Avx2 => unsafe { avx2::finite_amax_bits(row) },
-    }
+    on_path!(path, finite_amax_bits(row))
 }
 
 /// NVFP4 block scales for a row of block amax bit patterns: what
@@ -153,52 +155,35 @@ pub(crate) fn nvfp4_scales(
     debug_assert!(amax.len() == scales.len() && amax.len() == factors.len());
     match (path, recipe) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `block_amax_bits`.
+        // SAFETY: as in `on_path!`.
         (Path::Avx2, NvFp4Recipe::LightX2V) => unsafe { avx2::nvfp4_scales(amax, g, scales, factors) },
         _ => scale::each(amax, scales, factors, |a| scale::nvfp4_entry(a, g, recipe)),
     }
 }
 
+/// A row's blocks: `block` elements each, one factor per block (the encoder's multiplier
+/// or divisor, the decoder's scale), elements in format `target`.
+#[derive(Clone, Copy)]
+pub(crate) struct RowBlocks<'a> {
+    pub block: usize,
+    pub factors: &'a [f32],
+    pub target: Target,
+}
+
 /// Encodes a row block by block: element `x` of block `b` becomes
 /// `target(op(x, factors[b]))`, saturating; blocks whose factor is 0 or NaN get
 /// [`Target::zero_byte`]. `out` holds `row.len() / target.per_byte()` bytes.
-pub(crate) fn encode_row<T: Input>(
-    path: Path,
-    row: &[T],
-    block: usize,
-    op: Op,
-    factors: &[f32],
-    target: Target,
-    out: &mut [u8],
-) {
-    debug_assert_eq!(row.len(), factors.len() * block);
-    debug_assert_eq!(out.len() * target.per_byte(), row.len());
-    match path {
-        Path::Portable => portable::encode_row(row, block, op, factors, target, out),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `block_amax_bits`.
-        Path::Avx2 => unsafe { avx2::encode_row(row, block, op, factors, target, out) },
-    }
+pub(crate) fn encode_row<T: Input>(path: Path, row: &[T], blocks: RowBlocks<'_>, op: Op, out: &mut [u8]) {
+    debug_assert_eq!(row.len(), blocks.factors.len() * blocks.block);
+    debug_assert_eq!(out.len() * blocks.target.per_byte(), row.len());
+    on_path!(path, encode_row(row, blocks, op, out))
 }
 
 /// Decodes a row block by block: element `i` of block `b` becomes
-/// `O((value(code_i) * scales[b]) * post)`, with every NaN the canonical `f32::NAN`.
+/// `O((value(code_i) * factors[b]) * post)` (the factors are the block scales), with every NaN the canonical `f32::NAN`.
 /// `codes` holds `out.len() / per_byte` bytes (FP6 codes unpacked, one per byte).
-pub(crate) fn decode_row<O: Source>(
-    path: Path,
-    codes: &[u8],
-    block: usize,
-    target: Target,
-    scales: &[f32],
-    post: f32,
-    out: &mut [O],
-) {
-    debug_assert_eq!(out.len(), scales.len() * block);
-    debug_assert_eq!(codes.len() * target.per_byte(), out.len());
-    match path {
-        Path::Portable => portable::decode_row(codes, block, target, scales, post, out),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `block_amax_bits`.
-        Path::Avx2 => unsafe { avx2::decode_row(codes, block, target, scales, post, out) },
-    }
+pub(crate) fn decode_row<O: Source>(path: Path, codes: &[u8], blocks: RowBlocks<'_>, post: f32, out: &mut [O]) {
+    debug_assert_eq!(out.len(), blocks.factors.len() * blocks.block);
+    debug_assert_eq!(codes.len() * blocks.target.per_byte(), out.len());
+    on_path!(path, decode_row(codes, blocks, post, out))
 }

@@ -4,7 +4,7 @@
 use blockscale_formats::Source;
 use blockscale_formats::{E2M1, E2M3, E3M2, E4M3, E5M2, Element, Int4};
 
-use super::{Codes, Target, zero_codes};
+use super::{Codes, RowBlocks, Target, zero_codes};
 use crate::Input;
 use crate::scale::Op;
 
@@ -78,7 +78,8 @@ fn encode_nibbles<T: Input>(
     }
 }
 
-pub(super) fn encode_row<T: Input>(row: &[T], block: usize, op: Op, factors: &[f32], target: Target, out: &mut [u8]) {
+pub(super) fn encode_row<T: Input>(row: &[T], blocks: RowBlocks<'_>, op: Op, out: &mut [u8]) {
+    let RowBlocks { block, factors, target } = blocks;
     match target {
         Target::E2M1 => encode_nibbles(row, block, op, factors, target, |y| E2M1::from_f32(y).to_bits(), out),
         Target::Int4 => encode_nibbles(row, block, op, factors, target, |y| Int4::from_f32(y).to_offset8_bits(), out),
@@ -107,14 +108,8 @@ fn decode_with<O: Source>(
     }
 }
 
-pub(super) fn decode_row<O: Source>(
-    codes: &[u8],
-    block: usize,
-    target: Target,
-    scales: &[f32],
-    post: f32,
-    out: &mut [O],
-) {
+pub(super) fn decode_row<O: Source>(codes: &[u8], blocks: RowBlocks<'_>, post: f32, out: &mut [O]) {
+    let RowBlocks { block, factors: scales, target } = blocks;
     let nibble = |b: u8, i: usize| (b >> (4 * (i % 2))) & 0xf;
     match target {
         Target::E2M1 => decode_with(codes, block, 2, scales, post, |b, i| E2M1::TABLE[nibble(b, i) as usize], out),
