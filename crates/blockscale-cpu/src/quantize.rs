@@ -42,6 +42,13 @@ impl Plan {
     pub(crate) fn block(&self) -> usize {
         self.shape.scheme.block_size()
     }
+
+    /// Encodes one row with its blocks' factors (`kernels::encode_row` on this plan's
+    /// path, format and scaling op).
+    fn encode_row<T: Input>(&self, row: &[T], factors: &[f32], out: &mut [u8]) {
+        let blocks = RowBlocks { block: self.block(), factors, target: self.target };
+        kernels::encode_row(self.path, row, blocks, self.op, out);
+    }
 }
 
 /// One band's slice of the scale buffer.
@@ -208,13 +215,7 @@ fn band_rows<T: Input, S: Copy + Default>(
         for i in 0..rows {
             let row = row_of(input, r0 + i, &mut s.row);
             let out = &mut data[i * row_bytes..(i + 1) * row_bytes];
-            kernels::encode_row(
-                plan.path,
-                row,
-                RowBlocks { block, factors: &s.factors, target: plan.target },
-                plan.op,
-                out,
-            );
+            plan.encode_row(row, &s.factors, out);
         }
         return None;
     }
@@ -236,23 +237,11 @@ fn band_rows<T: Input, S: Copy + Default>(
             scales[scale_index(layout, i, c, cols)] = e;
         }
         if fp6 {
-            kernels::encode_row(
-                plan.path,
-                row,
-                RowBlocks { block, factors: &s.factors, target: plan.target },
-                plan.op,
-                &mut s.codes,
-            );
+            plan.encode_row(row, &s.factors, &mut s.codes);
             // The lengths agree: k codes, 3k/4 bytes.
             let _ = pack::pack_fp6::<u8>(&s.codes, out);
         } else {
-            kernels::encode_row(
-                plan.path,
-                row,
-                RowBlocks { block, factors: &s.factors, target: plan.target },
-                plan.op,
-                out,
-            );
+            plan.encode_row(row, &s.factors, out);
         }
     }
     None

@@ -92,7 +92,7 @@ impl DeviceQuantized {
         data_layout: DataLayout,
     ) -> Result<Self, CudaError> {
         let options = QuantizeOptions::default().with_scale_layout(scale_layout).with_data_layout(data_layout);
-        Self::alloc_for(dev, &crate::quantize::check_request(scheme, rows, k, &options)?)
+        Self::alloc_for(dev, &crate::checks::check_quantize(scheme, rows, k, &options)?)
     }
 
     /// [`Self::alloc`] for a checked request.

@@ -1,10 +1,25 @@
-//! The argument checks the ops share before a launch: the kernels' index limits, and a
-//! device matrix view's stride, length and alignment. Below every op and the buffers,
+//! The argument checks the ops share before a launch: a quantization's request, the
+//! kernels' index limits, and a device matrix view's stride, length and alignment. Below every op and the buffers,
 //! so each of them can check without importing another.
 
-use blockscale_formats::Scheme;
+use blockscale_formats::{QuantRequest, QuantizeOptions, Scheme};
 
 use crate::CudaError;
+
+/// The checks every quantize entry point (and [`crate::DeviceQuantized::alloc`]) makes
+/// once, before touching the device: the shape and the options against the scheme
+/// ([`QuantRequest::new`]) and the kernels' limits. What runs below takes the request
+/// and checks nothing again.
+pub(crate) fn check_quantize(
+    scheme: Scheme,
+    rows: usize,
+    k: usize,
+    options: &QuantizeOptions,
+) -> Result<QuantRequest, CudaError> {
+    let request = QuantRequest::new(scheme, rows, k, options)?;
+    check_limits(scheme, rows, k)?;
+    Ok(request)
+}
 
 /// Refuses shapes beyond the kernels' index range: rows and K are 32-bit in the kernel
 /// parameters, and the 128x128 tile kernel has one CTA per tile (grid y at most 65535).

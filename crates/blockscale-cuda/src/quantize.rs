@@ -1,14 +1,14 @@
 //! Quantization on the device: validation, the NVFP4 amax pass, the kernel launch.
 
 use blockscale_formats::{
-    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantRequest, QuantizeOptions, QuantizedMatrix,
-    ScaleLayout, ScaleRule, Scheme,
+    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions, QuantizedMatrix, ScaleLayout,
+    ScaleRule, Scheme,
 };
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ndarray::ArrayView2;
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
-use crate::checks::{check_limits, check_matrix};
+use crate::checks::{check_matrix, check_quantize};
 use crate::ffi::launch::{Order, launch};
 use crate::ffi::names::KernelName;
 use crate::ffi::params::{AmaxParams, QuantParams};
@@ -38,20 +38,6 @@ impl<'a, T> DeviceMatrix<'a, T> {
 /// Threads per CTA of the FP8 128x128 tile kernel (`TILE_THREADS` in quantize.cu).
 const TILE_THREADS: u32 = 256;
 
-/// The checks every quantize entry point makes once, before touching the device: the
-/// shape and the options against the scheme ([`QuantRequest::new`]) and the kernels'
-/// limits. What runs below takes the request and checks nothing again.
-pub(crate) fn check_request(
-    scheme: Scheme,
-    rows: usize,
-    k: usize,
-    options: &QuantizeOptions,
-) -> Result<QuantRequest, CudaError> {
-    let request = QuantRequest::new(scheme, rows, k, options)?;
-    check_limits(scheme, rows, k)?;
-    Ok(request)
-}
-
 /// Quantizes a device matrix along K into new device buffers. The result stays on the
 /// device; the queued work is not waited for, except to read back the NVFP4 tensor amax
 /// (`GlobalScaleSource::TensorAmax`) and, under `NonFinite::Error`, the NaN/Inf flag.
@@ -68,7 +54,7 @@ pub fn quantize<T: DeviceElement>(
     scheme: Scheme,
     options: &QuantizeOptions,
 ) -> Result<DeviceQuantized, CudaError> {
-    let request = check_request(scheme, input.rows, input.k, options)?;
+    let request = check_quantize(scheme, input.rows, input.k, options)?;
     let mut out = DeviceQuantized::alloc_for(dev, &request)?;
     run(dev, input, options, &mut out)?;
     Ok(out)
@@ -87,7 +73,7 @@ pub fn quantize_into<T: DeviceElement>(
     options: &QuantizeOptions,
     out: &mut DeviceQuantized,
 ) -> Result<(), CudaError> {
-    let request = check_request(out.scheme(), input.rows, input.k, options)?;
+    let request = check_quantize(out.scheme(), input.rows, input.k, options)?;
     if request != out.request {
         return Err(blockscale_formats::FormatError::LengthMismatch {
             what: "output buffers (their shape or layouts differ from the input and options)",
@@ -257,7 +243,7 @@ pub fn quantize_host<T: DeviceElement>(
 ) -> Result<QuantizedMatrix, CudaError> {
     let (rows, k) = input.dim();
     // Refuse what would fail anyway before copying the input to the device.
-    let request = check_request(scheme, rows, k, options)?;
+    let request = check_quantize(scheme, rows, k, options)?;
     let host = input.as_standard_layout();
     let flat = host.as_slice().expect("standard layout is contiguous");
     let data = dev.stream().clone_htod(flat).map_err(CudaError::alloc("the input", std::mem::size_of_val(flat)))?;

@@ -73,13 +73,4 @@ impl FloatValues<'_> {
     pub fn to_le_bytes(&self) -> Vec<u8> {
         for_float_values!(self, |v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
     }
-
-    /// The values, owned.
-    pub fn into_owned(self) -> FloatValues<'static> {
-        match self {
-            Self::F32(v) => FloatValues::F32(Cow::Owned(v.into_owned())),
-            Self::F16(v) => FloatValues::F16(Cow::Owned(v.into_owned())),
-            Self::Bf16(v) => FloatValues::Bf16(Cow::Owned(v.into_owned())),
-        }
-    }
 }

@@ -6,7 +6,6 @@ use blockscale::{
 };
 use blockscale_golden::case::scales_from;
 use rayon::prelude::*;
-use safetensors::Dtype;
 
 use super::{Catalog, Decode, Found, GlobalSource};
 use crate::error::CliError;
@@ -19,11 +18,9 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 fn floats(catalog: &Catalog<'_>, name: &str) -> Result<Vec<f32>, CliError> {
     let missing = || CliError::tensor(catalog.path_of(name), name, "missing");
     let ((_, t), b) = catalog.get(name).zip(catalog.bytes(name)).ok_or_else(missing)?;
-    Ok(match t.dtype {
-        Dtype::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-        Dtype::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-        _ => f32s(b),
-    })
+    let values = crate::values::from_le_bytes(t.dtype, b)
+        .ok_or_else(|| CliError::tensor(catalog.path_of(name), name, "not a whole F32, BF16 or F16 tensor"))?;
+    Ok(values.to_f32())
 }
 
 /// Little-endian 32-bit words.

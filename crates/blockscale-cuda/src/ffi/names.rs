@@ -58,9 +58,24 @@ impl<P> KernelName<P> {
 }
 
 /// The kernel-name fragment of a scheme: its name ([`Scheme::name`]) as a C identifier
-/// (`mxfp6-e2m3` -> `mxfp6_e2m3`).
-fn scheme_name(scheme: Scheme) -> String {
-    scheme.name().replace('-', "_")
+/// (`mxfp6-e2m3` -> `mxfp6_e2m3`), written straight into the name being formatted.
+fn scheme_name(scheme: Scheme) -> SchemeIdent {
+    SchemeIdent(scheme.name())
+}
+
+/// A scheme's name with `-` written as `_`.
+struct SchemeIdent(&'static str);
+
+impl std::fmt::Display for SchemeIdent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, part) in self.0.split('-').enumerate() {
+            if i > 0 {
+                f.write_str("_")?;
+            }
+            f.write_str(part)?;
+        }
+        Ok(())
+    }
 }
 
 /// The suffix of the kernels' f16-activation variants.
@@ -114,12 +129,11 @@ impl KernelName<GemvParams> {
     /// The general GEMV: `gemv_{scheme}` (M <= 8, bf16), `_f16` (M <= 8, f16) or `_m16`
     /// (M <= 16, either); both FP8 block tilings share `gemv_fp8_block`.
     pub(crate) fn gemv(scheme: Scheme, m: usize, f16: bool) -> Self {
-        let base = match scheme {
-            Scheme::Fp8Block(_) => "fp8_block".to_owned(),
-            s => scheme_name(s),
-        };
         let variant = if m > 8 { "_m16" } else { f16_suffix(f16) };
-        Self::new(format!("gemv_{base}{variant}"))
+        Self::new(match scheme {
+            Scheme::Fp8Block(_) => format!("gemv_fp8_block{variant}"),
+            s => format!("gemv_{}{variant}", scheme_name(s)),
+        })
     }
 
     /// `gemv_reduce`: the general GEMV's split-K reduction.
