@@ -167,12 +167,23 @@ fn peak_cases(v: &mut Vec<Case>) {
 #[cfg(not(target_arch = "x86_64"))]
 fn peak_cases(_: &mut Vec<Case>) {}
 
+/// The GEMV rows: the two 4-bit schemes with panel kernels, and the 8- and 6-bit
+/// schemes the streaming kernels take (INT4 has the 4-bit rows' kernels).
+const GEMV_SCHEMES: [Scheme; 6] = [
+    Scheme::MxFp4,
+    Scheme::NvFp4,
+    Scheme::MxFp8E4M3,
+    Scheme::MxFp8E5M2,
+    Scheme::Fp8Block(Fp8Tile::Tile128x128),
+    Scheme::MxFp6E2M3,
+];
+
 fn gemv_cases(v: &mut Vec<Case>) {
     for (n, k) in [(4096, 4096), (16384, 2048)] {
         let x = data(1, k, 7).mapv(bf16::from_f32);
         let x: &'static Array2<bf16> = Box::leak(Box::new(x));
         let w = data(n, k, 11);
-        for scheme in [Scheme::MxFp4, Scheme::NvFp4] {
+        for scheme in GEMV_SCHEMES {
             let q: &'static QuantizedMatrix = Box::leak(Box::new(quant(&w, scheme)));
             let macs = (n * k) as f64;
             v.push(case(format!("gemv {scheme} {n}x{k}: dequantize + ndarray sgemv (baseline)"), macs, true, || {
@@ -202,7 +213,20 @@ fn gemv_cases(v: &mut Vec<Case>) {
                     v.push(c);
                 }
             }
-            let panels: &'static PanelWeights = Box::leak(Box::new(PanelWeights::new(q).unwrap()));
+            // f32 activations are not exact in bf16: they take the AVX2 f32 kernel.
+            let xf: &'static Array2<f32> = Box::leak(Box::new(data(1, k, 7)));
+            let mut c =
+                case(format!("gemv {scheme} {n}x{k}: exact, f32 activations, all threads"), macs, false, || {
+                    black_box(
+                        gemm_weight_only::<f32, f32>(xf.view(), q, &Epilogue::default(), &GemmOptions::default())
+                            .unwrap(),
+                    );
+                });
+            c.bytes = q.storage_bytes() as f64;
+            v.push(c);
+            // Panel weights: the 4-bit schemes.
+            let Ok(panels) = PanelWeights::new(q) else { continue };
+            let panels: &'static PanelWeights = Box::leak(Box::new(panels));
             for single in [true, false] {
                 let opts =
                     GemmOptions::default().with_single_thread(single).with_activations(ActivationPrecision::Int8Blocks);
@@ -235,17 +259,6 @@ fn gemv_cases(v: &mut Vec<Case>) {
                 c.bytes = panels.storage_bytes() as f64;
                 v.push(c);
             }
-            // f32 activations are not exact in bf16: they take the AVX2 f32 kernel.
-            let xf: &'static Array2<f32> = Box::leak(Box::new(data(1, k, 7)));
-            let mut c =
-                case(format!("gemv {scheme} {n}x{k}: exact, f32 activations, all threads"), macs, false, || {
-                    black_box(
-                        gemm_weight_only::<f32, f32>(xf.view(), q, &Epilogue::default(), &GemmOptions::default())
-                            .unwrap(),
-                    );
-                });
-            c.bytes = q.storage_bytes() as f64;
-            v.push(c);
         }
     }
 }
@@ -256,9 +269,9 @@ fn gemv_cases(v: &mut Vec<Case>) {
 fn batch_and_cold_cases(v: &mut Vec<Case>) {
     let (n, k) = (4096, 4096);
     let w = data(n, k, 11);
-    for scheme in [Scheme::MxFp4, Scheme::NvFp4] {
+    for scheme in GEMV_SCHEMES {
         let q: &'static QuantizedMatrix = Box::leak(Box::new(quant(&w, scheme)));
-        let panels: &'static PanelWeights = Box::leak(Box::new(PanelWeights::new(q).unwrap()));
+        let panels: Option<&'static PanelWeights> = PanelWeights::new(q).ok().map(|p| &*Box::leak(Box::new(p)));
         let x16: &'static Array2<bf16> = Box::leak(Box::new(data(16, k, 9).mapv(bf16::from_f32)));
         let macs = (16 * n * k) as f64;
         for (label, prec) in [("exact", ActivationPrecision::Exact), ("int8 act", ActivationPrecision::Int8Blocks)] {
@@ -267,6 +280,23 @@ fn batch_and_cold_cases(v: &mut Vec<Case>) {
                 black_box(gemm_weight_only::<bf16, f32>(x16.view(), q, &Epilogue::default(), &opts).unwrap());
             }));
         }
+        let copies = (384 << 20) / q.storage_bytes() + 1;
+        let qs: &'static [QuantizedMatrix] = Box::leak((0..copies).map(|_| q.clone()).collect());
+        let x: &'static Array2<bf16> = Box::leak(Box::new(data(1, k, 7).mapv(bf16::from_f32)));
+        let next: &'static std::sync::atomic::AtomicUsize = Box::leak(Box::new(std::sync::atomic::AtomicUsize::new(0)));
+        let macs1 = (n * k) as f64;
+        for (label, prec) in [("exact", ActivationPrecision::Exact), ("int8 act", ActivationPrecision::Int8Blocks)] {
+            let opts = GemmOptions::default().with_activations(prec);
+            let mut c = case(format!("gemv cold {scheme} {n}x{k}: {label}, all threads"), macs1, false, move || {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % copies;
+                black_box(gemm_weight_only::<bf16, f32>(x.view(), &qs[i], &Epilogue::default(), &opts).unwrap());
+            });
+            c.bytes = q.storage_bytes() as f64;
+            v.push(c);
+        }
+
+        // Panel weights: the 4-bit schemes.
+        let Some(panels) = panels else { continue };
         let opts = GemmOptions::default().with_activations(ActivationPrecision::Int8Blocks);
         v.push(case(format!("gemv M=16 {scheme} {n}x{k}: panels, int8 act, all threads"), macs, false, move || {
             black_box(gemm_weight_only_panels::<bf16, f32>(x16.view(), panels, &Epilogue::default(), &opts).unwrap());
@@ -284,25 +314,10 @@ fn batch_and_cold_cases(v: &mut Vec<Case>) {
                 },
             ));
         }
-
-        let copies = (384 << 20) / q.storage_bytes() + 1;
-        let qs: &'static [QuantizedMatrix] = Box::leak((0..copies).map(|_| q.clone()).collect());
         let ps: &'static [PanelWeights] =
             Box::leak((0..copies).map(|_| PanelWeights::new(q).unwrap()).collect::<Vec<_>>().into_boxed_slice());
-        let x: &'static Array2<bf16> = Box::leak(Box::new(data(1, k, 7).mapv(bf16::from_f32)));
-        let next: &'static std::sync::atomic::AtomicUsize = Box::leak(Box::new(std::sync::atomic::AtomicUsize::new(0)));
-        let macs = (n * k) as f64;
-        for (label, prec) in [("exact", ActivationPrecision::Exact), ("int8 act", ActivationPrecision::Int8Blocks)] {
-            let opts = GemmOptions::default().with_activations(prec);
-            let mut c = case(format!("gemv cold {scheme} {n}x{k}: {label}, all threads"), macs, false, move || {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % copies;
-                black_box(gemm_weight_only::<bf16, f32>(x.view(), &qs[i], &Epilogue::default(), &opts).unwrap());
-            });
-            c.bytes = q.storage_bytes() as f64;
-            v.push(c);
-        }
         let mut c =
-            case(format!("gemv cold {scheme} {n}x{k}: panels, int8 act, all threads"), macs, false, move || {
+            case(format!("gemv cold {scheme} {n}x{k}: panels, int8 act, all threads"), macs1, false, move || {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % copies;
                 black_box(gemm_weight_only_panels::<bf16, f32>(x.view(), &ps[i], &Epilogue::default(), &opts).unwrap());
             });

@@ -386,7 +386,7 @@ fn weight_only_is_exact_on_friendly_inputs_f16_bf16() {
 #[test]
 fn weight_only_meets_its_bounds_on_random_inputs() {
     let mut seed = 30_000;
-    for scheme in [Scheme::NvFp4, Scheme::MxFp4, Scheme::Int4G32, Scheme::Int4G128, Scheme::MxFp8E4M3] {
+    for scheme in Scheme::ALL {
         for (m, n, k) in [(1, 64, 1024), (4, 33, 512), (20, 9, 256)] {
             seed += 2;
             let w = operand(scheme, n, k, *layouts(scheme).last().unwrap(), DataLayout::RowMajor, false, seed);
@@ -422,6 +422,98 @@ fn weight_only_meets_its_bounds_on_random_inputs() {
                     }
                     let bound = q_err + 2.0 * fast_bound(k, bs, abs[idx]) + ulp(r as f64);
                     assert!((f as f64 - r as f64).abs() <= bound, "int8 {scheme} {simd:?} [{idx}]: {f} vs {r}");
+                }
+            }
+        }
+    }
+}
+
+/// The 6- and 8-bit weights streamed by the GEMV kernels (M <= 16): one order of
+/// operations on every path, so the same bits everywhere, within the tighter bound of
+/// docs/NUMERICS.md ("6- and 8-bit weights": `n = B/16 + K/B + 7`).
+#[test]
+fn streamed_minifloat_weights_are_the_same_on_every_path() {
+    let streamed = [
+        Scheme::MxFp6E2M3,
+        Scheme::MxFp6E3M2,
+        Scheme::MxFp8E4M3,
+        Scheme::MxFp8E5M2,
+        Scheme::Fp8Block(Fp8Tile::Row1x128),
+        Scheme::Fp8Block(Fp8Tile::Tile128x128),
+    ];
+    let mut seed = 35_000;
+    for scheme in streamed {
+        for (m, n, k) in [(1, 37, 1024), (3, 20, 256), (8, 17, 384), (13, 9, 512), (16, 140, 128)] {
+            for sl in layouts(scheme) {
+                seed += 2;
+                let w = operand(scheme, n, k, sl, DataLayout::RowMajor, false, seed);
+                let xs = activations(m, k, false, seed + 1);
+                let xv: Vec<f64> = xs.iter().map(|&v| v as f64).collect();
+                let (sum, abs) = oracle(&xv, &w.values, m, n, k);
+                let x = ArrayView2::from_shape((m, k), &xs[..]).unwrap();
+                let bs = scheme.block_size();
+                let nu = (bs / 16 + k / bs + 7) as f64 * 2f64.powi(-24);
+                let mut first: Option<Vec<f32>> = None;
+                for simd in simds() {
+                    for threads in [false, true] {
+                        let o = GemmOptions::default().with_simd(simd).with_single_thread(threads);
+                        let fast = gemm_weight_only::<f32, f32>(x, &w.q, &Epilogue::default(), &o).unwrap();
+                        let fast = fast.into_raw_vec_and_offset().0;
+                        for (idx, (&f, (&s, &t))) in fast.iter().zip(sum.iter().zip(&abs)).enumerate() {
+                            let bound = nu / (1.0 - nu) * t;
+                            assert!(
+                                (f as f64 - s).abs() <= bound,
+                                "{scheme} {sl} {simd:?} {m}x{n}x{k} [{idx}]: {f} vs {s}"
+                            );
+                        }
+                        match &first {
+                            None => first = Some(fast),
+                            Some(want) => {
+                                assert_eq!(bits_eq(&fast, want), None, "{scheme} {sl} {simd:?} {m}x{n}x{k}")
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A weight code that is NaN (E4M3 `0x7f`, E5M2 `0x7d`) or infinite (E5M2 `0x7c`)
+/// reaches its row's outputs through the streaming kernels as IEEE arithmetic says.
+#[test]
+fn non_finite_weight_codes_propagate() {
+    let (m, n, k) = (3, 4, 64);
+    for (scheme, code, inf) in [
+        (Scheme::MxFp8E4M3, 0x7fu8, false),
+        (Scheme::MxFp8E4M3, 0xff, false),
+        (Scheme::MxFp8E5M2, 0x7d, false),
+        (Scheme::MxFp8E5M2, 0x7c, true),
+        (Scheme::MxFp8E5M2, 0xfc, true),
+    ] {
+        let mut parts = operand(scheme, n, k, ScaleLayout::Linear, DataLayout::RowMajor, true, 50).q.into_parts();
+        parts.data[2 * k + 9] = code; // row 2, element 9
+        let w = QuantizedMatrix::from_parts(parts).unwrap();
+        let mut x = activations(m, k, true, 51);
+        x[9] = 0.0; // row 0 meets the code with a zero: NaN even for infinity
+        x[k + 9] = 1.5;
+        x[2 * k + 9] = -2.0;
+        let xv = ArrayView2::from_shape((m, k), &x[..]).unwrap();
+        let r = gemm_weight_only_reference::<f32, f32>(xv, &w, &Epilogue::default()).unwrap();
+        for simd in simds() {
+            let f = gemm_weight_only::<f32, f32>(xv, &w, &Epilogue::default(), &GemmOptions::default().with_simd(simd))
+                .unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let (rv, fv) = (r[[i, j]], f[[i, j]]);
+                    let ctx = format!("{scheme} {code:#x} {simd:?} [{i}, {j}]");
+                    if j != 2 {
+                        assert!(rv.is_finite() && fv.is_finite(), "{ctx}");
+                    } else if inf && i > 0 {
+                        assert!(rv.is_infinite() && fv.to_bits() == rv.to_bits(), "{ctx}: {fv} vs {rv}");
+                    } else {
+                        assert!(rv.is_nan() && fv.is_nan(), "{ctx}: {fv} vs {rv}");
+                    }
                 }
             }
         }

@@ -1,8 +1,9 @@
 //! The fast path: operands decoded once per call into SIMD-friendly arrays (pre-scaled
 //! bf16 for the AVX-512 BF16 kernels where that is exact, else bf16 elements with f32
 //! block scales; int8 or f32 values on other CPUs), f32 accumulation, rayon over 64 x 64
-//! output tiles. Weight-only products with at most [`GEMV_ROWS`] rows stream 4-bit
-//! weights through the `nibble` kernels instead.
+//! output tiles. Weight-only products with at most [`GEMV_ROWS`] rows stream the
+//! weights instead: 4-bit ones through the `nibble` kernels, 6- and 8-bit ones through
+//! the `bytes` kernels.
 
 use blockscale_formats::Source;
 use std::any::{Any, TypeId};
@@ -366,8 +367,9 @@ fn f32_product(av: &[f32], asc: &[f32], db: &Decoded, m: usize, parallel: bool, 
     })
 }
 
-/// Rows of activations up to which the 4-bit kernels stream the weights directly
-/// (decoding a block once for every row) instead of packing them for the GEMM kernels.
+/// Rows of activations up to which the 4-, 6- and 8-bit kernels stream the weights
+/// directly (decoding a block once for every row) instead of packing them for the GEMM
+/// kernels.
 const GEMV_ROWS: usize = 16;
 
 /// Lookup tables of the one-byte scale formats.
@@ -490,6 +492,13 @@ pub(super) fn gemm_wq(
     if m <= GEMV_ROWS
         && let Some(out) = nibble_product(x, m, w, isa, path, options)
     {
+        return out;
+    }
+    if m <= GEMV_ROWS
+        && let Some(bw) = super::bytes::ByteWeights::new(w)
+    {
+        let mut out = vec![0f32; m * w.rows()];
+        super::bytes::gemm_bytes(isa, x, m, &bw, parallel, &mut out);
         return out;
     }
     #[cfg(target_arch = "x86_64")]

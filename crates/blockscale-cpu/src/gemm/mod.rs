@@ -5,8 +5,9 @@
 //!   any MX (MXFP4, MXFP6 x MXFP8 in either order, MXFP8 E4M3 / E5M2), FP8 block x FP8
 //!   block (DeepSeek-V3's 1x128 activations x 128x128 weights, or any other tiling).
 //! - Weight-only ([`gemm_weight_only`], [`gemm_weight_only_reference`], [`gemv`]): f32,
-//!   f16 or bf16 activations x quantized weights (NVFP4, MXFP4 and INT4-G32 have the
-//!   fast 4-bit kernels; every other scheme works through the generic path).
+//!   f16 or bf16 activations x quantized weights (up to 16 activation rows: NVFP4,
+//!   MXFP4 and INT4 take the 4-bit kernels, MXFP8, MXFP6 and FP8 block the streaming
+//!   minifloat kernels; more rows go through the GEMM kernels).
 //!
 //! Two paths. `*_reference` is exact: every block sum is an integer, blocks are
 //! accumulated without rounding, `alpha` and the bias are applied exactly and the
@@ -20,6 +21,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod bf16;
+mod bytes;
 mod epilogue;
 pub(crate) mod exact;
 mod fast;
@@ -189,13 +191,15 @@ pub fn gemm<O: Source>(
 }
 
 /// The fast weight-only product: `x` (`M x K`, f32/f16/bf16, any strides) times the
-/// quantized weights `w` (`N x K`). For `M <= 16` (the GEMV case) and 4-bit row-major
-/// weights (NVFP4, MXFP4, INT4-G32), the weights are streamed once per call, decoded
-/// with table lookups, each decoded block serving every activation row (AVX-512 BF16
-/// dot products when the activations are exact in bf16, else AVX2 f32 or, with
-/// [`ActivationPrecision::Int8Blocks`], int8). Larger `M`, other schemes and
-/// block-interleaved weights go through the GEMM kernels, which first pack the weights:
-/// keep GEMV weights row-major.
+/// quantized weights `w` (`N x K`). For `M <= 16` (the GEMV case) and row-major weights
+/// the weights are streamed once per call, each decoded block serving every activation
+/// row: 4-bit weights (NVFP4, MXFP4, INT4) through table lookups (AVX-512 BF16 dot
+/// products when the activations are exact in bf16, else AVX2 f32 or, with
+/// [`ActivationPrecision::Int8Blocks`], int8), 6- and 8-bit weights (MXFP6, MXFP8, FP8
+/// block) as exact f16 values times a power of two with f32 FMAs, the same bits on
+/// every SIMD path (docs/NUMERICS.md). Larger `M` and block-interleaved weights go
+/// through the GEMM kernels, which first decode the weights: keep GEMV weights
+/// row-major.
 ///
 /// # Errors
 /// As [`gemm_weight_only_reference`], plus [`CpuError::SimdUnavailable`].

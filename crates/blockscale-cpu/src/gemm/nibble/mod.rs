@@ -345,22 +345,23 @@ fn round_small(y: f32) -> f32 {
 
 /// Output rows per rayon task: enough tasks to balance two busy cores, each with at
 /// least ~32 KiB of weights.
-fn rows_per_task(n: usize, k: usize, parallel: bool) -> usize {
+fn rows_per_task(n: usize, row_bytes: usize, parallel: bool) -> usize {
     if !parallel {
         return n;
     }
     let tasks = 8 * rayon::current_num_threads();
-    let min_rows = (32 * 1024 / (k / 2).max(1)).max(1);
+    let min_rows = (32 * 1024 / row_bytes.max(1)).max(1);
     n.div_ceil(tasks).max(min_rows).next_multiple_of(4).min(n)
 }
 
-/// Runs `task(n0, out_t)` over chunks of rows, where `out_t` is the `[rows, m]`
-/// (transposed) output of rows `n0..`, then writes `out[m * N + n]`.
-fn run_tasks<F>(m: usize, n: usize, k: usize, parallel: bool, out: &mut [f32], task: F)
+/// Runs `task(n0, out_t)` over chunks of rows (weight rows of `row_bytes` bytes), where
+/// `out_t` is the `[rows, m]` (transposed) output of rows `n0..`, then writes
+/// `out[m * N + n]`.
+pub(super) fn run_tasks<F>(m: usize, n: usize, row_bytes: usize, parallel: bool, out: &mut [f32], task: F)
 where
     F: Fn(usize, &mut [f32]) + Sync,
 {
-    let rows = rows_per_task(n, k, parallel);
+    let rows = rows_per_task(n, row_bytes, parallel);
     let go = |buf: &mut [f32]| {
         if parallel {
             buf.par_chunks_mut(rows * m).enumerate().for_each(|(i, o)| task(i * rows, o));
@@ -384,7 +385,7 @@ where
 fn run_exact(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, out: &mut [f32]) {
     let k = w.k;
     match path {
-        Path::Portable => run_tasks(m, w.n, k, parallel, out, |n0, o| portable::exact_rows(x, m, w, n0, o)),
+        Path::Portable => run_tasks(m, w.n, k / 2, parallel, out, |n0, o| portable::exact_rows(x, m, w, n0, o)),
         #[cfg(target_arch = "x86_64")]
         Path::Avx2 => {
             let mut xp = vec![0.0; m * k];
@@ -393,7 +394,7 @@ fn run_exact(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool,
             }
             // SAFETY: `effective` only keeps `Path::Avx2` when AVX2, F16C and FMA are all
             // present; `gemm_nibble` checked every length the kernel reads.
-            run_tasks(m, w.n, k, parallel, out, |n0, o| unsafe { avx2::exact_rows(&xp, m, w, n0, o) });
+            run_tasks(m, w.n, k / 2, parallel, out, |n0, o| unsafe { avx2::exact_rows(&xp, m, w, n0, o) });
         }
     }
 }
@@ -411,7 +412,7 @@ fn run_bf16(x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, out: &mut [f
     }
     // SAFETY: `gemm_nibble` only calls this after `crate::avx512_available()`, and
     // checked every length the kernel reads (which checks them again).
-    run_tasks(m, w.n, k, parallel, out, |n0, o| unsafe { avx512::exact_rows(&xb, m, w, n0, o) });
+    run_tasks(m, w.n, k / 2, parallel, out, |n0, o| unsafe { avx512::exact_rows(&xb, m, w, n0, o) });
 }
 
 /// Int8 mode on rows that are all finite.
@@ -424,7 +425,7 @@ fn run_int8(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, 
         quantize_row(src, qr, dr);
     }
     match path {
-        Path::Portable => run_tasks(m, w.n, k, parallel, out, |n0, o| portable::int8_rows(&q, &d, m, w, n0, o)),
+        Path::Portable => run_tasks(m, w.n, k / 2, parallel, out, |n0, o| portable::int8_rows(&q, &d, m, w, n0, o)),
         #[cfg(target_arch = "x86_64")]
         Path::Avx2 => {
             let mut qp = vec![0i8; m * k];
@@ -432,7 +433,7 @@ fn run_int8(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, 
                 permute_even_odd(src, dst);
             }
             // SAFETY: as in `run_exact`.
-            run_tasks(m, w.n, k, parallel, out, |n0, o| unsafe { avx2::int8_rows(&qp, &d, m, w, n0, o) });
+            run_tasks(m, w.n, k / 2, parallel, out, |n0, o| unsafe { avx2::int8_rows(&qp, &d, m, w, n0, o) });
         }
     }
 }
