@@ -127,6 +127,13 @@ pub mod __test_hooks {
         Ok(out)
     }
 
+    /// FP6 codes (one per byte, a multiple of 4) packed four per three bytes.
+    pub fn pack_fp6(simd: Simd, codes: &[u8]) -> Result<Vec<u8>, CpuError> {
+        let mut out = vec![0u8; codes.len() / 4 * 3];
+        kernels::pack_fp6(Path::select(simd)?, codes, &mut out);
+        Ok(out)
+    }
+
     /// NVFP4 (LightX2V) block scales and factors for a row of amax bit patterns.
     pub fn nvfp4_scales(simd: Simd, amax: &[u32], g: f32) -> Result<(Vec<u8>, Vec<f32>), CpuError> {
         let mut s = vec![0u8; amax.len()];

@@ -238,8 +238,7 @@ fn band_rows<T: Input, S: Copy + Default>(
         }
         if fp6 {
             plan.encode_row(row, &s.factors, &mut s.codes);
-            // The lengths agree: k codes, 3k/4 bytes.
-            let _ = pack::pack_fp6::<u8>(&s.codes, out);
+            kernels::pack_fp6(plan.path, &s.codes, out);
         } else {
             plan.encode_row(row, &s.factors, out);
         }

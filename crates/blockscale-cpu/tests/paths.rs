@@ -11,8 +11,15 @@ use blockscale_formats::{ElementFormat, Fp8Tile, ScaleLayout, Scheme};
 use half::{bf16, f16};
 use ndarray::{Array2, s};
 
-const FP: [ElementFormat; 5] =
-    [ElementFormat::E2M1, ElementFormat::E2M3, ElementFormat::E3M2, ElementFormat::E4M3, ElementFormat::E5M2];
+/// Every element format the encoders write.
+const ENCODED: [ElementFormat; 6] = [
+    ElementFormat::E2M1,
+    ElementFormat::E2M3,
+    ElementFormat::E3M2,
+    ElementFormat::E4M3,
+    ElementFormat::E5M2,
+    ElementFormat::Int4,
+];
 
 /// All 2^32 f32 patterns in chunks, split over the cores.
 fn sweep(check: impl Fn(&[f32]) + Sync) {
@@ -36,13 +43,13 @@ fn sweep(check: impl Fn(&[f32]) + Sync) {
 }
 
 #[test]
-#[ignore = "all 2^32 f32 inputs through five encoders on both paths (about a minute); run by `cargo xtask test`"]
+#[ignore = "all 2^32 f32 inputs through six encoders on both paths (about a minute); run by `cargo xtask test`"]
 fn element_encoders_agree_on_every_f32() {
     if !common::require_avx2() {
         return;
     }
     sweep(|xs| {
-        for e in FP {
+        for e in ENCODED {
             let a = hooks::encode(Simd::Portable, e, false, xs, 1.0).unwrap();
             let b = hooks::encode(Simd::Avx2, e, false, xs, 1.0).unwrap();
             if a != b {
@@ -85,13 +92,27 @@ fn element_encoders_agree_with_factors_and_division() {
         return;
     }
     let xs = common::data(1 << 16, 11, true);
-    for e in FP {
+    for e in ENCODED {
         for f in [1.0f32, 0.37, 3.0e-5, 7.1e4, f32::MAX, 1e-40, 0.0, f32::NAN] {
             for div in [false, true] {
                 let a = hooks::encode(Simd::Portable, e, div, &xs, f).unwrap();
                 let b = hooks::encode(Simd::Avx2, e, div, &xs, f).unwrap();
                 assert_eq!(a, b, "{e} factor {f} div {div}");
             }
+        }
+    }
+}
+
+#[test]
+fn fp6_packing_agrees_with_the_formats_crate() {
+    let codes: Vec<u8> = common::data(400, 13, false).iter().map(|v| v.to_bits() as u8).collect();
+    for len in (0..=400).step_by(4) {
+        let want = blockscale_formats::pack::pack_fp6_vec::<u8>(&codes[..len]).unwrap();
+        for simd in [Simd::Portable, Simd::Avx2] {
+            if simd == Simd::Avx2 && !common::require_avx2() {
+                continue;
+            }
+            assert_eq!(hooks::pack_fp6(simd, &codes[..len]).unwrap(), want, "{simd:?}, {len} codes");
         }
     }
 }

@@ -106,8 +106,10 @@ pub fn pack_fp6<T: Fp6>(codes: &[T], out: &mut [u8]) -> Result<(), FormatError> 
     check_multiple("FP6 code count", codes.len(), 4, "four FP6 codes fill three bytes")?;
     check_len("packed FP6 bytes", codes.len() / 4 * 3, out.len())?;
     for (o, quad) in out.chunks_exact_mut(3).zip(codes.chunks_exact(4)) {
-        let w = quad.iter().enumerate().fold(0u32, |w, (i, c)| w | (u32::from(c.code()) << (6 * i)));
-        o.copy_from_slice(&w.to_le_bytes()[..3]);
+        // The four codes as the bytes of one word, each moved down to its 6-bit slot.
+        let w = u32::from_le_bytes([quad[0].code(), quad[1].code(), quad[2].code(), quad[3].code()]) & 0x3f3f_3f3f;
+        let packed = (w & 0x3f) | (w >> 2 & 0xfc0) | (w >> 4 & 0x3_f000) | (w >> 6 & 0xfc_0000);
+        o.copy_from_slice(&packed.to_le_bytes()[..3]);
     }
     Ok(())
 }

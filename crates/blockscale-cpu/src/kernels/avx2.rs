@@ -119,8 +119,8 @@ pub(super) unsafe fn finite_amax_bits<T: Input>(row: &[T]) -> (u32, Option<usize
     }
 }
 
-/// Stores the E2M1 codes of 16 lanes (`c0`: elements 0-7, `c1`: 8-15) as 8 bytes,
-/// even element in the low nibble.
+/// Stores the 4-bit codes (E2M1, offset-8 INT4) of 16 lanes (`c0`: elements 0-7, `c1`:
+/// 8-15) as 8 bytes, even element in the low nibble.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn store_e2m1_16(c0: __m256i, c1: __m256i, dst: *mut u8) {
@@ -154,15 +154,47 @@ unsafe fn store_bytes_32(c: [__m256i; 4], dst: *mut u8) {
     unsafe { _mm256_storeu_si256(dst.cast(), r) };
 }
 
-/// The encoder parameters of a target, or `None` for INT4 (portable only).
-fn mini_of(target: Target) -> Option<Mini> {
+/// How 8 lanes become codes: a saturating minifloat, or offset-8 INT4.
+#[derive(Clone, Copy)]
+enum Encoder {
+    Mini(Mini),
+    Int4,
+}
+
+/// The encoder of a target.
+fn encoder_of(target: Target) -> Encoder {
     match target {
-        Target::E2M1 => Some(E2M1),
-        Target::E2M3 => Some(E2M3),
-        Target::E3M2 => Some(E3M2),
-        Target::E4M3 => Some(E4M3),
-        Target::E5M2 => Some(E5M2),
-        Target::Int4 => None,
+        Target::E2M1 => Encoder::Mini(E2M1),
+        Target::E2M3 => Encoder::Mini(E2M3),
+        Target::E3M2 => Encoder::Mini(E3M2),
+        Target::E4M3 => Encoder::Mini(E4M3),
+        Target::E5M2 => Encoder::Mini(E5M2),
+        Target::Int4 => Encoder::Int4,
+    }
+}
+
+/// `Int4::from_f32(x).to_offset8_bits()` of 8 lanes, the same IEEE operations: clamp to
+/// -9..=8, round ties to even by adding and subtracting 1.5 * 2^23, clamp to -8..=7,
+/// NaN to 0; then `+ 8`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn int4_lanes(x: __m256) -> __m256i {
+    const ROUND: f32 = 12_582_912.0;
+    let clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-9.0)), _mm256_set1_ps(8.0));
+    let r = _mm256_sub_ps(_mm256_add_ps(clamped, _mm256_set1_ps(ROUND)), _mm256_set1_ps(ROUND));
+    let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+    let v = _mm256_cvtps_epi32(_mm256_andnot_ps(nan, r));
+    let v = _mm256_min_epi32(_mm256_max_epi32(v, _mm256_set1_epi32(-8)), _mm256_set1_epi32(7));
+    _mm256_add_epi32(v, _mm256_set1_epi32(8))
+}
+
+/// The codes of 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn encode8(x: __m256, enc: Encoder) -> __m256i {
+    match enc {
+        Encoder::Mini(m) => encode_lanes(x, m),
+        Encoder::Int4 => int4_lanes(x),
     }
 }
 
@@ -170,7 +202,7 @@ fn mini_of(target: Target) -> Option<Mini> {
 ///
 /// # Safety
 /// `src` must be readable for `block` values and `dst` writable for
-/// `block / per_byte` bytes; `block` is a multiple of 16 (E2M1) or 32 (bytes).
+/// `block / per_byte` bytes; `block` is a multiple of 16 (4-bit) or 32 (bytes).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn encode_block<T: Input>(
@@ -178,7 +210,7 @@ unsafe fn encode_block<T: Input>(
     block: usize,
     op: Op,
     fv: __m256,
-    mini: Mini,
+    enc: Encoder,
     per_byte: usize,
     dst: *mut u8,
 ) {
@@ -187,13 +219,13 @@ unsafe fn encode_block<T: Input>(
         // SAFETY: j + step <= block, so every load and store is in the caller's ranges.
         unsafe {
             let p = src.add(j);
-            let c0 = encode_lanes(apply(op, T::load8(p), fv), mini);
-            let c1 = encode_lanes(apply(op, T::load8(p.add(8)), fv), mini);
+            let c0 = encode8(apply(op, T::load8(p), fv), enc);
+            let c1 = encode8(apply(op, T::load8(p.add(8)), fv), enc);
             if per_byte == 2 {
                 store_e2m1_16(c0, c1, dst.add(j / 2));
             } else {
-                let c2 = encode_lanes(apply(op, T::load8(p.add(16)), fv), mini);
-                let c3 = encode_lanes(apply(op, T::load8(p.add(24)), fv), mini);
+                let c2 = encode8(apply(op, T::load8(p.add(16)), fv), enc);
+                let c3 = encode8(apply(op, T::load8(p.add(24)), fv), enc);
                 store_bytes_32([c0, c1, c2, c3], dst.add(j));
             }
         }
@@ -205,9 +237,7 @@ unsafe fn encode_block<T: Input>(
 pub(super) unsafe fn encode_row<T: Input>(row: &[T], blocks: RowBlocks<'_>, op: Op, out: &mut [u8]) {
     let RowBlocks { block, factors, target } = blocks;
     assert!(row.len() == factors.len() * block && out.len() * target.per_byte() == row.len());
-    let Some(mini) = mini_of(target) else {
-        return portable::encode_row(row, blocks, op, out);
-    };
+    let enc = encoder_of(target);
     let per_byte = target.per_byte();
     assert!(block.is_multiple_of(32 / per_byte));
     for (b, &f) in factors.iter().enumerate() {
@@ -219,7 +249,7 @@ pub(super) unsafe fn encode_row<T: Input>(row: &[T], blocks: RowBlocks<'_>, op: 
         // SAFETY: block b spans row[b * block..(b + 1) * block] (asserted lengths) and dst
         // has block / per_byte bytes.
         unsafe {
-            encode_block(row.as_ptr().add(b * block), block, op, _mm256_set1_ps(f), mini, per_byte, dst.as_mut_ptr())
+            encode_block(row.as_ptr().add(b * block), block, op, _mm256_set1_ps(f), enc, per_byte, dst.as_mut_ptr())
         };
     }
 }
@@ -374,4 +404,32 @@ pub(super) unsafe fn decode_row<O: Source>(codes: &[u8], blocks: RowBlocks<'_>, 
             unsafe { store_out(y, out.as_mut_ptr().add(i)) };
         }
     }
+}
+
+/// See `super::pack_fp6`: 32 codes a step. `vpmaddubsw` joins pairs (`c0 + 64 c1`),
+/// `vpmaddwd` pairs of those (`+ 4096 (c2 + 64 c3)`), a shuffle and a permute gather
+/// the low three bytes of each word into 24 contiguous bytes.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn pack_fp6(codes: &[u8], out: &mut [u8]) {
+    assert!(codes.len().is_multiple_of(4) && out.len() == codes.len() / 4 * 3);
+    let whole = codes.len() / 32;
+    #[rustfmt::skip]
+    let gather = _mm256_setr_epi8(
+        0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -128, -128, -128, -128,
+        0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -128, -128, -128, -128,
+    );
+    for i in 0..whole {
+        // SAFETY: 32 codes at 32 i and 24 bytes at 24 i are in bounds (i < whole).
+        unsafe {
+            let v = _mm256_and_si256(_mm256_loadu_si256(codes.as_ptr().add(32 * i).cast()), _mm256_set1_epi8(0x3f));
+            let pairs = _mm256_maddubs_epi16(v, _mm256_set1_epi16(0x4001));
+            let words = _mm256_madd_epi16(pairs, _mm256_set1_epi32(0x1000_0001));
+            let bytes = _mm256_shuffle_epi8(words, gather);
+            let packed = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7));
+            let dst = out.as_mut_ptr().add(24 * i);
+            _mm_storeu_si128(dst.cast(), _mm256_castsi256_si128(packed));
+            _mm_storel_epi64(dst.add(16).cast(), _mm256_extracti128_si256::<1>(packed));
+        }
+    }
+    portable::pack_fp6(&codes[32 * whole..], &mut out[24 * whole..]);
 }

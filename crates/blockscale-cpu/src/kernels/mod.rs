@@ -187,3 +187,10 @@ pub(crate) fn decode_row<O: Source>(path: Path, codes: &[u8], blocks: RowBlocks<
     debug_assert_eq!(codes.len() * blocks.target.per_byte(), out.len());
     on_path!(path, decode_row(codes, blocks, post, out))
 }
+
+/// Packs one FP6 code per byte (the low six bits) four per three bytes, LSB-first, as
+/// `blockscale_formats::pack::pack_fp6` does; `out` holds `codes.len() / 4 * 3` bytes.
+pub(crate) fn pack_fp6(path: Path, codes: &[u8], out: &mut [u8]) {
+    debug_assert!(codes.len().is_multiple_of(4) && out.len() == codes.len() / 4 * 3);
+    on_path!(path, pack_fp6(codes, out))
+}

@@ -122,3 +122,9 @@ pub(super) fn decode_row<O: Source>(codes: &[u8], blocks: RowBlocks<'_>, post: f
         Target::E5M2 => decode_with(codes, block, 1, scales, post, |b, _| E5M2::TABLE[b as usize], out),
     }
 }
+
+/// See `super::pack_fp6`.
+pub(super) fn pack_fp6(codes: &[u8], out: &mut [u8]) {
+    // The lengths agree (checked by the caller): `codes.len() / 4 * 3` bytes.
+    let _ = blockscale_formats::pack::pack_fp6::<u8>(codes, out);
+}
