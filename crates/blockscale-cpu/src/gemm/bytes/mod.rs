@@ -178,31 +178,40 @@ impl<'a> ByteWeights<'a> {
         self.k * self.elem.bits() / 8
     }
 
-    /// The decoded block scales of row `row` into `dst` (`k / block` values).
-    fn row_scales(&self, row: usize, dst: &mut [f32]) {
+    /// The decoded block scales of rows `n0..n0 + dst.len() / cols` into `dst`, row by
+    /// row (`cols = k / block` each).
+    fn rows_scales(&self, n0: usize, dst: &mut [f32]) {
+        let cols = self.k / self.block;
         match &self.scales {
-            ByteScales::Ue8m0 { data, index } => {
-                let (base, stride, cols) = (index.row_base(row), index.stride(), dst.len());
-                if stride == 4 {
-                    // Linear: the row's codes are contiguous.
-                    for (d, &code) in dst.iter_mut().zip(&data[base..base + cols]) {
-                        *d = ue8m0(code);
-                    }
-                    return;
-                }
-                for (g, d4) in dst.chunks_mut(4).enumerate() {
-                    let src = &data[base + g * stride..][..d4.len()];
-                    if let (Ok(d4), Ok(src)) = (<&mut [f32; 4]>::try_from(&mut *d4), <&[u8; 4]>::try_from(src)) {
-                        *d4 = src.map(ue8m0);
-                    } else {
-                        for (d, &code) in d4.iter_mut().zip(src) {
-                            *d = ue8m0(code);
+            ByteScales::Ue8m0 { data, index: index @ ScaleIndex::Swizzled128x4 { .. } } => {
+                // Gather each row's codes (runs of four) into row order, then decode
+                // them all in one pass that the compiler vectorises.
+                let mut codes = vec![0u8; dst.len()];
+                for (r, row) in codes.chunks_exact_mut(cols).enumerate() {
+                    let base = index.row_base(n0 + r);
+                    for (g, run) in row.chunks_mut(4).enumerate() {
+                        let src = &data[base + g * index.stride()..][..run.len()];
+                        match (<&mut [u8; 4]>::try_from(&mut *run), <&[u8; 4]>::try_from(src)) {
+                            // Four bytes: one word moved, no call.
+                            (Ok(run), Ok(src)) => *run = *src,
+                            _ => run.copy_from_slice(src),
                         }
                     }
                 }
+                for (o, &code) in dst.iter_mut().zip(&codes) {
+                    *o = ue8m0(code);
+                }
+            }
+            ByteScales::Ue8m0 { data, index } => {
+                let (base, len) = (index.row_base(n0), dst.len());
+                for (o, &code) in dst.iter_mut().zip(&data[base..base + len]) {
+                    *o = ue8m0(code);
+                }
             }
             ByteScales::F32 { data, cols, block_rows } => {
-                dst.copy_from_slice(&data[row / block_rows * cols..][..*cols]);
+                for (r, d) in dst.chunks_exact_mut(*cols).enumerate() {
+                    d.copy_from_slice(&data[(n0 + r) / block_rows * cols..][..*cols]);
+                }
             }
         }
     }
@@ -251,9 +260,10 @@ pub(crate) fn gemm_bytes(isa: Isa, x: &[f32], m: usize, w: &ByteWeights, paralle
     let (row_bytes, cols) = (w.row_bytes(), k / w.block);
     let over = if w.elem.bits() == 6 { OVERREAD } else { 0 };
     run_tasks(m, n, row_bytes, parallel, out, |n0, out_t| {
-        let mut scales = vec![0f32; cols];
+        let mut all_scales = vec![0f32; out_t.len() / m * cols];
+        w.rows_scales(n0, &mut all_scales);
         let mut padded = Vec::new();
-        for (r, o) in out_t.chunks_exact_mut(m).enumerate() {
+        for ((r, o), scales) in out_t.chunks_exact_mut(m).enumerate().zip(all_scales.chunks_exact(cols)) {
             let row = n0 + r;
             let rest = &w.data[row * row_bytes..];
             if w.elem == Elem::E4M3 && has_e4m3_nan(isa, &rest[..row_bytes]) {
@@ -270,8 +280,7 @@ pub(crate) fn gemm_bytes(isa: Isa, x: &[f32], m: usize, w: &ByteWeights, paralle
                 padded.resize(row_bytes + over, 0);
                 &padded[..]
             };
-            w.row_scales(row, &mut scales);
-            let job = Row { x, m, k, codes, scales: &scales, block: w.block, elem: w.elem };
+            let job = Row { x, m, k, codes, scales, block: w.block, elem: w.elem };
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Isa::Avx2` is only selected where `avx2_available()` holds
