@@ -3,7 +3,7 @@
 //! to the output type.
 
 use blockscale_formats::Source;
-use blockscale_formats::{DataLayout, QuantizedMatrix, pack};
+use blockscale_formats::{DataLayout, QuantizedMatrix};
 use ndarray::{Array2, ArrayViewMut2};
 use rayon::prelude::*;
 
@@ -84,8 +84,7 @@ impl<'q> RowDecoder<'q> {
         let blocks = RowBlocks { block: self.q.scheme().block_size(), factors: &self.scales, target: self.target };
         if matches!(self.target, Target::E2M3 | Target::E3M2) {
             self.codes.resize(k, 0);
-            // The lengths agree: 3k/4 bytes, k codes.
-            let _ = pack::unpack_fp6::<u8>(bytes, &mut self.codes);
+            kernels::unpack_fp6(self.path, bytes, &mut self.codes);
             kernels::decode_row(self.path, &self.codes, blocks, post, out);
         } else {
             kernels::decode_row(self.path, bytes, blocks, post, out);

@@ -134,6 +134,13 @@ pub mod __test_hooks {
         Ok(out)
     }
 
+    /// Packed FP6 bytes (a multiple of 3) unpacked to one code per byte.
+    pub fn unpack_fp6(simd: Simd, packed: &[u8]) -> Result<Vec<u8>, CpuError> {
+        let mut out = vec![0u8; packed.len() / 3 * 4];
+        kernels::unpack_fp6(Path::select(simd)?, packed, &mut out);
+        Ok(out)
+    }
+
     /// NVFP4 (LightX2V) block scales and factors for a row of amax bit patterns.
     pub fn nvfp4_scales(simd: Simd, amax: &[u32], g: f32) -> Result<(Vec<u8>, Vec<f32>), CpuError> {
         let mut s = vec![0u8; amax.len()];

@@ -118,6 +118,20 @@ fn fp6_packing_agrees_with_the_formats_crate() {
 }
 
 #[test]
+fn fp6_unpacking_agrees_with_the_formats_crate() {
+    let packed: Vec<u8> = common::data(300, 17, false).iter().map(|v| v.to_bits() as u8).collect();
+    for len in (0..=300).step_by(3) {
+        let want = blockscale_formats::pack::unpack_fp6_vec::<u8>(&packed[..len]).unwrap();
+        for simd in [Simd::Portable, Simd::Avx2] {
+            if simd == Simd::Avx2 && !common::require_avx2() {
+                continue;
+            }
+            assert_eq!(hooks::unpack_fp6(simd, &packed[..len]).unwrap(), want, "{simd:?}, {len} bytes");
+        }
+    }
+}
+
+#[test]
 fn decoders_agree_for_every_code_and_many_scales() {
     if !common::require_avx2() {
         return;
@@ -127,8 +141,11 @@ fn decoders_agree_for_every_code_and_many_scales() {
     let scales: Vec<f32> = (0..=u16::MAX).map(|b| bf16::from_bits(b).to_f32()).collect();
     for (e, codes) in [
         (ElementFormat::E2M1, (0..16u8).map(|c| c | (c << 4)).cycle().take(32 * 8).collect::<Vec<u8>>()),
+        (ElementFormat::Int4, (0..16u8).map(|c| c | ((15 - c) << 4)).cycle().take(32 * 8).collect()),
         (ElementFormat::E4M3, (0..=255u8).cycle().take(256).collect()),
         (ElementFormat::E5M2, (0..=255u8).cycle().take(256).collect()),
+        (ElementFormat::E2M3, (0..64u8).cycle().take(256).collect()),
+        (ElementFormat::E3M2, (0..64u8).cycle().take(256).collect()),
     ] {
         for (i, &s) in scales.iter().enumerate() {
             let post = [1.0f32, 0.01, 3.0e8][i % 3];

@@ -1,7 +1,6 @@
 //! AVX2 (+F16C) kernels. Each computes exactly what its portable twin computes (same
 //! IEEE operations in the same order, the same rounding algorithm for every code), and
-//! the tests compare the two on random and exhaustive inputs. INT4 and FP6 decoding,
-//! which no benchmark target covers, fall back to the portable code.
+//! the tests compare the two on random and exhaustive inputs.
 //!
 //! Every function is `unsafe` and `#[target_feature(enable = "avx2,f16c")]`: callers
 //! must have checked both features (`Path::Avx2` is only built after that check).
@@ -339,16 +338,33 @@ fn decode_e2m1_8(word: u32) -> __m256 {
     _mm256_or_ps(mag, _mm256_castsi256_ps(sign))
 }
 
+/// The values of 8 offset-8 INT4 codes (nibbles of `word`, element 0 lowest): `code - 8`,
+/// exact.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn decode_int4_8(word: u32) -> __m256 {
+    let idx = _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    let idx = _mm256_and_si256(idx, _mm256_set1_epi32(0xf));
+    _mm256_cvtepi32_ps(_mm256_sub_epi32(idx, _mm256_set1_epi32(8)))
+}
+
+/// The values of 8 FP6 codes (E2M3 or E3M2, one per 32-bit lane): the five magnitude
+/// bits placed in an f32's exponent and mantissa fields, times `2^(127 - bias)` (exact
+/// for normals and subnormals alike), and the sign. FP6 has no special codes.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn decode_fp6_lanes(c: __m256i, m: Mini) -> __m256 {
+    let mag = _mm256_and_si256(c, _mm256_set1_epi32(0x1f));
+    let placed = _mm256_sll_epi32(mag, _mm_cvtsi32_si128(23 - m.man as i32));
+    let scale = f32::from_bits(((127 + 127 - m.bias) as u32) << 23);
+    let v = _mm256_mul_ps(_mm256_castsi256_ps(placed), _mm256_set1_ps(scale));
+    let sign = _mm256_slli_epi32::<26>(_mm256_and_si256(c, _mm256_set1_epi32(0x20)));
+    _mm256_or_ps(v, _mm256_castsi256_ps(sign))
+}
+
 /// The values of 8 E4M3 (`ieee = false`) or E5M2 (`ieee = true`) codes: the magnitude
 /// bits placed in an f32's exponent and mantissa fields, times 2^(127 - bias), which is
 /// exact for normals and subnormals alike; specials blended in as the tables hold them.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-fn decode_fp8_8(codes: u64, ieee: bool) -> __m256 {
-    decode_fp8_lanes(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(codes as i64)), ieee)
-}
-
-/// [`decode_fp8_8`] of codes already in 32-bit lanes.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn decode_fp8_lanes(c: __m256i, ieee: bool) -> __m256 {
@@ -378,24 +394,24 @@ pub(super) unsafe fn decode_row<O: Source>(codes: &[u8], blocks: RowBlocks<'_>, 
     assert!(
         out.len() == scales.len() * block && codes.len() * target.per_byte() == out.len() && block.is_multiple_of(8)
     );
-    let ieee = match target {
-        Target::E2M1 => false,
-        Target::E4M3 => false,
-        Target::E5M2 => true,
-        _ => return portable::decode_row(codes, blocks, post, out),
-    };
     let postv = _mm256_set1_ps(post);
     for (b, &s) in scales.iter().enumerate() {
         let sv = _mm256_set1_ps(s);
         for j in (0..block).step_by(8) {
             let i = b * block + j;
-            let v = if target == Target::E2M1 {
-                let w = u32::from_le_bytes([codes[i / 2], codes[i / 2 + 1], codes[i / 2 + 2], codes[i / 2 + 3]]);
-                decode_e2m1_8(w)
-            } else {
-                let mut bytes = [0u8; 8];
-                bytes.copy_from_slice(&codes[i..i + 8]);
-                decode_fp8_8(u64::from_le_bytes(bytes), ieee)
+            let nibbles = || u32::from_le_bytes([codes[i / 2], codes[i / 2 + 1], codes[i / 2 + 2], codes[i / 2 + 3]]);
+            let bytes = || {
+                let mut b8 = [0u8; 8];
+                b8.copy_from_slice(&codes[i..i + 8]);
+                _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(u64::from_le_bytes(b8) as i64))
+            };
+            let v = match target {
+                Target::E2M1 => decode_e2m1_8(nibbles()),
+                Target::Int4 => decode_int4_8(nibbles()),
+                Target::E4M3 => decode_fp8_lanes(bytes(), false),
+                Target::E5M2 => decode_fp8_lanes(bytes(), true),
+                Target::E2M3 => decode_fp6_lanes(bytes(), E2M3),
+                Target::E3M2 => decode_fp6_lanes(bytes(), E3M2),
             };
             let y = _mm256_mul_ps(_mm256_mul_ps(v, sv), postv);
             // One canonical NaN, as the portable path writes.
@@ -432,4 +448,36 @@ pub(super) unsafe fn pack_fp6(codes: &[u8], out: &mut [u8]) {
         }
     }
     portable::pack_fp6(&codes[32 * whole..], &mut out[24 * whole..]);
+}
+
+/// See `super::unpack_fp6`: 24 bytes (32 codes) a step. A shuffle gives each 32-bit
+/// lane one group's three bytes, shifts and masks move its four 6-bit codes to the
+/// lane's four bytes.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn unpack_fp6(packed: &[u8], codes: &mut [u8]) {
+    assert!(packed.len().is_multiple_of(3) && codes.len() == packed.len() / 3 * 4);
+    // Steps whose 32-byte load (24 used) stays inside `packed`.
+    let whole = if packed.len() >= 32 { (packed.len() - 32) / 24 + 1 } else { 0 };
+    #[rustfmt::skip]
+    let spread = _mm256_setr_epi8(
+        0, 1, 2, -128, 3, 4, 5, -128, 6, 7, 8, -128, 9, 10, 11, -128,
+        4, 5, 6, -128, 7, 8, 9, -128, 10, 11, 12, -128, 13, 14, 15, -128,
+    );
+    for i in 0..whole {
+        // SAFETY: 32 bytes at 24 i and 32 codes at 32 i are in bounds (i < whole).
+        unsafe {
+            // Bytes 0..12 in the low half, 12..24 in the high half (read from 8: the
+            // shuffle's high-half indices are offset by 4).
+            let v = _mm256_loadu_si256(packed.as_ptr().add(24 * i).cast());
+            let v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 1, 2, 3, 2, 3, 4, 5));
+            let w = _mm256_shuffle_epi8(v, spread);
+            let c0 = _mm256_and_si256(w, _mm256_set1_epi32(0x3f));
+            let c1 = _mm256_and_si256(_mm256_slli_epi32::<2>(w), _mm256_set1_epi32(0x3f00));
+            let c2 = _mm256_and_si256(_mm256_slli_epi32::<4>(w), _mm256_set1_epi32(0x3f_0000));
+            let c3 = _mm256_and_si256(_mm256_slli_epi32::<6>(w), _mm256_set1_epi32(0x3f00_0000));
+            let out = _mm256_or_si256(_mm256_or_si256(c0, c1), _mm256_or_si256(c2, c3));
+            _mm256_storeu_si256(codes.as_mut_ptr().add(32 * i).cast(), out);
+        }
+    }
+    portable::unpack_fp6(&packed[24 * whole..], &mut codes[32 * whole..]);
 }

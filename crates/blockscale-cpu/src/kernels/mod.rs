@@ -194,3 +194,10 @@ pub(crate) fn pack_fp6(path: Path, codes: &[u8], out: &mut [u8]) {
     debug_assert!(codes.len().is_multiple_of(4) && out.len() == codes.len() / 4 * 3);
     on_path!(path, pack_fp6(codes, out))
 }
+
+/// Unpacks FP6 codes (four per three bytes, LSB-first) to one per byte, as
+/// `blockscale_formats::pack::unpack_fp6` does; `codes` holds `packed.len() / 3 * 4`.
+pub(crate) fn unpack_fp6(path: Path, packed: &[u8], codes: &mut [u8]) {
+    debug_assert!(packed.len().is_multiple_of(3) && codes.len() == packed.len() / 3 * 4);
+    on_path!(path, unpack_fp6(packed, codes))
+}

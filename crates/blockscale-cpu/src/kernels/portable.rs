@@ -128,3 +128,9 @@ pub(super) fn pack_fp6(codes: &[u8], out: &mut [u8]) {
     // The lengths agree (checked by the caller): `codes.len() / 4 * 3` bytes.
     let _ = blockscale_formats::pack::pack_fp6::<u8>(codes, out);
 }
+
+/// See `super::unpack_fp6`.
+pub(super) fn unpack_fp6(packed: &[u8], codes: &mut [u8]) {
+    // The lengths agree (checked by the caller): `packed.len() / 3 * 4` codes.
+    let _ = blockscale_formats::pack::unpack_fp6::<u8>(packed, codes);
+}
