@@ -7,7 +7,7 @@ use blockscale_formats::{DataLayout, QuantizedMatrix};
 use ndarray::{Array2, ArrayViewMut2};
 use rayon::prelude::*;
 
-use crate::kernels::{self, Path, RowBlocks, Target};
+use crate::kernels::{self, Isa, RowBlocks, Target};
 use crate::{CpuError, Simd};
 
 /// Options for [`dequantize_with`] and [`dequantize_into`].
@@ -23,7 +23,7 @@ pub struct DequantizeOptions {
 /// its block scales as f32, and decodes it.
 pub(crate) struct RowDecoder<'q> {
     q: &'q QuantizedMatrix,
-    path: Path,
+    path: Isa,
     target: Target,
     post: f32,
     row_bytes: Vec<u8>,
@@ -32,7 +32,7 @@ pub(crate) struct RowDecoder<'q> {
 }
 
 impl<'q> RowDecoder<'q> {
-    pub(crate) fn new(q: &'q QuantizedMatrix, path: Path) -> Self {
+    pub(crate) fn new(q: &'q QuantizedMatrix, path: Isa) -> Self {
         let shape = q.shape();
         Self {
             q,
@@ -128,7 +128,7 @@ pub fn dequantize_into<O: Source>(
     if out.dim() != (q.rows(), q.k()) {
         return Err(CpuError::OutputShape { expected: (q.rows(), q.k()), actual: out.dim() });
     }
-    let path = Path::select(options.simd)?;
+    let path = Isa::select(options.simd)?;
     let k = q.k();
     let work =
         |(dec, buf): &mut (RowDecoder<'_>, Vec<O>), (r, mut row): (usize, ndarray::ArrayViewMut1<'_, O>)| match row

@@ -89,7 +89,7 @@ pub use quantize::{quantize, quantize_into, quantize_slice};
 pub mod __test_hooks {
     use blockscale_formats::{ElementFormat, Source};
 
-    use crate::kernels::{self, Codes, Path, RowBlocks};
+    use crate::kernels::{self, Codes, Isa, RowBlocks};
     use crate::scale::Op;
     use crate::{CpuError, Simd};
 
@@ -100,7 +100,7 @@ pub mod __test_hooks {
         let mut out = vec![0u8; xs.len() / target.per_byte()];
         let factors = vec![factor; xs.len() / 32];
         let op = if div { Op::Div } else { Op::Mul };
-        kernels::encode_row(Path::select(simd)?, xs, RowBlocks { block: 32, factors: &factors, target }, op, &mut out);
+        kernels::encode_row(Isa::select(simd)?, xs, RowBlocks { block: 32, factors: &factors, target }, op, &mut out);
         Ok(out)
     }
 
@@ -118,7 +118,7 @@ pub mod __test_hooks {
         let mut out = vec![O::default(); n];
         let scales = vec![scale; n / 32];
         kernels::decode_row(
-            Path::select(simd)?,
+            Isa::select(simd)?,
             codes,
             RowBlocks { block: 32, factors: &scales, target },
             post,
@@ -130,14 +130,14 @@ pub mod __test_hooks {
     /// FP6 codes (one per byte, a multiple of 4) packed four per three bytes.
     pub fn pack_fp6(simd: Simd, codes: &[u8]) -> Result<Vec<u8>, CpuError> {
         let mut out = vec![0u8; codes.len() / 4 * 3];
-        kernels::pack_fp6(Path::select(simd)?, codes, &mut out);
+        kernels::pack_fp6(Isa::select(simd)?, codes, &mut out);
         Ok(out)
     }
 
     /// Packed FP6 bytes (a multiple of 3) unpacked to one code per byte.
     pub fn unpack_fp6(simd: Simd, packed: &[u8]) -> Result<Vec<u8>, CpuError> {
         let mut out = vec![0u8; packed.len() / 3 * 4];
-        kernels::unpack_fp6(Path::select(simd)?, packed, &mut out);
+        kernels::unpack_fp6(Isa::select(simd)?, packed, &mut out);
         Ok(out)
     }
 
@@ -145,7 +145,7 @@ pub mod __test_hooks {
     pub fn nvfp4_scales(simd: Simd, amax: &[u32], g: f32) -> Result<(Vec<u8>, Vec<f32>), CpuError> {
         let mut s = vec![0u8; amax.len()];
         let mut f = vec![0f32; amax.len()];
-        kernels::nvfp4_scales(Path::select(simd)?, amax, g, crate::NvFp4Recipe::LightX2V, &mut s, &mut f);
+        kernels::nvfp4_scales(Isa::select(simd)?, amax, g, crate::NvFp4Recipe::LightX2V, &mut s, &mut f);
         Ok((s, f))
     }
 }

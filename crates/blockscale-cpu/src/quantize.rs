@@ -10,7 +10,7 @@ use half::f16;
 use ndarray::ArrayView2;
 use rayon::prelude::*;
 
-use crate::kernels::{self, Path, RowBlocks, Target};
+use crate::kernels::{self, Isa, RowBlocks, Target};
 use crate::scale::{self, Op};
 use crate::{CpuError, GlobalScaleSource, Input, NonFinite, NvFp4Recipe, QuantizeOptions};
 
@@ -35,7 +35,7 @@ pub(crate) struct Plan {
     pub(crate) op: Op,
     pub(crate) scale_layout: ScaleLayout,
     pub(crate) poison: bool,
-    pub(crate) path: Path,
+    pub(crate) path: Isa,
 }
 
 impl Plan {
@@ -452,7 +452,7 @@ pub(crate) fn plan<T: Input>(
 ) -> Result<Plan, CpuError> {
     let shape = *request.shape();
     let scheme = shape.scheme;
-    let path = Path::select(options.simd)?;
+    let path = Isa::select(options.simd)?;
     let poison = options.non_finite == NonFinite::Poison;
     let element = scheme.element();
     let kind = match scheme {
@@ -478,7 +478,7 @@ pub(crate) fn plan<T: Input>(
 /// The largest finite |x| of the whole input (an error on NaN/Inf unless poisoning).
 fn tensor_amax<T: Input>(
     input: &ArrayView2<'_, T>,
-    path: Path,
+    path: Isa,
     poison: bool,
     options: &QuantizeOptions,
 ) -> Result<f32, CpuError> {

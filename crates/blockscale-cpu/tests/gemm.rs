@@ -542,7 +542,7 @@ fn panel_weights_meet_the_int8_bound_with_the_epilogue() {
                 let panels = PanelWeights::new(&w.q).unwrap();
                 assert_eq!((panels.rows(), panels.k(), panels.scheme()), (n, k, scheme));
                 let mut results = Vec::new();
-                for simd in simds().into_iter().filter(|&s| s != Simd::Avx512 || blockscale_cpu::vnni_available()) {
+                for simd in simds() {
                     let o = GemmOptions::default().with_simd(simd).with_activations(ActivationPrecision::Int8Blocks);
                     let got = gemm_weight_only_panels::<f32, f32>(x, &panels, &ep, &o).unwrap();
                     for (idx, (&f, &r)) in got.iter().zip(reference.iter()).enumerate() {
@@ -592,7 +592,7 @@ fn panel_weights_refuse_what_they_cannot_do() {
     assert!(matches!(e, CpuError::BiasLength { expected: 4, actual: 3 }), "{e}");
     let empty = ArrayView2::<f32>::from_shape((0, 64), &[]).unwrap();
     assert!(gemm_weight_only_panels::<f32, f32>(empty, &p, &ep, &int8).is_err());
-    if !blockscale_cpu::vnni_available() {
+    if !blockscale_cpu::avx512_available() {
         let e = gemv_panels::<f32, f32>(&x, &p, &ep, &int8.with_simd(Simd::Avx512)).unwrap_err();
         assert!(matches!(e, CpuError::SimdUnavailable(_)), "{e}");
     }

@@ -14,8 +14,10 @@ pub enum Simd {
     Portable,
     /// x86-64 AVX2 (with F16C and FMA); an error where unavailable.
     Avx2,
-    /// x86-64 AVX-512 (F, BW, BF16) for the GEMM kernels; quantization and
-    /// dequantization run their AVX2 kernels under it. An error where unavailable.
+    /// x86-64 AVX-512 (F and BW, with AVX2, F16C and FMA); its kernels also use BF16
+    /// and VNNI where the CPU has them, and the kernel families written for AVX2 only
+    /// (quantization, dequantization) run their AVX2 code under it. An error where
+    /// AVX-512 F or BW is missing.
     Avx512,
 }
 

@@ -19,8 +19,7 @@ use super::operand::{Decoded, element_exp};
 use super::reference::format_of;
 use super::{Activation, ActivationPrecision, GemmOptions, Resolved, exact::round_f64};
 use crate::dequantize::RowDecoder;
-use crate::kernels::Path;
-use crate::{CpuError, Simd};
+use crate::kernels::Isa;
 
 mod dot;
 
@@ -110,35 +109,6 @@ fn int8_operand(d: &Decoded) -> Int8Operand {
     Int8Operand { vals, scales: d.scales.clone(), exp: d.elem_exp }
 }
 
-/// The instruction set the GEMM kernels use.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Isa {
-    Portable,
-    Avx2,
-    /// AVX-512 with BF16 dot products (for operands whose scaled values are exact in
-    /// bf16).
-    Avx512,
-}
-
-impl Isa {
-    pub(super) fn select(simd: Simd) -> Result<(Self, Path), CpuError> {
-        let path = Path::select(simd)?;
-        let wide = match crate::kernels::requested(simd) {
-            Simd::Avx512 => true,
-            Simd::Auto => crate::avx512_available(),
-            _ => false,
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = wide;
-        Ok(match path {
-            Path::Portable => (Self::Portable, path),
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => (if wide { Self::Avx512 } else { Self::Avx2 }, path),
-        })
-    }
-}
-
 /// Significant bits of a finite non-zero f32 (from its leading to its last set bit),
 /// and the exponent of that last bit.
 fn sig_bits(x: f32) -> (u32, i32) {
@@ -185,7 +155,7 @@ fn prescale_ok(q: &QuantizedMatrix, budget: Option<u32>) -> bool {
 /// mapped through `f`; `None` if any is NaN or infinite.
 fn scaled_rows<T: Copy + Default + Send>(
     q: &QuantizedMatrix,
-    path: Path,
+    isa: Isa,
     kp: usize,
     parallel: bool,
     f: impl Fn(f32) -> T + Sync,
@@ -200,7 +170,7 @@ fn scaled_rows<T: Copy + Default + Send>(
         }
         finite
     };
-    let init = || (RowDecoder::new(q, path), vec![0f32; k]);
+    let init = || (RowDecoder::new(q, isa), vec![0f32; k]);
     let ok = if parallel {
         out.par_chunks_mut(kp).enumerate().map_init(init, work).all(|x| x)
     } else {
@@ -217,33 +187,32 @@ fn bf16_bits(v: f32) -> u16 {
 }
 
 /// Quantized x quantized, before the epilogue.
-pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: Path, parallel: bool) -> Vec<f32> {
+pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parallel: bool) -> Vec<f32> {
     let (m, n, k) = (a.rows(), b.rows(), a.k());
     if let Some(out) = panel_product(a, b, isa, parallel) {
         return out;
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && prescale_ok(a, Some(8)) && prescale_ok(b, Some(8)) {
+    if isa.bf16() && prescale_ok(a, Some(8)) && prescale_ok(b, Some(8)) {
         let kp = k.next_multiple_of(32);
         if let (Some(pa), Some(pb)) =
-            (scaled_rows(a, path, kp, parallel, bf16_bits), scaled_rows(b, path, kp, parallel, bf16_bits))
+            (scaled_rows(a, isa, kp, parallel, bf16_bits), scaled_rows(b, isa, kp, parallel, bf16_bits))
         {
             return bf16_product(&pa, &pb, m, n, kp, parallel);
         }
     }
-    if isa != Isa::Avx512 && prescale_ok(a, None) && prescale_ok(b, None) {
+    if !isa.bf16() && prescale_ok(a, None) && prescale_ok(b, None) {
         // Values times scales in f32 (exact for NVFP4, MX and power-of-two scales, one
         // rounding each otherwise): a plain f32 product with the packed AVX2 kernel.
-        if let (Some(pa), Some(pb)) =
-            (scaled_rows(a, path, k, parallel, |v| v), scaled_rows(b, path, k, parallel, |v| v))
+        if let (Some(pa), Some(pb)) = (scaled_rows(a, isa, k, parallel, |v| v), scaled_rows(b, isa, k, parallel, |v| v))
         {
-            return f32_packed_product(path, &pa, &pb, m, n, k, parallel);
+            return f32_packed_product(isa, &pa, &pb, m, n, k, parallel);
         }
     }
-    let (da, db) = (Decoded::new(a, path, parallel), Decoded::new(b, path, parallel));
+    let (da, db) = (Decoded::new(a, isa, parallel), Decoded::new(b, isa, parallel));
     let bs = da.block;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && finite(&da) && finite(&db) {
+    if isa.bf16() && finite(&da) && finite(&db) {
         // Elements (at most 4 significant bits) are exact in bf16; scales stay f32.
         let (ab, bb): (Vec<u16>, Vec<u16>) =
             (da.values.iter().map(|&v| bf16_bits(v)).collect(), db.values.iter().map(|&v| bf16_bits(v)).collect());
@@ -255,7 +224,7 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: 
         let nb = k / bs;
         return tiled(m, n, parallel, |i0, i1, j0, j1, out| {
             dot::int8_tile(
-                path,
+                isa,
                 &ia.vals[i0 * k..i1 * k],
                 &ia.scales[i0 * nb..i1 * nb],
                 &ib.vals[j0 * k..j1 * k],
@@ -267,11 +236,11 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, path: 
             )
         });
     }
-    f32_product(&da.values, &da.scales, &db, m, parallel, path)
+    f32_product(&da.values, &da.scales, &db, m, parallel, isa)
 }
 
 /// NVFP4 x NVFP4 and MXFP4 x MXFP4 on the panel kernels, where the ISA has one
-/// (AVX-512 VNNI under `Isa::Avx512`, AVX2 under `Isa::Avx2`): B is packed into panels,
+/// (AVX-512 VNNI, or AVX2; see `panel::Kernel::of`): B is packed into panels,
 /// A's codes (E2M1 times two) are the int8 operand exactly and its block scales the
 /// factors, so each block sum is exact in i32 and `acc += I * (s_b * s_a / 2)` in f32
 /// (the scale product exact: 4-bit mantissas or powers of two, kept in range by the
@@ -281,15 +250,10 @@ fn panel_product(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parallel: b
     if a.scheme() != b.scheme() || !matches!(a.scheme(), Scheme::NvFp4 | Scheme::MxFp4) {
         return None;
     }
-    let kernel = match isa {
-        Isa::Portable => return None,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if super::panel::vnni_available() => super::panel::Kernel::Avx512Vnni,
-        #[cfg(target_arch = "x86_64")]
-        _ if crate::avx2_available() => super::panel::Kernel::Avx2,
-        #[allow(unreachable_patterns)]
-        _ => return None,
-    };
+    let kernel = super::panel::Kernel::of(isa);
+    if kernel == super::panel::Kernel::Portable {
+        return None;
+    }
     // MX scales within 2^±50 (NaN codes allowed): a product of two, halved, lies in
     // 2^-101 .. 2^100, and a block sum (|I| < 2^16) times it stays a normal f32 far
     // from overflow. NVFP4's UE4M3 scales always do.
@@ -316,9 +280,9 @@ fn bf16_product(a: &[u16], b: &[u16], m: usize, n: usize, kp: usize, parallel: b
 
 /// The f32 product of pre-scaled rows `a` (`m x k`) and `b` (`n x k`), B packed into
 /// 16-column panels (a 6 x 16 register tile on AVX2).
-fn f32_packed_product(path: Path, a: &[f32], b: &[f32], m: usize, n: usize, k: usize, parallel: bool) -> Vec<f32> {
+fn f32_packed_product(isa: Isa, a: &[f32], b: &[f32], m: usize, n: usize, k: usize, parallel: bool) -> Vec<f32> {
     let packed = dot::pack_f32_panels(b, n, k);
-    tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::f32_panel_tile(path, &a[i0 * k..i1 * k], &packed, k, j0, j1, out))
+    tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::f32_panel_tile(isa, &a[i0 * k..i1 * k], &packed, k, j0, j1, out))
 }
 
 /// Whether every value and scale is finite.
@@ -350,12 +314,12 @@ fn bf16_scaled_product(
 }
 
 /// Block-scaled f32 product of values `av` (`m x k`) with scales `asc` and `db`.
-fn f32_product(av: &[f32], asc: &[f32], db: &Decoded, m: usize, parallel: bool, path: Path) -> Vec<f32> {
+fn f32_product(av: &[f32], asc: &[f32], db: &Decoded, m: usize, parallel: bool, isa: Isa) -> Vec<f32> {
     let (n, k, bs) = (db.rows, db.k, db.block);
     let nb = k / bs;
     tiled(m, n, parallel, |i0, i1, j0, j1, out| {
         dot::f32_tile(
-            path,
+            isa,
             &av[i0 * k..i1 * k],
             &asc[i0 * nb..i1 * nb],
             &db.values[j0 * k..j1 * k],
@@ -456,15 +420,8 @@ pub(super) fn nibble_weights<'a>(
 }
 
 /// The 4-bit GEMV kernels, for NVFP4, MXFP4 and INT4-G32 weights stored row-major;
-/// `Isa::Avx512` lets bf16 activations take their AVX-512 BF16 kernel.
-fn nibble_product(
-    x: &[f32],
-    m: usize,
-    w: &QuantizedMatrix,
-    isa: Isa,
-    path: Path,
-    options: &GemmOptions,
-) -> Option<Vec<f32>> {
+/// an ISA with AVX-512 BF16 lets bf16 activations take their BF16 kernel.
+fn nibble_product(x: &[f32], m: usize, w: &QuantizedMatrix, isa: Isa, options: &GemmOptions) -> Option<Vec<f32>> {
     let lut = scale_lut(w.scheme().scale_format());
     let g128 = int4_g128_as_g32_scales(w);
     let weights = nibble_weights(w, &lut, g128.as_deref())?;
@@ -473,24 +430,16 @@ fn nibble_product(
         ActivationPrecision::Int8Blocks => nibble::ActMode::Int8,
     };
     let mut out = vec![0f32; m * w.rows()];
-    let wide = isa == Isa::Avx512;
-    nibble::gemm_nibble(path, x, m, &weights, mode, wide, !options.single_threaded, &mut out);
+    nibble::gemm_nibble(isa, x, m, &weights, mode, !options.single_threaded, &mut out);
     Some(out)
 }
 
 /// Weight-only, before the epilogue.
-pub(super) fn gemm_wq(
-    x: &[f32],
-    m: usize,
-    w: &QuantizedMatrix,
-    isa: Isa,
-    path: Path,
-    options: &GemmOptions,
-) -> Vec<f32> {
+pub(super) fn gemm_wq(x: &[f32], m: usize, w: &QuantizedMatrix, isa: Isa, options: &GemmOptions) -> Vec<f32> {
     let parallel = !options.single_threaded;
     let k = w.k();
     if m <= GEMV_ROWS
-        && let Some(out) = nibble_product(x, m, w, isa, path, options)
+        && let Some(out) = nibble_product(x, m, w, isa, options)
     {
         return out;
     }
@@ -502,9 +451,9 @@ pub(super) fn gemm_wq(
         return out;
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && x.iter().all(|v| v.is_finite() && v.to_bits() & 0xffff == 0) && prescale_ok(w, Some(8)) {
+    if isa.bf16() && x.iter().all(|v| v.is_finite() && v.to_bits() & 0xffff == 0) && prescale_ok(w, Some(8)) {
         let kp = k.next_multiple_of(32);
-        if let Some(pw) = scaled_rows(w, path, kp, parallel, bf16_bits) {
+        if let Some(pw) = scaled_rows(w, isa, kp, parallel, bf16_bits) {
             let mut xp = vec![0u16; m * kp];
             for (dst, src) in xp.chunks_exact_mut(kp).zip(x.chunks_exact(k)) {
                 dst.iter_mut().zip(src).for_each(|(d, &v)| *d = bf16_bits(v));
@@ -515,12 +464,12 @@ pub(super) fn gemm_wq(
     if isa != Isa::Portable
         && prescale_ok(w, None)
         && x.iter().all(|v| v.is_finite())
-        && let Some(pw) = scaled_rows(w, path, k, parallel, |v| v)
+        && let Some(pw) = scaled_rows(w, isa, k, parallel, |v| v)
     {
-        return f32_packed_product(path, x, &pw, m, w.rows(), k, parallel);
+        return f32_packed_product(isa, x, &pw, m, w.rows(), k, parallel);
     }
-    let dw = Decoded::new(w, path, parallel);
+    let dw = Decoded::new(w, isa, parallel);
     // Activations as an operand whose block scales are all 1.
     let ones = vec![1f32; m * dw.nblocks()];
-    f32_product(x, &ones, &dw, m, parallel, path)
+    f32_product(x, &ones, &dw, m, parallel, isa)
 }

@@ -39,7 +39,7 @@ use ndarray::{Array2, ArrayView2};
 pub use epilogue::{Activation, Epilogue};
 pub use panel::vnni_available;
 
-use crate::kernels::Path;
+use crate::kernels::Isa;
 use crate::{CpuError, Input, Simd};
 use operand::Decoded;
 
@@ -125,7 +125,7 @@ pub fn gemm_reference<O: Source>(
     let r = resolve(epilogue, Some(a), b)?;
     // The reference decodes on the portable path, the definition every SIMD path must
     // match: it never depends on the SIMD setting.
-    let (da, db) = (Decoded::new(a, Path::Portable, true), Decoded::new(b, Path::Portable, true));
+    let (da, db) = (Decoded::new(a, Isa::Portable, true), Decoded::new(b, Isa::Portable, true));
     let out = reference::gemm_qq(&da, &db, &r, reference::format_of::<O>(), true);
     Ok(to_array(a.rows(), b.rows(), out))
 }
@@ -156,7 +156,7 @@ pub fn gemm_weight_only_reference<I: Input, O: Source>(
 ) -> Result<Array2<O>, CpuError> {
     let xs = activations(x, w.k())?;
     let r = resolve(epilogue, None, w)?;
-    let dw = Decoded::new(w, Path::Portable, true);
+    let dw = Decoded::new(w, Isa::Portable, true);
     let m = x.nrows();
     let out = reference::gemm_wq(&xs, m, &dw, &r, reference::format_of::<O>(), true);
     Ok(to_array(m, w.rows(), out))
@@ -185,8 +185,8 @@ pub fn gemm<O: Source>(
 ) -> Result<Array2<O>, CpuError> {
     check_pair(a, b)?;
     let r = resolve(epilogue, Some(a), b)?;
-    let (isa, path) = fast::Isa::select(options.simd)?;
-    let out = fast::gemm_qq(a, b, isa, path, !options.single_threaded);
+    let isa = Isa::select(options.simd)?;
+    let out = fast::gemm_qq(a, b, isa, !options.single_threaded);
     Ok(fast::finish(out, a.rows(), b.rows(), &r, !options.single_threaded))
 }
 
@@ -211,9 +211,9 @@ pub fn gemm_weight_only<I: Input, O: Source>(
 ) -> Result<Array2<O>, CpuError> {
     let xs = activations(x, w.k())?;
     let r = resolve(epilogue, None, w)?;
-    let (isa, path) = fast::Isa::select(options.simd)?;
+    let isa = Isa::select(options.simd)?;
     let m = x.nrows();
-    let out = fast::gemm_wq(&xs, m, w, isa, path, options);
+    let out = fast::gemm_wq(&xs, m, w, isa, options);
     Ok(fast::finish(out, m, w.rows(), &r, !options.single_threaded))
 }
 
@@ -322,8 +322,8 @@ impl core::fmt::Debug for PanelWeights {
 
 /// The weight-only product on panel weights: `x` (`M x K`, f32/f16/bf16, any strides)
 /// times `w` (`N x K`), with the activations quantized to int8 per 32 values (rows
-/// holding NaN or infinity are computed in f32 instead, so those propagate). With
-/// `Simd::Auto` the AVX-512 VNNI kernel runs where the CPU has AVX-512 F, BW and VNNI,
+/// holding NaN or infinity are computed in f32 instead, so those propagate). The
+/// AVX-512 VNNI kernel runs where the instruction set is AVX-512 and the CPU has VNNI,
 /// else the AVX2 one, else a portable one (`BLOCKSCALE_SIMD` or `options.simd` can ask
 /// for a lesser one); all give the same bits. Error bound:
 /// [`ActivationPrecision::Int8Blocks`]'s.
@@ -331,7 +331,7 @@ impl core::fmt::Debug for PanelWeights {
 /// # Errors
 /// [`CpuError::PanelNeedsInt8`] unless `options.activations` is
 /// [`ActivationPrecision::Int8Blocks`]; [`CpuError::SimdUnavailable`] for a forced
-/// path this CPU lacks (`Simd::Avx512` needs VNNI here); otherwise as
+/// instruction set this CPU lacks; otherwise as
 /// [`gemm_weight_only`].
 pub fn gemm_weight_only_panels<I: Input, O: Source>(
     x: ArrayView2<'_, I>,
@@ -346,7 +346,7 @@ pub fn gemm_weight_only_panels<I: Input, O: Source>(
     let (m, n) = (x.nrows(), w.rows());
     let alpha = epilogue::resolve_weight_only(epilogue, w.scheme, w.global, n)?;
     let r = Resolved { alpha, bias: epilogue.bias, activation: epilogue.activation };
-    let kernel = panel::Kernel::select(options.simd)?;
+    let kernel = panel::Kernel::of(Isa::select(options.simd)?);
     let mut out = vec![0f32; m * n];
     panel::gemm_panels(kernel, &xs, m, &w.panels, !options.single_threaded, &mut out);
     Ok(fast::finish(out, m, n, &r, !options.single_threaded))

@@ -5,7 +5,7 @@ use blockscale_formats::{ElementFormat, QuantizedMatrix};
 use rayon::prelude::*;
 
 use crate::dequantize::RowDecoder;
-use crate::kernels::Path;
+use crate::kernels::Isa;
 
 /// The power of two that makes every value of a format an integer: value =
 /// integer * 2^exp (E2M1 counts halves, E4M3 its smallest subnormal 2^-9, ...).
@@ -34,7 +34,7 @@ pub(crate) struct Decoded {
 }
 
 impl Decoded {
-    pub(crate) fn new(q: &QuantizedMatrix, path: Path, parallel: bool) -> Self {
+    pub(crate) fn new(q: &QuantizedMatrix, path: Isa, parallel: bool) -> Self {
         let (rows, k, block) = (q.rows(), q.k(), q.scheme().block_size());
         let nb = k / block;
         let mut values = vec![0f32; rows * k];

@@ -3,7 +3,7 @@
 //! the tests compare the two on random and exhaustive inputs.
 //!
 //! Every function is `unsafe` and `#[target_feature(enable = "avx2,f16c")]`: callers
-//! must have checked both features (`Path::Avx2` is only built after that check).
+//! must have checked both features (`Isa::Avx2` is only built after that check).
 
 use blockscale_formats::Source;
 use core::arch::x86_64::*;

@@ -1,5 +1,6 @@
 //! The hot loops, in a portable version and (on x86-64) an AVX2 version that gives
-//! identical bytes. [`Path`] picks one once per call; every function here dispatches.
+//! identical bytes, and the crate's ISA layer: [`Isa`] picks the instruction set once
+//! per call; every function here dispatches on it.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -11,43 +12,89 @@ use blockscale_formats::Source;
 use crate::scale::{self, Op};
 use crate::{CpuError, Input, NvFp4Recipe, Simd};
 
-/// An implementation of the kernels.
+/// The instruction set one call's kernels use, chosen once per call by [`Isa::select`]:
+/// the crate's one ISA layer. `Avx512` means AVX-512 F and BW on top of the AVX2 set;
+/// its kernels use BF16 and VNNI where the CPU has them ([`Isa::bf16`],
+/// [`Isa::vnni`]), and the kernel families written for AVX2 only (the element encoders
+/// and decoders here, the f32 tiles) run their AVX2 code under it. Every variant exists
+/// on every target so that callers match one type; only `Portable` is ever selected
+/// off x86-64.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Path {
+pub(crate) enum Isa {
     Portable,
-    #[cfg(target_arch = "x86_64")]
     Avx2,
+    Avx512,
 }
 
-impl Path {
-    /// The path `simd` asks for: `Auto` takes `BLOCKSCALE_SIMD` (`portable` or `avx2`)
-    /// if set, else the best the CPU has.
+/// The CPU's vector features, detected once per process.
+#[derive(Clone, Copy, Debug, Default)]
+struct Features {
+    /// AVX2, F16C and FMA.
+    avx2: bool,
+    /// AVX-512 F and BW, and `avx2`.
+    avx512: bool,
+    /// `avx512` and AVX-512 BF16.
+    bf16: bool,
+    /// `avx512` and AVX-512 VNNI.
+    vnni: bool,
+}
+
+fn features() -> Features {
+    static F: std::sync::OnceLock<Features> = std::sync::OnceLock::new();
+    *F.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 =
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") && is_x86_feature_detected!("fma");
+            let avx512 = avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
+            Features {
+                avx2,
+                avx512,
+                bf16: avx512 && is_x86_feature_detected!("avx512bf16"),
+                vnni: avx512 && is_x86_feature_detected!("avx512vnni"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Features::default()
+    })
+}
+
+impl Isa {
+    /// The instruction set `simd` asks for: `Auto` takes `BLOCKSCALE_SIMD` (`portable`,
+    /// `avx2` or `avx512`) if set, else the best the CPU has.
+    ///
+    /// # Errors
+    /// [`CpuError::SimdUnavailable`] for a forced set this CPU lacks.
     pub(crate) fn select(simd: Simd) -> Result<Self, CpuError> {
+        let f = features();
         match requested(simd) {
             Simd::Portable => Ok(Self::Portable),
-            Simd::Avx2 if avx2_available() => Ok(Self::avx2()),
+            Simd::Avx2 if f.avx2 => Ok(Self::Avx2),
             Simd::Avx2 => Err(CpuError::SimdUnavailable("AVX2 + F16C + FMA")),
-            Simd::Avx512 if avx512_available() => Ok(Self::avx2()),
-            Simd::Avx512 => Err(CpuError::SimdUnavailable("AVX-512 F + BW + BF16")),
-            Simd::Auto => Ok(if avx2_available() { Self::avx2() } else { Self::Portable }),
+            Simd::Avx512 if f.avx512 => Ok(Self::Avx512),
+            Simd::Avx512 => Err(CpuError::SimdUnavailable("AVX-512 F + BW")),
+            Simd::Auto if f.avx512 => Ok(Self::Avx512),
+            Simd::Auto if f.avx2 => Ok(Self::Avx2),
+            Simd::Auto => Ok(Self::Portable),
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
-    fn avx2() -> Self {
-        Self::Avx2
+    /// Whether this call may use AVX-512 BF16 dot products.
+    pub(crate) fn bf16(self) -> bool {
+        self == Self::Avx512 && features().bf16
     }
 
-    #[cfg(not(target_arch = "x86_64"))]
-    fn avx2() -> Self {
-        Self::Portable
+    /// Whether this call may use AVX-512 VNNI dot products.
+    pub(crate) fn vnni(self) -> bool {
+        self == Self::Avx512 && features().vnni
     }
 }
 
-/// What `simd` asks for: `Auto` becomes the path `BLOCKSCALE_SIMD` names (`portable`,
+/// What `simd` asks for: `Auto` becomes the set `BLOCKSCALE_SIMD` names (`portable`,
 /// `avx2` or `avx512`), and stays `Auto` (the best the CPU has) when it names none. The
 /// variable is read once per process.
-pub(crate) fn requested(simd: Simd) -> Simd {
+fn requested(simd: Simd) -> Simd {
     static FROM_ENV: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
     match simd {
         Simd::Auto => *FROM_ENV.get_or_init(|| match std::env::var("BLOCKSCALE_SIMD").as_deref() {
@@ -60,31 +107,20 @@ pub(crate) fn requested(simd: Simd) -> Simd {
     }
 }
 
-/// Whether this CPU can run the AVX-512 GEMM kernels (F, BW and BF16, plus AVX2).
+/// Whether this CPU can run `Simd::Avx512`: AVX-512 F and BW (plus AVX2, F16C and FMA).
+/// Its kernels use BF16 and VNNI where present ([`vnni_available`](crate::vnni_available)).
 pub fn avx512_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        avx2_available()
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512bf16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    features().avx512
 }
 
-/// Whether this CPU can run the AVX2 path.
+/// Whether this CPU can run `Simd::Avx2`: AVX2, F16C and FMA.
 pub fn avx2_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") && is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    features().avx2
+}
+
+/// Whether this CPU has AVX-512 F, BW and VNNI (the int8 panel kernels' set).
+pub fn vnni_available() -> bool {
+    features().vnni
 }
 
 /// The element format the kernels write, with how it sits in bytes: E2M1 and offset-8
@@ -116,36 +152,37 @@ pub(crate) fn zero_codes(factor: f32) -> bool {
     factor == 0.0 || factor.is_nan()
 }
 
-/// Calls kernel `$f` of the portable or the AVX2 module, as `$path` says.
-macro_rules! on_path {
-    ($path:expr, $f:ident($($arg:expr),*)) => {
-        match $path {
-            Path::Portable => portable::$f($($arg),*),
+/// Calls kernel `$f` of the portable or the AVX2 module, as `$isa` says (the AVX2 one
+/// under `Isa::Avx512` too).
+macro_rules! on_isa {
+    ($isa:expr, $f:ident($($arg:expr),*)) => {
+        match $isa {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Path::Avx2` is only constructed after `avx2_available()` confirmed
-            // AVX2 and F16C; every AVX2 kernel checks its slice lengths itself.
-            Path::Avx2 => unsafe { avx2::$f($($arg),*) },
+            // SAFETY: `Isa::Avx2` and `Isa::Avx512` are only selected where AVX2, F16C
+            // and FMA are present; every AVX2 kernel checks its slice lengths itself.
+            Isa::Avx2 | Isa::Avx512 => unsafe { avx2::$f($($arg),*) },
+            _ => portable::$f($($arg),*),
         }
     };
 }
 
 /// `out[b]` = the largest `|x|` bit pattern (`bits & 0x7fff_ffff`) of block `b`:
 /// exact, and `>= 0x7f80_0000` exactly when the block holds a NaN or an infinity.
-pub(crate) fn block_amax_bits<T: Input>(path: Path, row: &[T], block: usize, out: &mut [u32]) {
+pub(crate) fn block_amax_bits<T: Input>(isa: Isa, row: &[T], block: usize, out: &mut [u32]) {
     debug_assert_eq!(row.len(), out.len() * block);
-    on_path!(path, block_amax_bits(row, block, out))
+    on_isa!(isa, block_amax_bits(row, block, out))
 }
 
 /// The largest finite `|x|` bit pattern of a row, and the column of its first non-finite
 /// value.
-pub(crate) fn finite_amax_bits<T: Input>(path: Path, row: &[T]) -> (u32, Option<usize>) {
-    on_path!(path, finite_amax_bits(row))
+pub(crate) fn finite_amax_bits<T: Input>(isa: Isa, row: &[T]) -> (u32, Option<usize>) {
+    on_isa!(isa, finite_amax_bits(row))
 }
 
 /// NVFP4 block scales for a row of block amax bit patterns: what
 /// [`crate::scale::nvfp4_entry`] gives for each, vectorised for the LightX2V recipe.
 pub(crate) fn nvfp4_scales(
-    path: Path,
+    isa: Isa,
     amax: &[u32],
     g: f32,
     recipe: NvFp4Recipe,
@@ -153,10 +190,10 @@ pub(crate) fn nvfp4_scales(
     factors: &mut [f32],
 ) {
     debug_assert!(amax.len() == scales.len() && amax.len() == factors.len());
-    match (path, recipe) {
+    match (isa, recipe) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `on_path!`.
-        (Path::Avx2, NvFp4Recipe::LightX2V) => unsafe { avx2::nvfp4_scales(amax, g, scales, factors) },
+        // SAFETY: as in `on_isa!`.
+        (Isa::Avx2 | Isa::Avx512, NvFp4Recipe::LightX2V) => unsafe { avx2::nvfp4_scales(amax, g, scales, factors) },
         _ => scale::each(amax, scales, factors, |a| scale::nvfp4_entry(a, g, recipe)),
     }
 }
@@ -173,31 +210,31 @@ pub(crate) struct RowBlocks<'a> {
 /// Encodes a row block by block: element `x` of block `b` becomes
 /// `target(op(x, factors[b]))`, saturating; blocks whose factor is 0 or NaN get
 /// [`Target::zero_byte`]. `out` holds `row.len() / target.per_byte()` bytes.
-pub(crate) fn encode_row<T: Input>(path: Path, row: &[T], blocks: RowBlocks<'_>, op: Op, out: &mut [u8]) {
+pub(crate) fn encode_row<T: Input>(isa: Isa, row: &[T], blocks: RowBlocks<'_>, op: Op, out: &mut [u8]) {
     debug_assert_eq!(row.len(), blocks.factors.len() * blocks.block);
     debug_assert_eq!(out.len() * blocks.target.per_byte(), row.len());
-    on_path!(path, encode_row(row, blocks, op, out))
+    on_isa!(isa, encode_row(row, blocks, op, out))
 }
 
 /// Decodes a row block by block: element `i` of block `b` becomes
 /// `O((value(code_i) * factors[b]) * post)` (the factors are the block scales), with every NaN the canonical `f32::NAN`.
 /// `codes` holds `out.len() / per_byte` bytes (FP6 codes unpacked, one per byte).
-pub(crate) fn decode_row<O: Source>(path: Path, codes: &[u8], blocks: RowBlocks<'_>, post: f32, out: &mut [O]) {
+pub(crate) fn decode_row<O: Source>(isa: Isa, codes: &[u8], blocks: RowBlocks<'_>, post: f32, out: &mut [O]) {
     debug_assert_eq!(out.len(), blocks.factors.len() * blocks.block);
     debug_assert_eq!(codes.len() * blocks.target.per_byte(), out.len());
-    on_path!(path, decode_row(codes, blocks, post, out))
+    on_isa!(isa, decode_row(codes, blocks, post, out))
 }
 
 /// Packs one FP6 code per byte (the low six bits) four per three bytes, LSB-first, as
 /// `blockscale_formats::pack::pack_fp6` does; `out` holds `codes.len() / 4 * 3` bytes.
-pub(crate) fn pack_fp6(path: Path, codes: &[u8], out: &mut [u8]) {
+pub(crate) fn pack_fp6(isa: Isa, codes: &[u8], out: &mut [u8]) {
     debug_assert!(codes.len().is_multiple_of(4) && out.len() == codes.len() / 4 * 3);
-    on_path!(path, pack_fp6(codes, out))
+    on_isa!(isa, pack_fp6(codes, out))
 }
 
 /// Unpacks FP6 codes (four per three bytes, LSB-first) to one per byte, as
 /// `blockscale_formats::pack::unpack_fp6` does; `codes` holds `packed.len() / 3 * 4`.
-pub(crate) fn unpack_fp6(path: Path, packed: &[u8], codes: &mut [u8]) {
+pub(crate) fn unpack_fp6(isa: Isa, packed: &[u8], codes: &mut [u8]) {
     debug_assert!(packed.len().is_multiple_of(3) && codes.len() == packed.len() / 3 * 4);
-    on_path!(path, unpack_fp6(packed, codes))
+    on_isa!(isa, unpack_fp6(packed, codes))
 }

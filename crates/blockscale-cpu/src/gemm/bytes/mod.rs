@@ -69,8 +69,8 @@ mod x86;
 
 use blockscale_formats::{DataLayout, ElementFormat, QuantizedMatrix, ScaleData, ScaleFormat, ScaleLayout};
 
-use super::fast::Isa;
 use super::nibble::{ScaleIndex, run_tasks};
+use crate::kernels::Isa;
 
 /// Lanes of the kernels (and elements per decoding step).
 pub(crate) const LANES: usize = 16;

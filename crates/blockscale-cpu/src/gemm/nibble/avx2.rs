@@ -14,7 +14,7 @@
 //! activation rows run, so weights come from memory once per call.
 //!
 //! Every function is `unsafe` (or only callable from one) and needs AVX2, FMA and
-//! F16C: `super::effective` only lets `Path::Avx2` through after checking all three.
+//! F16C: `super::effective` only lets `Isa::Avx2` through after checking all three.
 
 use core::arch::x86_64::*;
 

@@ -64,7 +64,7 @@
 //!
 //! # Paths
 //!
-//! [`Path::Portable`] is plain safe Rust; [`Path::Avx2`] (which additionally needs FMA,
+//! [`Isa::Portable`] is plain safe Rust; [`Isa::Avx2`] (which additionally needs FMA,
 //! else the portable code runs) splits 32 nibbles with one shift and mask and maps them
 //! with one `pshufb`, against activations permuted once per call into even/odd order
 //! per 32-block. Exact mode decodes each weight row once into an i8 buffer and reuses
@@ -88,7 +88,7 @@ mod portable;
 
 use rayon::prelude::*;
 
-use crate::kernels::Path;
+use crate::kernels::Isa;
 
 /// Packed 4-bit weights, `n x k`, with their block scales.
 pub(crate) struct NibbleWeights<'a> {
@@ -200,19 +200,17 @@ const XBLOCK: usize = 32;
 /// row-major `m x k` activations `x` (see the module doc for both modes and their error
 /// bounds). `parallel` spreads chunks of `n` over rayon's pool. `wide` allows the
 /// AVX-512 BF16 kernel of the Exact mode (see "Paths" in the module doc) when `path`
-/// is [`Path::Avx2`] and the CPU has it; without it the AVX-512 kernel never runs.
+/// is [`Isa::Avx2`] and the CPU has it; without it the AVX-512 kernel never runs.
 ///
 /// # Panics
 /// If `block` is not 16 or 32, `k` not a multiple of `block`, or a slice is shorter
 /// than the shapes need (`out` must hold exactly `m * n`).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_nibble(
-    path: Path,
+    isa: Isa,
     x: &[f32],
     m: usize,
     w: &NibbleWeights,
     mode: ActMode,
-    wide: bool,
     parallel: bool,
     out: &mut [f32],
 ) {
@@ -232,34 +230,32 @@ pub(crate) fn gemm_nibble(
         out.fill(0.0);
         return;
     }
-    let path = effective(path);
     let x = &x[..m * k];
     match mode {
         ActMode::Exact => {
             #[cfg(target_arch = "x86_64")]
-            if wide && path == Path::Avx2 && crate::avx512_available() {
+            if isa.bf16() {
                 // Rows of zero or normal bf16 take the BF16 kernel, the others the f32 one.
                 let bf16: Vec<bool> = x.chunks_exact(k).map(|r| r.iter().all(|&v| bf16_normal(v))).collect();
                 split_rows(x, m, k, n, &bf16, out, |sub, rows, o, bf16| {
                     if bf16 {
                         run_bf16(sub, rows, w, parallel, o);
                     } else {
-                        run_exact(path, sub, rows, w, parallel, o);
+                        run_exact(isa, sub, rows, w, parallel, o);
                     }
                 });
                 return;
             }
-            let _ = wide;
-            run_exact(path, x, m, w, parallel, out);
+            run_exact(isa, x, m, w, parallel, out);
         }
         ActMode::Int8 => {
             // Rows with NaN or Inf take the Exact computation; the others are quantized.
             let finite: Vec<bool> = x.chunks_exact(k).map(|r| r.iter().all(|v| v.is_finite())).collect();
             split_rows(x, m, k, n, &finite, out, |sub, rows, o, finite| {
                 if finite {
-                    run_int8(path, sub, rows, w, parallel, o);
+                    run_int8(isa, sub, rows, w, parallel, o);
                 } else {
-                    run_exact(path, sub, rows, w, parallel, o);
+                    run_exact(isa, sub, rows, w, parallel, o);
                 }
             });
         }
@@ -295,15 +291,6 @@ where
         for (i, &r) in rows.iter().enumerate() {
             out[r * n..(r + 1) * n].copy_from_slice(&o[i * n..(i + 1) * n]);
         }
-    }
-}
-
-/// The path that really runs: AVX2 also needs FMA.
-fn effective(path: Path) -> Path {
-    match path {
-        #[cfg(target_arch = "x86_64")]
-        Path::Avx2 if !is_x86_feature_detected!("fma") => Path::Portable,
-        p => p,
     }
 }
 
@@ -382,20 +369,20 @@ where
     }
 }
 
-fn run_exact(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, out: &mut [f32]) {
+fn run_exact(isa: Isa, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, out: &mut [f32]) {
     let k = w.k;
-    match path {
-        Path::Portable => run_tasks(m, w.n, k / 2, parallel, out, |n0, o| portable::exact_rows(x, m, w, n0, o)),
+    match isa {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => {
+        Isa::Avx2 | Isa::Avx512 => {
             let mut xp = vec![0.0; m * k];
             for (src, dst) in x.chunks_exact(k).zip(xp.chunks_exact_mut(k)) {
                 permute_even_odd(src, dst);
             }
-            // SAFETY: `effective` only keeps `Path::Avx2` when AVX2, F16C and FMA are all
+            // SAFETY: both ISAs are only selected where AVX2, F16C and FMA are all
             // present; `gemm_nibble` checked every length the kernel reads.
             run_tasks(m, w.n, k / 2, parallel, out, |n0, o| unsafe { avx2::exact_rows(&xp, m, w, n0, o) });
         }
+        _ => run_tasks(m, w.n, k / 2, parallel, out, |n0, o| portable::exact_rows(x, m, w, n0, o)),
     }
 }
 
@@ -410,13 +397,13 @@ fn run_bf16(x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, out: &mut [f
     for (src, dst) in x.chunks_exact(k).zip(xb.chunks_exact_mut(kp)) {
         avx512::bf16_row(src, dst);
     }
-    // SAFETY: `gemm_nibble` only calls this after `crate::avx512_available()`, and
-    // checked every length the kernel reads (which checks them again).
+    // SAFETY: `gemm_nibble` only calls this where `Isa::bf16` holds (AVX-512 F, BW and
+    // BF16), and checked every length the kernel reads (which checks them again).
     run_tasks(m, w.n, k / 2, parallel, out, |n0, o| unsafe { avx512::exact_rows(&xb, m, w, n0, o) });
 }
 
 /// Int8 mode on rows that are all finite.
-fn run_int8(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, out: &mut [f32]) {
+fn run_int8(isa: Isa, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, out: &mut [f32]) {
     let k = w.k;
     let xblocks = k.div_ceil(XBLOCK);
     let mut q = vec![0i8; m * k];
@@ -424,10 +411,9 @@ fn run_int8(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, 
     for ((src, qr), dr) in x.chunks_exact(k).zip(q.chunks_exact_mut(k)).zip(d.chunks_exact_mut(xblocks)) {
         quantize_row(src, qr, dr);
     }
-    match path {
-        Path::Portable => run_tasks(m, w.n, k / 2, parallel, out, |n0, o| portable::int8_rows(&q, &d, m, w, n0, o)),
+    match isa {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => {
+        Isa::Avx2 | Isa::Avx512 => {
             let mut qp = vec![0i8; m * k];
             for (src, dst) in q.chunks_exact(k).zip(qp.chunks_exact_mut(k)) {
                 permute_even_odd(src, dst);
@@ -435,6 +421,7 @@ fn run_int8(path: Path, x: &[f32], m: usize, w: &NibbleWeights, parallel: bool, 
             // SAFETY: as in `run_exact`.
             run_tasks(m, w.n, k / 2, parallel, out, |n0, o| unsafe { avx2::int8_rows(&qp, &d, m, w, n0, o) });
         }
+        _ => run_tasks(m, w.n, k / 2, parallel, out, |n0, o| portable::int8_rows(&q, &d, m, w, n0, o)),
     }
 }
 

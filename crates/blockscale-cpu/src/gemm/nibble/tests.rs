@@ -144,7 +144,7 @@ impl Problem {
             NibbleWeights { data: &self.data, n: self.n, k: self.k, block: self.kind.block(), values, vscale, scales };
         // Poisoned, so an unwritten output shows.
         let mut out = vec![f32::NAN; m * self.n];
-        gemm_nibble(kernel.0, x, m, &w, mode, kernel.1, parallel, &mut out);
+        gemm_nibble(kernel, x, m, &w, mode, parallel, &mut out);
         out
     }
 
@@ -180,18 +180,18 @@ impl Problem {
     }
 }
 
-/// A path and the `wide` flag of `gemm_nibble`.
-type Kernel = (Path, bool);
+/// The instruction set `gemm_nibble` runs on.
+type Kernel = Isa;
 
-/// Every kernel this CPU runs: portable, AVX2, and AVX2 with the AVX-512 BF16
-/// kernel allowed (it runs on bf16 activations).
+/// Every instruction set this CPU runs: portable, AVX2, and AVX-512 (where it has BF16,
+/// its BF16 kernel takes bf16 activations).
 fn paths() -> Vec<Kernel> {
-    let mut p = vec![(Path::Portable, false)];
+    let mut p = vec![Isa::Portable];
     if crate::kernels::avx2_available() {
-        p.push((Path::select(crate::Simd::Avx2).unwrap(), false));
+        p.push(Isa::select(crate::Simd::Avx2).unwrap());
     }
     if crate::avx512_available() {
-        p.push((Path::select(crate::Simd::Avx512).unwrap(), true));
+        p.push(Isa::select(crate::Simd::Avx512).unwrap());
     }
     p
 }
@@ -474,7 +474,7 @@ fn bf16_shapes(kind: Kind) -> Vec<(usize, usize, usize)> {
 
 /// Whether this CPU runs the BF16 kernel (else the tests below check the f32 paths only).
 fn wide_kernel() -> bool {
-    crate::avx512_available()
+    Isa::select(crate::Simd::Auto).is_ok_and(Isa::bf16)
 }
 
 #[test]
@@ -492,7 +492,7 @@ fn bf16_random_within_bound() {
                 // The BF16 kernel's own, tighter bound.
                 let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
                 let reference = p.reference(&xs, m);
-                let kernel = (Path::select(crate::Simd::Avx512).unwrap(), true);
+                let kernel = Isa::select(crate::Simd::Avx512).unwrap();
                 for layout in ScaleLayout::ALL {
                     let out = p.run(kernel, layout, &x, m, ActMode::Exact, true);
                     for (idx, (&o, &(v, a))) in out.iter().zip(&reference).enumerate() {
@@ -577,11 +577,13 @@ fn bf16_other_rows_take_f32_kernel() {
             x[r * k + 3] = v;
         }
         let good: Vec<f32> = [0, 4].iter().flat_map(|&r| x[r * k..(r + 1) * k].to_vec()).collect();
-        for (path, wide) in paths() {
+        for path in paths() {
             for layout in ScaleLayout::ALL {
-                let out = p.run((path, wide), layout, &x, m, ActMode::Exact, true);
-                let f32_kernel = p.run((path, false), layout, &x, m, ActMode::Exact, true);
-                let alone = p.run((path, wide), layout, &good, 2, ActMode::Exact, true);
+                let out = p.run(path, layout, &x, m, ActMode::Exact, true);
+                // The f32 kernel of that ISA (under AVX-512 it is the AVX2 one).
+                let f32_isa = if path == Isa::Avx512 { Isa::Avx2 } else { path };
+                let f32_kernel = p.run(f32_isa, layout, &x, m, ActMode::Exact, true);
+                let alone = p.run(path, layout, &good, 2, ActMode::Exact, true);
                 for r in 0..m {
                     for j in 0..n {
                         let want = match r {
@@ -589,7 +591,7 @@ fn bf16_other_rows_take_f32_kernel() {
                             _ => f32_kernel[r * n + j],
                         };
                         let o = out[r * n + j];
-                        assert_eq!(o.to_bits(), want.to_bits(), "{kind:?} {path:?} {wide} {layout} row {r} col {j}");
+                        assert_eq!(o.to_bits(), want.to_bits(), "{kind:?} {path:?} {layout} row {r} col {j}");
                     }
                 }
             }
@@ -611,7 +613,7 @@ fn zero_k_and_zero_rows() {
     };
     for path in paths() {
         let mut out = vec![f32::NAN; 6];
-        gemm_nibble(path.0, &[], 2, &w, ActMode::Exact, path.1, true, &mut out);
+        gemm_nibble(path, &[], 2, &w, ActMode::Exact, true, &mut out);
         assert_eq!(out, vec![0.0; 6]);
     }
 }

@@ -8,8 +8,8 @@
 //! and one FMA with the rows' scales (decoded in registers as the AVX-512 kernel does),
 //! as the other kernels do, so the bits are the same.
 //!
-//! Every function needs AVX2, FMA and F16C: `Kernel::select` only picks this kernel
-//! after checking all three.
+//! Every function needs AVX2, FMA and F16C: `Kernel::of` only picks this kernel
+//! for an ISA that has all three.
 
 use core::arch::x86_64::*;
 

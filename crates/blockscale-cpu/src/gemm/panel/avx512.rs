@@ -16,8 +16,8 @@
 //! usual case, recorded at pack time) skip the patching. The tests check all 256 byte
 //! codes against the tables, and the unpatched decoding on every code it may meet.
 //!
-//! Every function needs AVX-512 F, BW and VNNI: `Kernel::select` only picks this
-//! kernel after `vnni_available()`.
+//! Every function needs AVX-512 F, BW and VNNI: `Kernel::of` only picks this
+//! kernel where `Isa::vnni` holds.
 
 use core::arch::x86_64::*;
 

@@ -45,7 +45,8 @@ use rayon::prelude::*;
 use blockscale_formats::ScaleFormat;
 
 use super::nibble::{NibbleWeights, ScaleIndex, Scales};
-use crate::{CpuError, Simd};
+use crate::kernels::Isa;
+pub use crate::kernels::vnni_available;
 
 /// Rows per panel.
 pub(crate) const ROWS: usize = 16;
@@ -292,58 +293,16 @@ pub(crate) enum Kernel {
 }
 
 impl Kernel {
-    /// The kernel `simd` asks for: `Auto` takes `BLOCKSCALE_SIMD` (`portable`, `avx2`
-    /// or `avx512`) if set, else the best this CPU has (AVX-512 VNNI, then AVX2).
-    ///
-    /// # Errors
-    /// [`CpuError::SimdUnavailable`] for a forced path this CPU lacks.
-    pub(crate) fn select(simd: Simd) -> Result<Self, CpuError> {
-        let simd = crate::kernels::requested(simd);
-        let (vnni, avx2) = (vnni_available(), crate::avx2_available());
-        Ok(match simd {
-            Simd::Portable => Self::Portable,
-            Simd::Avx2 if !avx2 => return Err(CpuError::SimdUnavailable("AVX2 + F16C + FMA")),
-            Simd::Avx512 if !vnni => return Err(CpuError::SimdUnavailable("AVX-512 F + BW + VNNI")),
-            Simd::Avx512 => Self::vnni(),
-            Simd::Avx2 => Self::avx2(),
-            Simd::Auto if vnni => Self::vnni(),
-            Simd::Auto if avx2 => Self::avx2(),
-            Simd::Auto => Self::Portable,
-        })
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    fn vnni() -> Self {
-        Self::Avx512Vnni
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    fn avx2() -> Self {
-        Self::Avx2
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    fn vnni() -> Self {
-        Self::Portable
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    fn avx2() -> Self {
-        Self::Portable
-    }
-}
-
-/// Whether this CPU has AVX-512 F, BW and VNNI.
-pub fn vnni_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+    /// The panel kernel of an instruction set: AVX-512 VNNI where the ISA has it, else
+    /// AVX2 (on AVX-512 CPUs without VNNI too), else the portable one.
+    pub(crate) fn of(isa: Isa) -> Self {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 if isa.vnni() => Self::Avx512Vnni,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::Avx512 => Self::Avx2,
+            _ => Self::Portable,
+        }
     }
 }
 
@@ -453,7 +412,7 @@ pub(crate) fn run(kernel: Kernel, a: &Acts, m: usize, p: &Panels, parallel: bool
     let (n, k, block) = (p.n, p.k, p.block);
     let call = |rows: &ActRows<'_>, mm: usize, p0: usize, p1: usize, buf: &mut [f32]| match kernel {
         Kernel::Portable => portable::rows(rows, mm, p, p0, p1, buf),
-        // SAFETY: `Kernel::select` only picks `Avx512Vnni` where `vnni_available()`
+        // SAFETY: `Kernel::of` only picks `Avx512Vnni` where `Isa::vnni` holds
         // and `Avx2` where `avx2_available()`; the kernels check every length they
         // read and write.
         #[cfg(target_arch = "x86_64")]
