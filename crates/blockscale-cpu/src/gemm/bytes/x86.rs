@@ -304,7 +304,7 @@ pub(super) unsafe fn row_avx2(job: &Row, out: &mut [f32]) {
 #[target_feature(enable = "avx512f,avx512bw,avx2,f16c,fma")]
 pub(super) unsafe fn row_avx512(job: &Row, out: &mut [f32]) {
     // SAFETY: this function's features and contract.
-    unsafe { by_elem!(Avx512, 8, job, out) }
+    unsafe { by_elem!(Avx512, 4, job, out) }
 }
 
 /// Whether a row of E4M3 codes holds a NaN code (`0x7f` or `0xff`), 32 bytes a step.
