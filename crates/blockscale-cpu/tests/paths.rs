@@ -104,29 +104,17 @@ fn element_encoders_agree_with_factors_and_division() {
 }
 
 #[test]
-fn fp6_packing_agrees_with_the_formats_crate() {
-    let codes: Vec<u8> = common::data(400, 13, false).iter().map(|v| v.to_bits() as u8).collect();
-    for len in (0..=400).step_by(4) {
-        let want = blockscale_formats::pack::pack_fp6_vec::<u8>(&codes[..len]).unwrap();
-        for simd in [Simd::Portable, Simd::Avx2] {
-            if simd == Simd::Avx2 && !common::require_avx2() {
-                continue;
-            }
-            assert_eq!(hooks::pack_fp6(simd, &codes[..len]).unwrap(), want, "{simd:?}, {len} codes");
+fn fp6_packing_and_unpacking_agree_with_the_formats_crate() {
+    let bytes: Vec<u8> = common::data(400, 13, false).iter().map(|v| v.to_bits() as u8).collect();
+    let simds: &[Simd] = if common::require_avx2() { &[Simd::Portable, Simd::Avx2] } else { &[Simd::Portable] };
+    for &simd in simds {
+        for len in (0..=400).step_by(4) {
+            let want = blockscale_formats::pack::pack_fp6_vec::<u8>(&bytes[..len]).unwrap();
+            assert_eq!(hooks::pack_fp6(simd, &bytes[..len]).unwrap(), want, "pack {simd:?}, {len} codes");
         }
-    }
-}
-
-#[test]
-fn fp6_unpacking_agrees_with_the_formats_crate() {
-    let packed: Vec<u8> = common::data(300, 17, false).iter().map(|v| v.to_bits() as u8).collect();
-    for len in (0..=300).step_by(3) {
-        let want = blockscale_formats::pack::unpack_fp6_vec::<u8>(&packed[..len]).unwrap();
-        for simd in [Simd::Portable, Simd::Avx2] {
-            if simd == Simd::Avx2 && !common::require_avx2() {
-                continue;
-            }
-            assert_eq!(hooks::unpack_fp6(simd, &packed[..len]).unwrap(), want, "{simd:?}, {len} bytes");
+        for len in (0..=300).step_by(3) {
+            let want = blockscale_formats::pack::unpack_fp6_vec::<u8>(&bytes[..len]).unwrap();
+            assert_eq!(hooks::unpack_fp6(simd, &bytes[..len]).unwrap(), want, "unpack {simd:?}, {len} bytes");
         }
     }
 }
