@@ -300,6 +300,18 @@ pub(crate) fn gemm_bytes(isa: Isa, x: &[f32], m: usize, w: &ByteWeights, paralle
 /// the 12 that hold 16 codes).
 const OVERREAD: usize = 4;
 
+impl Row<'_> {
+    /// Panics unless the slices hold what the SIMD kernels read through raw pointers
+    /// (their entry points call this once per weight row).
+    pub(crate) fn check(&self) {
+        let over = if self.elem.bits() == 6 { OVERREAD } else { 0 };
+        assert!(matches!(self.block, 32 | 128) && self.k.is_multiple_of(self.block), "block {}", self.block);
+        assert!(self.x.len() >= self.m * self.k, "x holds {} values", self.x.len());
+        assert_eq!(self.scales.len() * self.block, self.k, "scales");
+        assert!(self.codes.len() >= self.k * self.elem.bits() / 8 + over, "codes hold {} bytes", self.codes.len());
+    }
+}
+
 /// One weight row's work: its codes and decoded scales, against all `m` activation rows.
 pub(crate) struct Row<'a> {
     pub x: &'a [f32],

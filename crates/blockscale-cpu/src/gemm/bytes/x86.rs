@@ -290,20 +290,23 @@ macro_rules! by_elem {
 /// One weight row against every activation row, AVX2 (two 8-lane halves).
 ///
 /// # Safety
-/// The CPU has AVX2, F16C and FMA; `job` as `gemm_bytes` checks it.
+/// The CPU has AVX2, F16C and FMA (the slices' lengths are checked here).
 #[target_feature(enable = "avx2,f16c,fma")]
 pub(super) unsafe fn row_avx2(job: &Row, out: &mut [f32]) {
-    // SAFETY: this function's features and contract.
+    job.check();
+    // SAFETY: this function's features; the lengths checked above.
     unsafe { by_elem!(Avx2, 2, job, out) }
 }
 
 /// One weight row against every activation row, AVX-512.
 ///
 /// # Safety
-/// The CPU has AVX-512 F and BW, AVX2, F16C and FMA; `job` as `gemm_bytes` checks it.
+/// The CPU has AVX-512 F and BW, AVX2, F16C and FMA (the slices' lengths are checked
+/// here).
 #[target_feature(enable = "avx512f,avx512bw,avx2,f16c,fma")]
 pub(super) unsafe fn row_avx512(job: &Row, out: &mut [f32]) {
-    // SAFETY: this function's features and contract.
+    job.check();
+    // SAFETY: this function's features; the lengths checked above.
     unsafe { by_elem!(Avx512, 4, job, out) }
 }
 
