@@ -23,7 +23,7 @@ pub struct DequantizeOptions {
 /// its block scales as f32, and decodes it.
 pub(crate) struct RowDecoder<'q> {
     q: &'q QuantizedMatrix,
-    path: Isa,
+    isa: Isa,
     target: Target,
     post: f32,
     row_bytes: Vec<u8>,
@@ -32,11 +32,11 @@ pub(crate) struct RowDecoder<'q> {
 }
 
 impl<'q> RowDecoder<'q> {
-    pub(crate) fn new(q: &'q QuantizedMatrix, path: Isa) -> Self {
+    pub(crate) fn new(q: &'q QuantizedMatrix, isa: Isa) -> Self {
         let shape = q.shape();
         Self {
             q,
-            path,
+            isa,
             target: q.scheme().element(),
             post: q.global_scale().map_or(1.0, |g| g.decode()),
             row_bytes: vec![0; shape.row_bytes],
@@ -84,10 +84,10 @@ impl<'q> RowDecoder<'q> {
         let blocks = RowBlocks { block: self.q.scheme().block_size(), factors: &self.scales, target: self.target };
         if matches!(self.target, Target::E2M3 | Target::E3M2) {
             self.codes.resize(k, 0);
-            kernels::unpack_fp6(self.path, bytes, &mut self.codes);
-            kernels::decode_row(self.path, &self.codes, blocks, post, out);
+            kernels::unpack_fp6(self.isa, bytes, &mut self.codes);
+            kernels::decode_row(self.isa, &self.codes, blocks, post, out);
         } else {
-            kernels::decode_row(self.path, bytes, blocks, post, out);
+            kernels::decode_row(self.isa, bytes, blocks, post, out);
         }
     }
 }
@@ -128,7 +128,7 @@ pub fn dequantize_into<O: Source>(
     if out.dim() != (q.rows(), q.k()) {
         return Err(CpuError::OutputShape { expected: (q.rows(), q.k()), actual: out.dim() });
     }
-    let path = Isa::select(options.simd)?;
+    let isa = Isa::select(options.simd)?;
     let k = q.k();
     let work =
         |(dec, buf): &mut (RowDecoder<'_>, Vec<O>), (r, mut row): (usize, ndarray::ArrayViewMut1<'_, O>)| match row
@@ -141,7 +141,7 @@ pub fn dequantize_into<O: Source>(
                 row.iter_mut().zip(buf.iter()).for_each(|(o, &v)| *o = v);
             }
         };
-    let init = || (RowDecoder::new(q, path), Vec::new());
+    let init = || (RowDecoder::new(q, isa), Vec::new());
     if options.single_threaded {
         let mut state = init();
         out.outer_iter_mut().enumerate().for_each(|item| work(&mut state, item));

@@ -73,7 +73,7 @@ pub fn fake_quantize<T: Input>(
         };
         let q = QuantizedMatrix::from_request(&band_request, data, scales, global);
 
-        let mut dec = RowDecoder::new(&q, plan.path);
+        let mut dec = RowDecoder::new(&q, plan.isa);
         for (i, row) in dst.chunks_exact_mut(k).enumerate() {
             dec.decode(i, row);
         }

@@ -35,7 +35,7 @@ pub(crate) struct Plan {
     pub(crate) op: Op,
     pub(crate) scale_layout: ScaleLayout,
     pub(crate) poison: bool,
-    pub(crate) path: Isa,
+    pub(crate) isa: Isa,
 }
 
 impl Plan {
@@ -47,7 +47,7 @@ impl Plan {
     /// path, format and scaling op).
     fn encode_row<T: Input>(&self, row: &[T], factors: &[f32], out: &mut [u8]) {
         let blocks = RowBlocks { block: self.block(), factors, target: self.target };
-        kernels::encode_row(self.path, row, blocks, self.op, out);
+        kernels::encode_row(self.isa, row, blocks, self.op, out);
     }
 }
 
@@ -146,10 +146,10 @@ pub(crate) fn quantize_band<T: Input>(
     scales: ScaleChunk<'_>,
     s: &mut Scratch<T>,
 ) -> Option<Bad> {
-    let path = plan.path;
+    let isa = plan.isa;
     match (plan.kind, scales) {
         (Kind::NvFp4 { g, recipe }, ScaleChunk::Bytes(buf)) => {
-            band_rows(plan, input, r0, data, buf, s, |a, e, f| kernels::nvfp4_scales(path, a, g, recipe, e, f))
+            band_rows(plan, input, r0, data, buf, s, |a, e, f| kernels::nvfp4_scales(isa, a, g, recipe, e, f))
         }
         (Kind::Mx { element, rule }, ScaleChunk::Bytes(buf)) => band_rows(plan, input, r0, data, buf, s, |a, e, f| {
             scale::each(a, e, f, |x| scale::mx_entry(x, element, rule))
@@ -200,7 +200,7 @@ fn band_rows<T: Input, S: Copy + Default>(
         let mut bad = None;
         for i in 0..rows {
             let row = row_of(input, r0 + i, &mut s.row);
-            kernels::block_amax_bits(plan.path, row, block, &mut s.amax);
+            kernels::block_amax_bits(plan.isa, row, block, &mut s.amax);
             for (c, (&a, t)) in s.amax.iter().zip(s.tile_amax.iter_mut()).enumerate() {
                 *t = (*t).max(a);
                 if a >= scale::NON_FINITE && bad.is_none() {
@@ -226,7 +226,7 @@ fn band_rows<T: Input, S: Copy + Default>(
         let out = &mut data[i * row_bytes..(i + 1) * row_bytes];
         // Three passes over a row that stays in L1: block amaxes (SIMD), block scales
         // (scalar, shared by every path), elements (SIMD).
-        kernels::block_amax_bits(plan.path, row, block, &mut s.amax);
+        kernels::block_amax_bits(plan.isa, row, block, &mut s.amax);
         if !plan.poison
             && let Some(c) = s.amax.iter().position(|&a| a >= scale::NON_FINITE)
         {
@@ -238,7 +238,7 @@ fn band_rows<T: Input, S: Copy + Default>(
         }
         if fp6 {
             plan.encode_row(row, &s.factors, &mut s.codes);
-            kernels::pack_fp6(plan.path, &s.codes, out);
+            kernels::pack_fp6(plan.isa, &s.codes, out);
         } else {
             plan.encode_row(row, &s.factors, out);
         }
@@ -452,13 +452,13 @@ pub(crate) fn plan<T: Input>(
 ) -> Result<Plan, CpuError> {
     let shape = *request.shape();
     let scheme = shape.scheme;
-    let path = Isa::select(options.simd)?;
+    let isa = Isa::select(options.simd)?;
     let poison = options.non_finite == NonFinite::Poison;
     let element = scheme.element();
     let kind = match scheme {
         Scheme::NvFp4 => {
             let global = match options.global_scale {
-                GlobalScaleSource::TensorAmax => GlobalScale::from_amax(tensor_amax(input, path, poison, options)?)?,
+                GlobalScaleSource::TensorAmax => GlobalScale::from_amax(tensor_amax(input, isa, poison, options)?)?,
                 GlobalScaleSource::Amax(a) => GlobalScale::from_amax(a)?,
                 GlobalScaleSource::Given(g) => g,
             };
@@ -472,18 +472,18 @@ pub(crate) fn plan<T: Input>(
         Kind::Fp8 | Kind::Int4 => Op::Div,
         _ => Op::Mul,
     };
-    Ok(Plan { shape, kind, target: element, op, scale_layout: options.scale_layout, poison, path })
+    Ok(Plan { shape, kind, target: element, op, scale_layout: options.scale_layout, poison, isa })
 }
 
 /// The largest finite |x| of the whole input (an error on NaN/Inf unless poisoning).
 fn tensor_amax<T: Input>(
     input: &ArrayView2<'_, T>,
-    path: Isa,
+    isa: Isa,
     poison: bool,
     options: &QuantizeOptions,
 ) -> Result<f32, CpuError> {
     let row_amax = |r: usize, buf: &mut Vec<T>| {
-        let (a, bad) = kernels::finite_amax_bits(path, row_of(input, r, buf));
+        let (a, bad) = kernels::finite_amax_bits(isa, row_of(input, r, buf));
         (a, bad.map(|c| (r, c, input[(r, c)].to_f32_exact())))
     };
     let merge = |x: (u32, Option<Bad>), y: (u32, Option<Bad>)| (x.0.max(y.0), earlier(x.1, y.1));

@@ -34,7 +34,7 @@ pub(crate) struct Decoded {
 }
 
 impl Decoded {
-    pub(crate) fn new(q: &QuantizedMatrix, path: Isa, parallel: bool) -> Self {
+    pub(crate) fn new(q: &QuantizedMatrix, isa: Isa, parallel: bool) -> Self {
         let (rows, k, block) = (q.rows(), q.k(), q.scheme().block_size());
         let nb = k / block;
         let mut values = vec![0f32; rows * k];
@@ -51,9 +51,9 @@ impl Decoded {
                 .par_chunks_mut(k)
                 .zip(scales.par_chunks_mut(nb))
                 .enumerate()
-                .for_each_init(|| RowDecoder::new(q, path), work);
+                .for_each_init(|| RowDecoder::new(q, isa), work);
         } else {
-            let mut dec = RowDecoder::new(q, path);
+            let mut dec = RowDecoder::new(q, isa);
             values.chunks_mut(k).zip(scales.chunks_mut(nb)).enumerate().for_each(|item| work(&mut dec, item));
         }
         Self { rows, k, block, values, scales, elem_exp: element_exp(q.scheme().element()) }

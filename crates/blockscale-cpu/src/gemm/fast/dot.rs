@@ -9,7 +9,7 @@ use crate::kernels::Isa;
 /// `nt x k/bs`; `out` (`mt x nt`) gets `post * sum_kb (sa * sb) * (exact block sum)`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn int8_tile(
-    path: Isa,
+    isa: Isa,
     a: &[i8],
     sa: &[f32],
     b: &[i8],
@@ -19,7 +19,7 @@ pub(super) fn int8_tile(
     post: f32,
     out: &mut [f32],
 ) {
-    match path {
+    match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` exists only after `avx2_available()` confirmed AVX2 (and
         // FMA, which every AVX2 CPU this path targets has; checked there too).
@@ -32,8 +32,8 @@ pub(super) fn int8_tile(
 
 /// f32 tile: as [`int8_tile`] with f32 element values, block sums in f32.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn f32_tile(path: Isa, a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usize, out: &mut [f32]) {
-    match path {
+pub(super) fn f32_tile(isa: Isa, a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usize, out: &mut [f32]) {
+    match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `int8_tile`.
         Isa::Avx2 if bs.is_multiple_of(8) => unsafe { avx2::f32_tile(a, sa, b, sb, k, bs, out) },
@@ -92,10 +92,10 @@ pub(super) fn pack_f32_panels(b: &[f32], n: usize, k: usize) -> Vec<f32> {
 
 /// f32 tile of pre-scaled operands: rows `a` (`mt x k`) times the packed panels of B for
 /// columns `j0..j1` (`j0` a multiple of [`F32_PANEL`]), f32 FMA accumulation along K.
-pub(super) fn f32_panel_tile(path: Isa, a: &[f32], packed: &[f32], k: usize, j0: usize, j1: usize, out: &mut [f32]) {
+pub(super) fn f32_panel_tile(isa: Isa, a: &[f32], packed: &[f32], k: usize, j0: usize, j1: usize, out: &mut [f32]) {
     assert!(j0.is_multiple_of(F32_PANEL) && a.len().is_multiple_of(k.max(1)));
     assert!(packed.len() >= j1.div_ceil(F32_PANEL) * k * F32_PANEL);
-    match path {
+    match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` exists only after `avx2_available()` confirmed AVX2 and FMA;
         // the asserts give the kernel the extents it reads.

@@ -226,16 +226,16 @@ fn random_x(rng: &mut SplitMix64, len: usize) -> Vec<f32> {
 fn check_exact(p: &Problem, x: &[f32], m: usize, label: &str) {
     let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
     let reference = p.reference(&xs, m);
-    for path in paths() {
+    for isa in paths() {
         for layout in ScaleLayout::ALL {
             for parallel in [false, true] {
-                let out = p.run(path, layout, x, m, ActMode::Exact, parallel);
+                let out = p.run(isa, layout, x, m, ActMode::Exact, parallel);
                 for (idx, (&o, &(v, a))) in out.iter().zip(&reference).enumerate() {
                     let bound = p.gamma() * a * (1.0 + 1e-9) + a * 2f64.powi(-45);
                     let err = (f64::from(o) - v).abs();
                     assert!(
                         err <= bound,
-                        "{label} {path:?} {layout} par={parallel} out[{idx}] = {o}, want {v} (err {err:e} > bound {bound:e})"
+                        "{label} {isa:?} {layout} par={parallel} out[{idx}] = {o}, want {v} (err {err:e} > bound {bound:e})"
                     );
                 }
             }
@@ -253,22 +253,22 @@ fn check_int8(p: &Problem, x: &[f32], m: usize, label: &str) {
         let unit: Vec<f64> = ds.iter().map(|&d| d * (0.5 + 2f64.powi(-17)) + 2f64.powi(-143)).collect();
         p.reference(&unit, m).iter().map(|a| a.1).collect()
     };
-    for path in paths() {
+    for isa in paths() {
         for layout in ScaleLayout::ALL {
-            let out = p.run(path, layout, x, m, ActMode::Int8, true);
+            let out = p.run(isa, layout, x, m, ActMode::Int8, true);
             for (idx, &o) in out.iter().enumerate() {
                 let (vq, aq) = quantized[idx];
                 let round = p.gamma() * aq * (1.0 + 1e-9) + aq * 2f64.powi(-45);
                 let err = (f64::from(o) - vq).abs();
                 assert!(
                     err <= round,
-                    "{label} {path:?} {layout} out[{idx}] = {o}, quantized ref {vq} (err {err:e} > {round:e})"
+                    "{label} {isa:?} {layout} out[{idx}] = {o}, quantized ref {vq} (err {err:e} > {round:e})"
                 );
                 let err = (f64::from(o) - exact[idx].0).abs();
                 let bound = qerr[idx] + round;
                 assert!(
                     err <= bound,
-                    "{label} {path:?} {layout} out[{idx}] = {o}, exact {} (err {err:e} > {bound:e})",
+                    "{label} {isa:?} {layout} out[{idx}] = {o}, exact {} (err {err:e} > {bound:e})",
                     exact[idx].0
                 );
             }
@@ -326,11 +326,11 @@ fn exact_integer_inputs_bit_identical() {
             let x: Vec<f32> = (0..m * k).map(|_| rng.below(17) as f32 - 8.0).collect();
             let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
             let reference = p.reference(&xs, m);
-            for path in paths() {
+            for isa in paths() {
                 for layout in ScaleLayout::ALL {
-                    let out = p.run(path, layout, &x, m, ActMode::Exact, true);
+                    let out = p.run(isa, layout, &x, m, ActMode::Exact, true);
                     for (i, (&o, &(v, _))) in out.iter().zip(&reference).enumerate() {
-                        assert_eq!(f64::from(o), v, "{kind:?} {m}x{n}x{k} {path:?} {layout} out[{i}]");
+                        assert_eq!(f64::from(o), v, "{kind:?} {m}x{n}x{k} {isa:?} {layout} out[{i}]");
                     }
                 }
             }
@@ -354,11 +354,11 @@ fn int8_integer_inputs_bit_identical() {
             }
             let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
             let reference = p.reference(&xs, m);
-            for path in paths() {
+            for isa in paths() {
                 for layout in ScaleLayout::ALL {
-                    let out = p.run(path, layout, &x, m, ActMode::Int8, true);
+                    let out = p.run(isa, layout, &x, m, ActMode::Int8, true);
                     for (i, (&o, &(v, _))) in out.iter().zip(&reference).enumerate() {
-                        assert_eq!(f64::from(o), v, "{kind:?} {m}x{n}x{k} {path:?} {layout} out[{i}]");
+                        assert_eq!(f64::from(o), v, "{kind:?} {m}x{n}x{k} {isa:?} {layout} out[{i}]");
                     }
                 }
             }
@@ -390,12 +390,12 @@ fn nan_scale_gives_nan_row() {
         p.codes[5 * cols + 2] = nan_code as u8;
         let mut x = random_x(&mut rng, m * k);
         x[k..2 * k].fill(0.0); // 0 * NaN is NaN too
-        for path in paths() {
+        for isa in paths() {
             for layout in ScaleLayout::ALL {
                 for mode in [ActMode::Exact, ActMode::Int8] {
-                    let out = p.run(path, layout, &x, m, mode, false);
+                    let out = p.run(isa, layout, &x, m, mode, false);
                     for (i, o) in out.iter().enumerate() {
-                        assert_eq!(o.is_nan(), i % n == 5, "{kind:?} {path:?} {layout} {mode:?} out[{i}] = {o}");
+                        assert_eq!(o.is_nan(), i % n == 5, "{kind:?} {isa:?} {layout} {mode:?} out[{i}] = {o}");
                     }
                 }
             }
@@ -413,11 +413,11 @@ fn int8_non_finite_row_takes_exact() {
         x[k + 7] = f32::INFINITY;
         x[3 * k + 1] = f32::NAN;
         let finite_rows: Vec<f32> = [0, 2, 4].iter().flat_map(|&r| x[r * k..(r + 1) * k].to_vec()).collect();
-        for path in paths() {
+        for isa in paths() {
             for layout in ScaleLayout::ALL {
-                let out = p.run(path, layout, &x, m, ActMode::Int8, true);
-                let exact = p.run(path, layout, &x, m, ActMode::Exact, true);
-                let int8 = p.run(path, layout, &finite_rows, 3, ActMode::Int8, true);
+                let out = p.run(isa, layout, &x, m, ActMode::Int8, true);
+                let exact = p.run(isa, layout, &x, m, ActMode::Exact, true);
+                let int8 = p.run(isa, layout, &finite_rows, 3, ActMode::Int8, true);
                 for r in 0..m {
                     for j in 0..n {
                         let o = out[r * n + j];
@@ -425,7 +425,7 @@ fn int8_non_finite_row_takes_exact() {
                             1 | 3 => exact[r * n + j],
                             _ => int8[r / 2 * n + j],
                         };
-                        assert_eq!(o.to_bits(), want.to_bits(), "{kind:?} {path:?} {layout} row {r} col {j}");
+                        assert_eq!(o.to_bits(), want.to_bits(), "{kind:?} {isa:?} {layout} row {r} col {j}");
                         if r == 3 {
                             assert!(o.is_nan());
                         }
@@ -516,12 +516,12 @@ fn bf16_integer_inputs_bit_identical() {
             let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
             let reference = p.reference(&xs, m);
             let before = bf16_runs();
-            for path in paths() {
+            for isa in paths() {
                 for layout in ScaleLayout::ALL {
                     for parallel in [false, true] {
-                        let out = p.run(path, layout, &x, m, ActMode::Exact, parallel);
+                        let out = p.run(isa, layout, &x, m, ActMode::Exact, parallel);
                         for (i, (&o, &(v, _))) in out.iter().zip(&reference).enumerate() {
-                            assert_eq!(f64::from(o), v, "{kind:?} {m}x{n}x{k} {path:?} {layout} out[{i}]");
+                            assert_eq!(f64::from(o), v, "{kind:?} {m}x{n}x{k} {isa:?} {layout} out[{i}]");
                         }
                     }
                 }
@@ -544,11 +544,11 @@ fn bf16_nan_scale_gives_nan_row() {
             let mut x: Vec<f32> = random_x(&mut rng, m * k).into_iter().map(bf16).collect();
             x[..k].fill(0.0); // 0 * NaN is NaN too
             let before = bf16_runs();
-            for path in paths() {
+            for isa in paths() {
                 for layout in ScaleLayout::ALL {
-                    let out = p.run(path, layout, &x, m, ActMode::Exact, false);
+                    let out = p.run(isa, layout, &x, m, ActMode::Exact, false);
                     for (i, o) in out.iter().enumerate() {
-                        assert_eq!(o.is_nan(), i % n == 5, "{kind:?} m={m} {path:?} {layout} out[{i}] = {o}");
+                        assert_eq!(o.is_nan(), i % n == 5, "{kind:?} m={m} {isa:?} {layout} out[{i}] = {o}");
                     }
                 }
             }
@@ -577,13 +577,13 @@ fn bf16_other_rows_take_f32_kernel() {
             x[r * k + 3] = v;
         }
         let good: Vec<f32> = [0, 4].iter().flat_map(|&r| x[r * k..(r + 1) * k].to_vec()).collect();
-        for path in paths() {
+        for isa in paths() {
             for layout in ScaleLayout::ALL {
-                let out = p.run(path, layout, &x, m, ActMode::Exact, true);
+                let out = p.run(isa, layout, &x, m, ActMode::Exact, true);
                 // The f32 kernel of that ISA (under AVX-512 it is the AVX2 one).
-                let f32_isa = if path == Isa::Avx512 { Isa::Avx2 } else { path };
+                let f32_isa = if isa == Isa::Avx512 { Isa::Avx2 } else { isa };
                 let f32_kernel = p.run(f32_isa, layout, &x, m, ActMode::Exact, true);
-                let alone = p.run(path, layout, &good, 2, ActMode::Exact, true);
+                let alone = p.run(isa, layout, &good, 2, ActMode::Exact, true);
                 for r in 0..m {
                     for j in 0..n {
                         let want = match r {
@@ -591,7 +591,7 @@ fn bf16_other_rows_take_f32_kernel() {
                             _ => f32_kernel[r * n + j],
                         };
                         let o = out[r * n + j];
-                        assert_eq!(o.to_bits(), want.to_bits(), "{kind:?} {path:?} {layout} row {r} col {j}");
+                        assert_eq!(o.to_bits(), want.to_bits(), "{kind:?} {isa:?} {layout} row {r} col {j}");
                     }
                 }
             }
@@ -611,9 +611,9 @@ fn zero_k_and_zero_rows() {
         vscale: 0.5,
         scales: Scales::Bytes { data: &[], lut: &lut, index: ScaleIndex::Linear { cols: 0 } },
     };
-    for path in paths() {
+    for isa in paths() {
         let mut out = vec![f32::NAN; 6];
-        gemm_nibble(path, &[], 2, &w, ActMode::Exact, true, &mut out);
+        gemm_nibble(isa, &[], 2, &w, ActMode::Exact, true, &mut out);
         assert_eq!(out, vec![0.0; 6]);
     }
 }
