@@ -25,6 +25,8 @@ mod bytes;
 mod epilogue;
 pub(crate) mod exact;
 mod fast;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 mod nibble;
 mod operand;
 mod panel;

@@ -4,6 +4,7 @@
 use core::arch::x86_64::*;
 
 use super::{Elem, LANES, Row};
+use crate::gemm::lanes::{hsum8, hsum16};
 
 /// Sixteen f32 lanes: one AVX-512 vector, or two AVX2 vectors (lanes 0..8, 8..16).
 ///
@@ -23,17 +24,6 @@ trait Lanes: Copy {
     unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
     /// The fixed tree `(l, l + 8)`, `(l, l + 4)`, `(l, l + 2)`, `(0, 1)`.
     unsafe fn hsum(self) -> f32;
-}
-
-/// The tree from eight lanes down (lanes `l` and `l + 8` already added).
-#[inline(always)]
-unsafe fn hsum8(s: __m256) -> f32 {
-    // SAFETY: the caller has AVX (implied by both implementations' features).
-    unsafe {
-        let s = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-    }
 }
 
 #[derive(Clone, Copy)]
@@ -110,10 +100,7 @@ impl Lanes for Avx512 {
     }
     #[inline(always)]
     unsafe fn hsum(self) -> f32 {
-        unsafe {
-            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(self.0)));
-            hsum8(_mm256_add_ps(_mm512_castps512_ps256(self.0), hi))
-        }
+        unsafe { hsum16(self.0) }
     }
 }
 

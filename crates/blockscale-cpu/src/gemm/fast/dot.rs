@@ -197,15 +197,7 @@ fn portable_f32(a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usiz
 mod avx2 {
     use core::arch::x86_64::*;
 
-    /// Sum of the eight lanes.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
-    }
+    use crate::gemm::lanes::hsum8;
 
     /// Eight i32 lanes of 4-product sums of `a . b` (signed bytes): `|b| * sign(a, b)`.
     #[inline]
@@ -273,7 +265,7 @@ mod avx2 {
                 }
                 for ii in 0..ih {
                     for jj in 0..jh {
-                        out[(i + ii) * nt + j + jj] = hsum(acc[ii][jj]) * post;
+                        out[(i + ii) * nt + j + jj] = hsum8(acc[ii][jj]) * post;
                     }
                 }
                 j += jh;
@@ -388,7 +380,7 @@ mod avx2 {
                 }
                 for ii in 0..ih {
                     for jj in 0..jh {
-                        out[(i + ii) * nt + j + jj] = hsum(tot[ii][jj]);
+                        out[(i + ii) * nt + j + jj] = hsum8(tot[ii][jj]);
                     }
                 }
                 j += jh;

@@ -18,6 +18,8 @@
 
 use core::arch::x86_64::*;
 
+use crate::gemm::lanes::hsum8;
+
 use super::{NibbleWeights, Scales, XBLOCK};
 
 /// Where a tile finds its block scales: inline byte lookups, or f32 decoded in advance
@@ -142,14 +144,6 @@ fn check(w: &NibbleWeights, x_len: usize, m: usize, n0: usize, out_len: usize) -
     };
     assert_eq!(index.cols(), w.k / w.block);
     rows
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
 /// The i8 values of the 32 codes in the 16 bytes at `p`: even elements in the lower
@@ -298,7 +292,7 @@ unsafe fn exact_tile<const BLOCK: usize, const MR: usize, const NR: usize, const
     for (i, a) in acc.iter().enumerate() {
         for (j, &v) in a.iter().enumerate() {
             // SAFETY: the caller guarantees `out[j * m + i]` is writable.
-            unsafe { *out.add(j * m + i) = hsum(v) * vscale };
+            unsafe { *out.add(j * m + i) = hsum8(v) * vscale };
         }
     }
 }
@@ -370,7 +364,7 @@ unsafe fn int8_tile<const BLOCK: usize, const MR: usize, const NR: usize, const 
     for (i, a) in acc.iter().enumerate() {
         for (j, &v) in a.iter().enumerate() {
             // SAFETY: the caller guarantees `out[j * m + i]` is writable.
-            unsafe { *out.add(j * m + i) = hsum(v) * vscale };
+            unsafe { *out.add(j * m + i) = hsum8(v) * vscale };
         }
     }
 }

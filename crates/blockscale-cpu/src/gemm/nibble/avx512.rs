@@ -26,6 +26,7 @@ use core::arch::x86_64::*;
 
 use super::{NibbleWeights, Scales};
 use crate::gemm::bf16::bh;
+use crate::gemm::lanes::hsum16;
 
 /// Elements per chunk (one 32-byte weight load, two 32-lane bf16 vectors).
 pub(super) const CHUNK: usize = 64;
@@ -47,17 +48,6 @@ pub(super) fn bf16_row(row: &[f32], dst: &mut [u16]) {
             d[e / 2 + (e % 2) * (CHUNK / 2)] = (v.to_bits() >> 16) as u16;
         }
     }
-}
-
-/// Sum of the 16 lanes, always in the same tree (4 roundings per term).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-fn hsum(v: __m512) -> f32 {
-    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-    let s = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
-    let s = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
 /// The bf16 weights of a chunk's 32 bytes: (even elements, odd elements).
@@ -144,7 +134,7 @@ unsafe fn tile<const MI: usize, const NJ: usize>(
     for (i, t) in tot.iter().enumerate() {
         for (j, &v) in t.iter().enumerate() {
             // SAFETY: the caller guarantees `out[j * m + i]` is writable.
-            unsafe { *out.add(j * m + i) = hsum(v) * c.vscale };
+            unsafe { *out.add(j * m + i) = hsum16(v) * c.vscale };
         }
     }
 }
