@@ -164,13 +164,14 @@ impl UE8M0 {
     }
 
     /// The exact value `2^(b - 127)` (2^-127 is an f32 subnormal); NaN for `0xff`.
+    ///
+    /// Branch-free, so that loops over many codes vectorise: the byte is the f32
+    /// exponent field, and bytes 0 (giving the subnormal `0x0040_0000`) and 0xff (giving
+    /// the quiet NaN `0x7fc0_0000`, `f32::NAN`) also set mantissa bit 22.
     #[inline]
     pub const fn to_f32(self) -> f32 {
-        match self.0 {
-            0 => f32::from_bits(0x0040_0000),
-            0xff => f32::NAN,
-            b => f32::from_bits((b as u32) << 23),
-        }
+        let edge = (self.0.wrapping_add(1) <= 1) as u32;
+        f32::from_bits((self.0 as u32) << 23 | edge << 22)
     }
 
     /// The exact reciprocal `2^(127 - b)`: multiplying by it is exactly dividing by the

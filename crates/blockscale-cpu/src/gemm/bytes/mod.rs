@@ -67,7 +67,7 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use blockscale_formats::{DataLayout, ElementFormat, QuantizedMatrix, ScaleData, ScaleFormat, ScaleLayout};
+use blockscale_formats::{DataLayout, ElementFormat, QuantizedMatrix, ScaleData, ScaleFormat, ScaleLayout, UE8M0};
 
 use super::nibble::{ScaleIndex, run_tasks};
 use crate::kernels::Isa;
@@ -185,7 +185,8 @@ impl<'a> ByteWeights<'a> {
         match &self.scales {
             ByteScales::Ue8m0 { data, index: index @ ScaleIndex::Swizzled128x4 { .. } } => {
                 // Gather each row's codes (runs of four) into row order, then decode
-                // them all in one pass that the compiler vectorises.
+                // them all in one pass that the compiler vectorises (`UE8M0::to_f32`
+                // is branch-free).
                 let mut codes = vec![0u8; dst.len()];
                 for (r, row) in codes.chunks_exact_mut(cols).enumerate() {
                     let base = index.row_base(n0 + r);
@@ -199,13 +200,13 @@ impl<'a> ByteWeights<'a> {
                     }
                 }
                 for (o, &code) in dst.iter_mut().zip(&codes) {
-                    *o = ue8m0(code);
+                    *o = UE8M0::from_bits(code).to_f32();
                 }
             }
             ByteScales::Ue8m0 { data, index } => {
                 let (base, len) = (index.row_base(n0), dst.len());
                 for (o, &code) in dst.iter_mut().zip(&data[base..base + len]) {
-                    *o = ue8m0(code);
+                    *o = UE8M0::from_bits(code).to_f32();
                 }
             }
             ByteScales::F32 { data, cols, block_rows } => {
@@ -233,15 +234,6 @@ fn has_e4m3_nan(isa: Isa, codes: &[u8]) -> bool {
         Isa::Avx512 => unsafe { x86::has_e4m3_nan_avx512(codes) },
         _ => has_e4m3_nan_portable(codes),
     }
-}
-
-/// UE8M0 code to its value: `2^(c - 127)`, `0xff` NaN (as `UE8M0::to_f32`).
-/// Branch-free: the exponent field is the code, and codes 0 (`2^-127`, the subnormal
-/// `0x0040_0000`) and 0xff (infinity becomes the quiet NaN) get bit 22.
-#[inline(always)]
-fn ue8m0(c: u8) -> f32 {
-    let edge = u32::from(c.wrapping_add(1) <= 1);
-    f32::from_bits(u32::from(c) << 23 | edge << 22)
 }
 
 /// `out[m * N + n]` as the module docs define it, for the `m x k` row-major activations
