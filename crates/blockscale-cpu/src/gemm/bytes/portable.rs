@@ -14,15 +14,16 @@ fn table(elem: Elem) -> &'static [f32; 256] {
     &all[elem as usize]
 }
 
-/// Code `i` of a row (FP6: the LSB-first bitstream, four codes per three bytes).
-#[inline(always)]
-pub(super) fn code(elem: Elem, codes: &[u8], i: usize) -> u8 {
-    if elem.bits() == 8 {
-        return codes[i];
+/// Block `b`'s codes (`block` of them), one per byte: the row's bytes as they are, or
+/// for FP6 unpacked from the bitstream by the formats crate.
+fn block_codes<'a>(job: &Row<'a>, b: usize, buf: &'a mut [u8; MAX_BLOCK]) -> &'a [u8] {
+    if job.elem.bits() == 8 {
+        return &job.codes[b * job.block..][..job.block];
     }
-    let g = &codes[i / 4 * 3..][..3];
-    let word = u32::from(g[0]) | u32::from(g[1]) << 8 | u32::from(g[2]) << 16;
-    (word >> (6 * (i % 4)) & 0x3f) as u8
+    let bytes = &job.codes[b * job.block / 4 * 3..][..job.block / 4 * 3];
+    // The lengths agree: `block` codes from `3 block / 4` bytes.
+    let _ = blockscale_formats::pack::unpack_fp6::<u8>(bytes, &mut buf[..job.block]);
+    &buf[..job.block]
 }
 
 /// The fixed reduction tree of the module docs.
@@ -38,11 +39,11 @@ pub(super) fn row(job: &Row, out: &mut [f32]) {
     let table = table(job.elem);
     // Even blocks into `acc[i][0]`, odd ones into `acc[i][1]`.
     let mut acc = vec![[[0f32; LANES]; 2]; job.m];
-    let mut w = [0f32; MAX_BLOCK];
+    let (mut w, mut buf) = ([0f32; MAX_BLOCK], [0u8; MAX_BLOCK]);
     for (b, &s) in job.scales.iter().enumerate() {
         let base = b * job.block;
-        for (e, wv) in w[..job.block].iter_mut().enumerate() {
-            *wv = table[usize::from(code(job.elem, job.codes, base + e))];
+        for (wv, &c) in w.iter_mut().zip(block_codes(job, b, &mut buf)) {
+            *wv = table[usize::from(c)];
         }
         for (i, a) in acc.iter_mut().enumerate() {
             let x = &job.x[i * job.k + base..][..job.block];
