@@ -317,12 +317,19 @@ unsafe fn store_out<O: Source>(y: __m256, dst: *mut O) {
 /// E2M1 magnitudes, indexed by the low three bits of a code.
 const E2M1_MAG: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
 
+/// The 8 nibbles of `word` (low nibble first), one per 32-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn nibble_lanes(word: u32) -> __m256i {
+    let idx = _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    _mm256_and_si256(idx, _mm256_set1_epi32(0xf))
+}
+
 /// The 8 values of 8 E2M1 codes (4 bytes, low nibble first).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn decode_e2m1_8(word: u32) -> __m256 {
-    let idx = _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-    let idx = _mm256_and_si256(idx, _mm256_set1_epi32(0xf));
+    let idx = nibble_lanes(word);
     let table = _mm256_setr_ps(
         E2M1_MAG[0],
         E2M1_MAG[1],
@@ -343,9 +350,7 @@ fn decode_e2m1_8(word: u32) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn decode_int4_8(word: u32) -> __m256 {
-    let idx = _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-    let idx = _mm256_and_si256(idx, _mm256_set1_epi32(0xf));
-    _mm256_cvtepi32_ps(_mm256_sub_epi32(idx, _mm256_set1_epi32(8)))
+    _mm256_cvtepi32_ps(_mm256_sub_epi32(nibble_lanes(word), _mm256_set1_epi32(8)))
 }
 
 /// The values of 8 FP6 codes (E2M3 or E3M2, one per 32-bit lane): the five magnitude

@@ -212,8 +212,8 @@ unsafe fn block<L: Lanes, const E: u8, const MI: usize, const STEPS: usize>(
 /// `k / block`, `block == 16 STEPS`), `i0 + MI <= m`.
 #[inline(always)]
 unsafe fn rows<L: Lanes, const E: u8, const MI: usize, const STEPS: usize>(job: &Row, i0: usize, out: &mut [f32]) {
+    // The slice lengths: `Row::check`, at the entry points.
     debug_assert!(job.block == STEPS * LANES && i0 + MI <= job.m);
-    debug_assert!(job.x.len() >= job.m * job.k && job.scales.len() * job.block == job.k);
     let x = job.x[i0 * job.k..].as_ptr();
     // Even blocks into `even`, odd ones into `odd` (two dependency chains).
     // SAFETY: the features, by the contract.
