@@ -59,6 +59,12 @@ pub use element::Element;
 #[cfg(feature = "cpu")]
 pub use error::Error;
 
+/// Quantized safetensors checkpoints (feature `checkpoint`, on by default): the
+/// conventions in the wild read into [`QuantizedMatrix`] values and written from them,
+/// and a streaming [`checkpoint::Reader`] for engines.
+#[cfg(feature = "checkpoint")]
+pub use blockscale_checkpoint as checkpoint;
+
 /// The CUDA backend (feature `cuda`; building it needs nvcc, see the README).
 #[cfg(feature = "cuda")]
 pub use blockscale_cuda as cuda;

@@ -11,10 +11,10 @@
 use std::path::Path;
 
 use arbitrary::Arbitrary;
+use blockscale::checkpoint::Shard;
+use blockscale::checkpoint::dtypes::{codes_dtype, scale_dtype, scale_shape};
 use blockscale::{ScaleLayout, Scheme};
-use blockscale_cli::checkpoint::Shard;
 use blockscale_fuzz::{Tensor, read_checkpoint, serialize};
-use blockscale_golden::case::{codes_dtype, scale_dtype, scale_shape};
 use libfuzzer_sys::fuzz_target;
 use safetensors::Dtype;
 

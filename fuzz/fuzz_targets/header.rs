@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use blockscale_cli::checkpoint::Shard;
+use blockscale::checkpoint::Shard;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

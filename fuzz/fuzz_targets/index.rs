@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use arbitrary::Arbitrary;
-use blockscale_cli::checkpoint::Checkpoint;
+use blockscale::checkpoint::Checkpoint;
 use blockscale_fuzz::{read_checkpoint, serialize};
 use libfuzzer_sys::fuzz_target;
 use safetensors::Dtype;

@@ -3,27 +3,36 @@
 //! serializer that writes whatever header it is given (dtypes and shapes may lie about
 //! what the tensors are, as long as the byte counts agree).
 
-use blockscale_cli::checkpoint::Shard;
-use blockscale_cli::convention::{Catalog, Declared, check_coverage, check_fp8_block_config, decode, detect};
+use blockscale::checkpoint::{Catalog, Declared, Shard, Weight, check_coverage, check_declared, detect, weight};
+use blockscale_cli::convention::decode;
 
-/// Detects, checks and decodes every quantized weight of `shards` as `dequantize`
-/// does; errors are fine, panics are the bugs.
+/// Detects, checks and reads every quantized weight of `shards` as the library's
+/// `Reader` does (`weight`), then decodes it as `dequantize` does; errors are fine,
+/// panics are the bugs.
 pub fn read_checkpoint(shards: &[Shard]) {
     let Ok(catalog) = Catalog::new(shards) else { return };
-    let declared = Declared::read(&catalog, &[]);
     // A compressed-tensors config in a file's metadata steers detection, as in dequantize.
-    let Ok(ct) = declared.compressed_tensors() else { return };
-    let Ok((found, consumed)) = detect(&catalog, ct.as_ref()) else { return };
+    let declared = Declared::read(&catalog, &[]);
+    let Ok((found, consumed)) = detect(&catalog, &declared) else { return };
     if check_coverage(&catalog, &found, &consumed, &declared).is_err() {
         return;
     }
-    if check_fp8_block_config(&catalog, &declared, &found).is_err() {
+    if check_declared(&catalog, &declared, &found).is_err() {
         return;
     }
     for f in &found {
         let _ = f.bits_per_weight(&catalog);
+        let n = f.out_shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        match weight(&catalog, f) {
+            Ok(Weight::Matrix { q, .. }) => {
+                assert_eq!(Some(q.rows() * q.k()), n, "{}: matrix of {:?}", f.output, f.out_shape)
+            }
+            Ok(Weight::Values(v)) => {
+                assert_eq!(Some(v.len()), n, "{}: {} values for {:?}", f.output, v.len(), f.out_shape)
+            }
+            Err(_) => {}
+        }
         if let Ok(v) = decode::<f32>(&catalog, f) {
-            let n = f.out_shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
             assert_eq!(Some(v.len()), n, "{}: decoded {} values for shape {:?}", f.output, v.len(), f.out_shape);
         }
     }

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use blockscale::checkpoint::CheckpointError;
+
 /// Exit codes of the `blockscale` command.
 pub mod exit {
     /// Success.
@@ -20,46 +22,15 @@ pub mod exit {
     pub const UNSUPPORTED: u8 = 6;
     /// Interrupted by Ctrl-C or SIGTERM (the unfinished output removed): 128 + SIGINT,
     /// as shells report an interrupted command.
-    pub const INTERRUPTED: u8 = 130;
+    pub const INTERRUPTED: u8 = blockscale::checkpoint::interrupt::INTERRUPTED;
 }
 
 /// A failed `blockscale` command.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// Reading a file failed.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// Not a safetensors file, or a truncated or corrupt one.
-    #[error("{path}: not a readable safetensors file: {reason}")]
-    NotSafetensors {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A folder without safetensors files, or an index naming missing shards.
-    #[error("{path}: {reason}")]
-    Checkpoint {
-        /// The file or folder.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A tensor that cannot be processed as asked.
-    #[error("{path}: tensor {tensor:?}: {reason}")]
-    Tensor {
-        /// The file.
-        path: PathBuf,
-        /// The tensor.
-        tensor: String,
-        /// What is wrong.
-        reason: String,
-    },
+    /// A checkpoint that cannot be read or written (the file and tensor named).
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     /// NaN or Inf in a weight.
     #[error(
         "{path}: tensor {tensor:?} holds {value} at row {row}, column {col} \
@@ -77,20 +48,6 @@ pub enum CliError {
         /// The value.
         value: f32,
     },
-    /// The output exists.
-    #[error("{path} exists; pass --force to replace it")]
-    OutputExists {
-        /// The output.
-        path: PathBuf,
-    },
-    /// Writing failed (the partial output has been removed).
-    #[error("{path}: writing failed{hint}: {source}", hint = if is_disk_full(source) { " (disk full)" } else { "" })]
-    Write {
-        /// The file being written.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
     /// A scheme, convention or backend combination that is not supported.
     #[error("{0}")]
     Unsupported(String),
@@ -103,43 +60,51 @@ pub enum CliError {
     Cuda(String),
 }
 
-fn is_disk_full(e: &std::io::Error) -> bool {
-    e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28)
-}
-
 impl CliError {
     /// The process exit code (see [`exit`]).
     pub fn exit_code(&self) -> u8 {
+        use CheckpointError as C;
         match self {
-            Self::Read { .. } | Self::NotSafetensors { .. } | Self::Checkpoint { .. } | Self::Tensor { .. } => {
+            Self::Checkpoint(C::Read { .. } | C::NotSafetensors { .. } | C::Checkpoint { .. } | C::Tensor { .. }) => {
                 exit::INPUT
             }
+            Self::Checkpoint(C::OutputExists { .. } | C::Write { .. }) => exit::OUTPUT,
+            Self::Checkpoint(C::Unsupported(_)) | Self::Unsupported(_) | Self::Cuda(_) => exit::UNSUPPORTED,
+            Self::Checkpoint(C::Invalid(_)) | Self::Usage(_) => exit::USAGE,
             Self::NonFinite { .. } => exit::NON_FINITE,
-            Self::OutputExists { .. } | Self::Write { .. } => exit::OUTPUT,
-            Self::Unsupported(_) | Self::Cuda(_) => exit::UNSUPPORTED,
-            Self::Usage(_) => exit::USAGE,
         }
     }
 
     /// A stable machine-readable name for the kind (the `kind` of `--json` errors).
     pub fn kind(&self) -> &'static str {
+        use CheckpointError as C;
         match self {
-            Self::Read { .. } => "read",
-            Self::NotSafetensors { .. } => "not-safetensors",
-            Self::Checkpoint { .. } => "checkpoint",
-            Self::Tensor { .. } => "tensor",
+            Self::Checkpoint(C::Read { .. }) => "read",
+            Self::Checkpoint(C::NotSafetensors { .. }) => "not-safetensors",
+            Self::Checkpoint(C::Checkpoint { .. }) => "checkpoint",
+            Self::Checkpoint(C::Tensor { .. }) => "tensor",
             Self::NonFinite { .. } => "non-finite",
-            Self::OutputExists { .. } => "output-exists",
-            Self::Write { .. } => "write",
-            Self::Unsupported(_) => "unsupported",
-            Self::Usage(_) => "usage",
+            Self::Checkpoint(C::OutputExists { .. }) => "output-exists",
+            Self::Checkpoint(C::Write { .. }) => "write",
+            Self::Checkpoint(C::Unsupported(_)) | Self::Unsupported(_) => "unsupported",
+            Self::Checkpoint(C::Invalid(_)) | Self::Usage(_) => "usage",
             Self::Cuda(_) => "cuda",
         }
     }
 
-    /// A [`CliError::Tensor`].
+    /// A tensor error ([`CheckpointError::Tensor`]).
     pub fn tensor(path: impl Into<PathBuf>, tensor: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::Tensor { path: path.into(), tensor: tensor.into(), reason: reason.into() }
+        CheckpointError::tensor(path, tensor, reason).into()
+    }
+
+    /// Reading `path` failed ([`CheckpointError::Read`]).
+    pub fn read(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        CheckpointError::Read { path: path.into(), source }.into()
+    }
+
+    /// Writing `path` failed ([`CheckpointError::Write`]).
+    pub fn write(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        CheckpointError::Write { path: path.into(), source }.into()
     }
 
     /// The error as the JSON object `--json` prints.
@@ -148,19 +113,15 @@ impl CliError {
             "error": { "kind": self.kind(), "exit_code": self.exit_code(), "message": self.to_string() }
         });
         let (path, tensor) = match self {
-            Self::Read { path, .. }
-            | Self::NotSafetensors { path, .. }
-            | Self::Checkpoint { path, .. }
-            | Self::OutputExists { path }
-            | Self::Write { path, .. } => (Some(path), None),
-            Self::Tensor { path, tensor, .. } | Self::NonFinite { path, tensor, .. } => (Some(path), Some(tensor)),
+            Self::Checkpoint(e) => (e.path(), e.tensor_name()),
+            Self::NonFinite { path, tensor, .. } => (Some(path.as_path()), Some(tensor.as_str())),
             _ => (None, None),
         };
         if let Some(p) = path {
             v["error"]["file"] = p.display().to_string().into();
         }
         if let Some(t) = tensor {
-            v["error"]["tensor"] = t.clone().into();
+            v["error"]["tensor"] = t.into();
         }
         v
     }

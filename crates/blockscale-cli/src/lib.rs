@@ -14,9 +14,7 @@ macro_rules! internal_modules {
         pub mod $name;
     )*};
 }
-internal_modules!(
-    checkpoint, cli, commands, convention, demo, error, plot, progress, report, scheme_arg, select, values
-);
+internal_modules!(cli, commands, convention, demo, error, plot, progress, report, scheme_arg, select, values);
 
 use crate::cli::Command;
 use crate::error::CliError;

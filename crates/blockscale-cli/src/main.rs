@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use blockscale_cli::checkpoint;
+use blockscale::checkpoint;
 use blockscale_cli::cli::{Cli, Command};
 use blockscale_cli::error;
 use clap::Parser;

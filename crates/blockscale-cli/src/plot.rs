@@ -14,6 +14,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::error::CliError;
+use blockscale::checkpoint::CheckpointError;
 use crate::report::EvalRow;
 
 /// Width of the SVG in pixels.
@@ -54,15 +55,15 @@ const LABEL_SIZE: u32 = 16;
 /// renamed into place once complete; an existing `path` is replaced only with `force`.
 ///
 /// # Errors
-/// [`CliError::OutputExists`] if `path` exists and `force` is false;
-/// [`CliError::Write`] if it cannot be written (the temporary file is removed).
+/// [`CheckpointError::OutputExists`](blockscale::checkpoint::CheckpointError::OutputExists) if `path` exists and `force` is false;
+/// [`CheckpointError::Write`](blockscale::checkpoint::CheckpointError::Write) if it cannot be written (the temporary file is removed).
 pub fn write_svg(path: &Path, rows: &[EvalRow], force: bool) -> Result<(), CliError> {
     if !force && path.exists() {
-        return Err(CliError::OutputExists { path: path.to_owned() });
+        return Err(CliError::from(CheckpointError::OutputExists { path: path.to_owned() }));
     }
     let svg =
-        render_svg(rows).map_err(|e| CliError::Write { path: path.to_owned(), source: std::io::Error::other(e) })?;
-    let write_err = |source| CliError::Write { path: path.to_owned(), source };
+        render_svg(rows).map_err(|e| CliError::write(path.to_owned(), std::io::Error::other(e)))?;
+    let write_err = |source| CliError::write(path.to_owned(), source);
     let dir = parent_dir(path);
     let mut tmp = tempfile::Builder::new()
         .prefix(".blockscale-plot")
@@ -74,7 +75,7 @@ pub fn write_svg(path: &Path, rows: &[EvalRow], force: bool) -> Result<(), CliEr
     let persisted = if force { tmp.persist(path) } else { tmp.persist_noclobber(path) };
     persisted.map_err(|e| {
         if e.error.kind() == std::io::ErrorKind::AlreadyExists {
-            CliError::OutputExists { path: path.to_owned() }
+            CliError::from(CheckpointError::OutputExists { path: path.to_owned() })
         } else {
             write_err(e.error)
         }
@@ -438,7 +439,7 @@ mod tests {
 
         std::fs::write(&p, "mine").unwrap();
         let e = write_svg(&p, &rows(), false).unwrap_err();
-        assert!(matches!(e, CliError::OutputExists { .. }), "{e:?}");
+        assert!(matches!(e, CliError::Checkpoint(CheckpointError::OutputExists { .. })), "{e:?}");
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "mine");
         write_svg(&p, &rows(), true).unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), first);
@@ -446,6 +447,6 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 
         let e = write_svg(&dir.path().join("missing/eval.svg"), &rows(), false).unwrap_err();
-        assert!(matches!(e, CliError::Write { .. }), "{e:?}");
+        assert!(matches!(e, CliError::Checkpoint(CheckpointError::Write { .. })), "{e:?}");
     }
 }

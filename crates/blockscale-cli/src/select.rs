@@ -4,7 +4,7 @@
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
-use crate::checkpoint::TensorEntry;
+use blockscale::checkpoint::TensorEntry;
 use crate::error::CliError;
 
 /// The patterns excluded unless `--no-default-excludes`: embeddings and the LM head,

@@ -3,9 +3,8 @@
 
 use blockscale_formats::{
     DataLayout, FloatKind, FloatValues, GlobalScale, NonFinite, NvFp4Recipe, QuantizedMatrix, QuantizedParts,
-    ScaleData, ScaleFormat, ScaleLayout, ScaleRule, Scheme,
+    ScaleRule, Scheme,
 };
-use half::f16;
 use safetensors::Dtype;
 
 use crate::GoldenError;
@@ -33,58 +32,9 @@ pub fn read_values(file: &GoldenFile, name: &str, shape: &[usize]) -> Result<Flo
     }
 }
 
-/// The dtype and shape of a scheme's packed codes for a `rows x k` matrix: F4, F6_E2M3,
-/// F6_E3M2, F8_E4M3, F8_E5M2 with shape `[rows, k]` (elements), or U8 `[rows, k/2]` for
-/// INT4-G32 (offset-8 nibbles, no safetensors dtype exists).
-pub fn codes_dtype(scheme: Scheme, rows: usize, k: usize) -> (Dtype, Vec<usize>) {
-    use blockscale_formats::ElementFormat as E;
-    match scheme.element() {
-        E::E2M1 => (Dtype::F4, vec![rows, k]),
-        E::E2M3 => (Dtype::F6_E2M3, vec![rows, k]),
-        E::E3M2 => (Dtype::F6_E3M2, vec![rows, k]),
-        E::E4M3 => (Dtype::F8_E4M3, vec![rows, k]),
-        E::E5M2 => (Dtype::F8_E5M2, vec![rows, k]),
-        E::Int4 => (Dtype::U8, vec![rows, k / 2]),
-    }
-}
-
-/// The dtype of a scheme's scales: UE4M3 as F8_E4M3 (sign bit 0), UE8M0 as F8_E8M0,
-/// then F32 and F16.
-pub fn scale_dtype(scheme: Scheme) -> Dtype {
-    match scheme.scale_format() {
-        ScaleFormat::UE4M3 => Dtype::F8_E4M3,
-        ScaleFormat::UE8M0 => Dtype::F8_E8M0,
-        ScaleFormat::F32 => Dtype::F32,
-        ScaleFormat::F16 => Dtype::F16,
-    }
-}
-
-/// The stored shape of scales: `[scale_rows, scale_cols]` linear, or the padded
-/// `[rows', cols']` in swizzled order.
-pub fn scale_shape(q_shape: &blockscale_formats::QuantShape, layout: ScaleLayout) -> Vec<usize> {
-    let (r, c) = layout.padded_shape(q_shape.scale_rows, q_shape.scale_cols).unwrap_or((0, 0));
-    vec![r, c]
-}
-
-/// Scale values as little-endian bytes.
-pub fn scale_bytes(s: &ScaleData) -> Vec<u8> {
-    match s {
-        ScaleData::Bytes(b) => b.clone(),
-        ScaleData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ScaleData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    }
-}
-
-/// Scales of `format` from their little-endian bytes (the inverse of [`scale_bytes`]).
-pub fn scales_from(format: ScaleFormat, bytes: &[u8]) -> ScaleData {
-    match format {
-        ScaleFormat::F32 => {
-            ScaleData::F32(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-        }
-        ScaleFormat::F16 => ScaleData::F16(bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect()),
-        _ => ScaleData::Bytes(bytes.to_vec()),
-    }
-}
+pub use blockscale_checkpoint::dtypes::{
+    codes_dtype, parse_layout, scale_bytes, scale_dtype, scale_shape, scales_from,
+};
 
 /// Writes a quantized matrix as `{prefix}.codes` and `{prefix}.scales` (its own scale
 /// layout) with metadata `{prefix}.scheme`, `.rows`, `.k`, `.scale_layout`, for NVFP4
@@ -110,11 +60,6 @@ pub fn put_matrix(w: &mut Writer, prefix: &str, q: &QuantizedMatrix) {
 /// Parses a data layout name.
 pub fn parse_data_layout(s: &str) -> Option<DataLayout> {
     [DataLayout::RowMajor, DataLayout::BlockInterleaved].into_iter().find(|l| l.name() == s)
-}
-
-/// Parses a scale layout name.
-pub fn parse_layout(s: &str) -> Option<ScaleLayout> {
-    ScaleLayout::ALL.into_iter().find(|l| l.name() == s)
 }
 
 /// Parses a scale rule name.

@@ -1,11 +1,15 @@
-//! Reading and writing golden files: safetensors with string metadata, validated.
+//! Reading and writing golden files: safetensors with string metadata, validated. They
+//! are read through the checkpoint crate's safetensors layer ([`Shard`]); the writer
+//! keeps its own byte-stable layout (header keys sorted, tensors in name order, no
+//! alignment padding between them), so that the same case always gives the same bytes.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use blockscale_checkpoint::{CheckpointError, Shard, TensorEntry};
 use half::{bf16, f16};
-use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+use safetensors::{Dtype, SafeTensors};
 
 use crate::GoldenError;
 
@@ -18,11 +22,16 @@ pub const BLOCKSCALE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// A golden file, read whole and checked: parses as safetensors (so not truncated), and
 /// was written for this golden format and blockscale version.
-#[derive(Debug)]
 pub struct GoldenFile {
     path: PathBuf,
-    bytes: Vec<u8>,
-    meta: HashMap<String, String>,
+    shard: Shard,
+    by_name: HashMap<String, usize>,
+}
+
+impl std::fmt::Debug for GoldenFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GoldenFile").field("path", &self.path).field("tensors", &self.by_name.len()).finish()
+    }
 }
 
 impl GoldenFile {
@@ -42,13 +51,14 @@ impl GoldenFile {
     /// # Errors
     /// As [`GoldenFile::open`], less [`GoldenError::Io`].
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self, GoldenError> {
-        let (_, header) = SafeTensors::read_metadata(&bytes)
-            .map_err(|e| GoldenError::Format { path: path.into(), reason: format!("{e:?}") })?;
-        // deserialize checks that every tensor lies within the data (catches truncation).
-        SafeTensors::deserialize(&bytes)
-            .map_err(|e| GoldenError::Format { path: path.into(), reason: format!("{e:?}") })?;
-        let meta = header.metadata().clone().unwrap_or_default();
-        let file = Self { path: path.into(), bytes, meta };
+        // The shard's checks: a readable header whose tensors exactly cover the data
+        // (catches truncation).
+        let shard = Shard::from_bytes(path, bytes).map_err(|e| match e {
+            CheckpointError::NotSafetensors { reason, .. } => GoldenError::Format { path: path.into(), reason },
+            other => GoldenError::Format { path: path.into(), reason: other.to_string() },
+        })?;
+        let by_name = shard.tensors().iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        let file = Self { path: path.into(), shard, by_name };
         for (key, what, ours) in [
             ("golden_format", "golden format", FORMAT_VERSION),
             ("blockscale_version", "blockscale", BLOCKSCALE_VERSION),
@@ -71,12 +81,12 @@ impl GoldenFile {
     /// # Errors
     /// [`GoldenError::Metadata`] if absent.
     pub fn meta(&self, key: &str) -> Result<&str, GoldenError> {
-        self.meta.get(key).map(String::as_str).ok_or_else(|| self.bad_meta(key, "missing".into()))
+        self.meta_opt(key).ok_or_else(|| self.bad_meta(key, "missing".into()))
     }
 
     /// A metadata value if present.
     pub fn meta_opt(&self, key: &str) -> Option<&str> {
-        self.meta.get(key).map(String::as_str)
+        self.shard.metadata().get(key).map(String::as_str)
     }
 
     /// A metadata value parsed with `FromStr`.
@@ -106,13 +116,15 @@ impl GoldenFile {
 
     /// Whether the file holds tensor `name`.
     pub fn has(&self, name: &str) -> bool {
-        SafeTensors::deserialize(&self.bytes).is_ok_and(|st| st.tensor(name).is_ok())
+        self.by_name.contains_key(name)
     }
 
-    fn view(&self, name: &str) -> Result<TensorView<'_>, GoldenError> {
-        let st = SafeTensors::deserialize(&self.bytes)
-            .map_err(|e| GoldenError::Format { path: self.path.clone(), reason: format!("{e:?}") })?;
-        st.tensor(name).map_err(|_| GoldenError::MissingTensor { path: self.path.clone(), tensor: name.into() })
+    fn entry(&self, name: &str) -> Result<&TensorEntry, GoldenError> {
+        let i = self
+            .by_name
+            .get(name)
+            .ok_or_else(|| GoldenError::MissingTensor { path: self.path.clone(), tensor: name.into() })?;
+        Ok(&self.shard.tensors()[*i])
     }
 
     /// The raw bytes of tensor `name`, after checking its dtype and shape.
@@ -120,24 +132,24 @@ impl GoldenFile {
     /// # Errors
     /// [`GoldenError::MissingTensor`], [`GoldenError::Dtype`], [`GoldenError::Shape`].
     pub fn bytes(&self, name: &str, dtype: Dtype, shape: &[usize]) -> Result<&[u8], GoldenError> {
-        let v = self.view(name)?;
-        if v.dtype() != dtype {
+        let t = self.entry(name)?;
+        if t.dtype != dtype {
             return Err(GoldenError::Dtype {
                 path: self.path.clone(),
                 tensor: name.into(),
                 expected: format!("{dtype:?}"),
-                actual: format!("{:?}", v.dtype()),
+                actual: format!("{:?}", t.dtype),
             });
         }
-        if v.shape() != shape {
+        if t.shape != shape {
             return Err(GoldenError::Shape {
                 path: self.path.clone(),
                 tensor: name.into(),
                 expected: shape.to_vec(),
-                actual: v.shape().to_vec(),
+                actual: t.shape.clone(),
             });
         }
-        Ok(v.data())
+        Ok(self.shard.bytes(t))
     }
 
     /// The dtype and shape of tensor `name`.
@@ -145,21 +157,19 @@ impl GoldenFile {
     /// # Errors
     /// [`GoldenError::MissingTensor`].
     pub fn info(&self, name: &str) -> Result<(Dtype, Vec<usize>), GoldenError> {
-        let v = self.view(name)?;
-        Ok((v.dtype(), v.shape().to_vec()))
+        let t = self.entry(name)?;
+        Ok((t.dtype, t.shape.clone()))
     }
 
     /// A [`Writer`] holding every tensor and metadata entry of this file (to derive a
     /// modified file, e.g. in tests of the error paths).
     pub fn to_writer(&self) -> Writer {
         let mut w = Writer::new();
-        for (k, v) in &self.meta {
+        for (k, v) in self.shard.metadata() {
             w.meta(k, v.clone());
         }
-        if let Ok(st) = SafeTensors::deserialize(&self.bytes) {
-            for (name, view) in st.tensors() {
-                w.tensor(&name, view.dtype(), view.shape(), view.data().to_vec());
-            }
+        for t in self.shard.tensors() {
+            w.tensor(&t.name, t.dtype, &t.shape, self.shard.bytes(t).to_vec());
         }
         w
     }

@@ -9,11 +9,13 @@ use half::{bf16, f16};
 use safetensors::Dtype;
 use serde::Serialize;
 
-use crate::checkpoint::{
-    Checkpoint, Output, OutputKind, PlannedTensor, ShardWriter, copy_others, same_path_check, tensor_bytes, write_index,
+use blockscale::checkpoint::dtypes::tensor_bytes;
+use blockscale::checkpoint::{
+    Catalog, Checkpoint, Declared, Found, Output, OutputKind, PlannedTensor, ShardWriter, check_coverage,
+    check_declared, copy_others, detect, same_path_check, write_index,
 };
 use crate::cli::{DequantizeArgs, DtypeArg};
-use crate::convention::{Catalog, Declared, Found, check_coverage, check_fp8_block_config, decode, detect};
+use crate::convention::decode;
 use crate::error::CliError;
 use crate::progress::bytes_bar;
 
@@ -67,9 +69,9 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let catalog = Catalog::new(&shards)?;
     // Refused before the output exists: nothing is written.
     let declared = Declared::read(&catalog, &ckpt.others);
-    let (found, consumed) = detect(&catalog, declared.compressed_tensors()?.as_ref())?;
+    let (found, consumed) = detect(&catalog, &declared)?;
     check_coverage(&catalog, &found, &consumed, &declared)?;
-    check_fp8_block_config(&catalog, &declared, &found)?;
+    check_declared(&catalog, &declared, &found)?;
     let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
     let output = Output::create(&args.output, kind, args.out.force)?;
     let by_main: BTreeMap<&str, &Found> = found.iter().map(|f| (f.main.as_str(), f)).collect();
@@ -125,7 +127,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
                 }
                 dequantized.push(DequantizedEntry {
                     name: f.output.clone(),
-                    convention: f.convention.name().into(),
+                    convention: f.convention.into(),
                     scheme: f.format.clone(),
                     shape: f.out_shape.clone(),
                     from: f.parts.clone(),

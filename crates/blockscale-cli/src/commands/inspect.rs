@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::checkpoint::Checkpoint;
+use blockscale::checkpoint::Checkpoint;
 use crate::cli::InspectArgs;
-use crate::convention::{Catalog, Convention, Declared, detect};
+use blockscale::checkpoint::{Catalog, Declared, Found, detect};
 use crate::error::CliError;
 
 /// One tensor in the listing.
@@ -24,7 +24,7 @@ pub struct InspectEntry {
     /// Bytes.
     pub bytes: usize,
     /// The convention it belongs to (`plain` for ordinary tensors).
-    pub convention: Convention,
+    pub convention: &'static str,
     /// For a quantized weight's data tensor: the weight's dequantized name.
     pub weight: Option<String>,
     /// For a quantized weight's data tensor: its scheme.
@@ -61,15 +61,15 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
     let shards = ckpt.open_shards()?;
     let catalog = Catalog::new(&shards)?;
     let declared = Declared::read(&catalog, &ckpt.others);
-    let (found, _) = detect(&catalog, declared.compressed_tensors()?.as_ref())?;
+    let (found, _) = detect(&catalog, &declared)?;
     let mut tensors = Vec::new();
     let mut conventions = std::collections::BTreeMap::new();
     for f in &found {
-        *conventions.entry(f.convention.name().to_owned()).or_insert(0) += 1;
+        *conventions.entry(f.convention.to_owned()).or_insert(0) += 1;
     }
     // Each tensor's quantized weight, if any (one lookup per tensor: checkpoints hold
     // tens of thousands of expert weights).
-    let owners: std::collections::HashMap<&str, &crate::convention::Found> =
+    let owners: std::collections::HashMap<&str, &Found> =
         found.iter().flat_map(|f| f.parts.iter().map(move |p| (p.as_str(), f))).collect();
     for s in &shards {
         for t in s.tensors() {
@@ -81,7 +81,7 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
                 dtype: format!("{:?}", t.dtype),
                 shape: t.shape.clone(),
                 bytes: t.nbytes(),
-                convention: owner.map_or(Convention::Plain, |f| f.convention),
+                convention: owner.map_or("plain", |f| f.convention),
                 weight: main.map(|f| f.output.clone()),
                 scheme: main.map(|f| f.format.clone()),
                 logical_shape: main.map(|f| [f.rows, f.k]),
@@ -119,7 +119,7 @@ fn print_table(r: &InspectReport) {
             t.name,
             t.dtype,
             shape,
-            t.convention.name(),
+            t.convention,
             t.scheme.as_deref().unwrap_or(""),
             bits,
             t.bytes

@@ -95,7 +95,7 @@ fn not_applicable_reason(scheme: Scheme, rows: usize, k: usize) -> String {
 /// and measures the error against the original values.
 ///
 /// # Errors
-/// [`CliError::Tensor`] if the values are not `rows * k` or the scheme cannot hold the
+/// [`CheckpointError::Tensor`](blockscale::checkpoint::CheckpointError::Tensor) if the values are not `rows * k` or the scheme cannot hold the
 /// shape (see [`applicable`]); [`CliError::NonFinite`] for NaN or Inf in the weights.
 pub fn evaluate(tensor: &EvalTensor<'_>, scheme: Scheme) -> Result<EvalRow, CliError> {
     let EvalTensor { source, name, rows, k, values } = tensor;
@@ -244,13 +244,13 @@ pub(super) mod tests {
     #[test]
     fn bad_shapes_and_non_finite_values_name_the_tensor() {
         let e = evaluate(&tensor(2, 48, vec![1.0; 96]), Scheme::MxFp4).unwrap_err();
-        assert!(matches!(e, CliError::Tensor { .. }), "{e:?}");
+        assert!(matches!(e, CliError::Checkpoint(blockscale::checkpoint::CheckpointError::Tensor { .. })), "{e:?}");
         let msg = e.to_string();
         assert!(msg.contains("t.safetensors") && msg.contains("\"w\"") && msg.contains("32"), "{msg}");
         assert!(msg.contains("K = 48"), "{msg}");
 
         let e = evaluate(&tensor(2, 32, vec![1.0; 63]), Scheme::MxFp4).unwrap_err();
-        assert!(matches!(e, CliError::Tensor { .. }), "{e:?}");
+        assert!(matches!(e, CliError::Checkpoint(blockscale::checkpoint::CheckpointError::Tensor { .. })), "{e:?}");
 
         let mut v = vec![1.0; 64];
         v[40] = f32::NAN;

@@ -24,6 +24,7 @@ use report::write_report;
 
 use crate::cli::EvalArgs;
 use crate::error::CliError;
+use blockscale::checkpoint::CheckpointError;
 use crate::report::EvalRow;
 use crate::scheme_arg::parse_schemes;
 use crate::values::FloatValues;
@@ -49,14 +50,14 @@ impl Evaluator {
     /// when known, for the bar's length.
     ///
     /// # Errors
-    /// As [`parse_schemes`]; [`CliError::OutputExists`] for the plot file.
+    /// As [`parse_schemes`]; [`CheckpointError::OutputExists`](blockscale::checkpoint::CheckpointError::OutputExists) for the plot file.
     pub fn new(args: &EvalArgs, tensors: Option<usize>) -> Result<Self, CliError> {
         let schemes = parse_schemes(&args.schemes)?;
         if let Some(p) = &args.plot
             && !args.force
             && p.exists()
         {
-            return Err(CliError::OutputExists { path: p.clone() });
+            return Err(CliError::from(CheckpointError::OutputExists { path: p.clone() }));
         }
         let progress = if args.quiet {
             ProgressBar::hidden()
@@ -104,8 +105,8 @@ impl Evaluator {
     /// Prints the table (or JSON) on stdout and writes the plot.
     ///
     /// # Errors
-    /// [`CliError::Write`] if stdout or the plot cannot be written,
-    /// [`CliError::OutputExists`] if the plot file appeared meanwhile.
+    /// [`CheckpointError::Write`](blockscale::checkpoint::CheckpointError::Write) if stdout or the plot cannot be written,
+    /// [`CheckpointError::OutputExists`](blockscale::checkpoint::CheckpointError::OutputExists) if the plot file appeared meanwhile.
     pub fn finish(self) -> Result<(), CliError> {
         let stdout = std::io::stdout();
         self.finish_to(&mut stdout.lock())
@@ -164,7 +165,7 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
         return run_on(tensors, args, Some(count));
     }
     let input = args.input.as_deref().ok_or_else(|| CliError::Usage("eval needs a checkpoint or --demo".into()))?;
-    let ckpt = crate::checkpoint::Checkpoint::open(input)?;
+    let ckpt = blockscale::checkpoint::Checkpoint::open(input)?;
     let shards = ckpt.open_shards()?;
     // The weights `quantize` would quantize (same defaults), in file order.
     let selector = crate::select::Selector::new(&args.include, &[], true)?;
@@ -175,10 +176,11 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
         .take(args.max_tensors.unwrap_or(usize::MAX))
         .collect();
     if selected.is_empty() {
-        return Err(CliError::Checkpoint {
+        return Err(CheckpointError::Checkpoint {
             path: input.to_owned(),
             reason: "no 2-D bf16/f16/f32 `.weight` tensors to evaluate (see --include)".into(),
-        });
+        }
+        .into());
     }
     let mut ev = Evaluator::new(args, Some(selected.len()))?;
     for (shard, t) in selected {
@@ -259,7 +261,7 @@ mod tests {
         std::fs::write(&plot, "keep").unwrap();
         let p = plot.to_str().unwrap();
         let e = Evaluator::new(&args(&["--plot", p]), None).unwrap_err();
-        assert!(matches!(e, CliError::OutputExists { .. }), "{e:?}");
+        assert!(matches!(e, CliError::Checkpoint(CheckpointError::OutputExists { .. })), "{e:?}");
         assert!(Evaluator::new(&args(&["--plot", p, "--force"]), None).is_ok());
         assert_eq!(std::fs::read_to_string(&plot).unwrap(), "keep");
     }

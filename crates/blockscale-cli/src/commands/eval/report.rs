@@ -32,7 +32,7 @@ pub struct EvalReport<'r> {
 /// reader that went away (`| head`) is not an error: there is no one left to tell.
 ///
 /// # Errors
-/// [`CliError::Write`] if `out` cannot be written.
+/// [`CheckpointError::Write`](blockscale::checkpoint::CheckpointError::Write) if `out` cannot be written.
 pub fn write_report(
     out: &mut impl Write,
     json: bool,
@@ -49,7 +49,7 @@ pub fn write_report(
     match written.and_then(|()| out.flush()) {
         // The reader went away (`| head`): nothing left to tell it; not a failure.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(source) => Err(CliError::Write { path: "<stdout>".into(), source }),
+        Err(source) => Err(CliError::write("<stdout>", source)),
         Ok(()) => Ok(()),
     }
 }
@@ -218,7 +218,7 @@ mod tests {
             assert!(write_report(&mut Failing(std::io::ErrorKind::BrokenPipe), json, &rows, vec![], &[]).is_ok());
             let e =
                 write_report(&mut Failing(std::io::ErrorKind::PermissionDenied), json, &rows, vec![], &[]).unwrap_err();
-            assert!(matches!(e, CliError::Write { .. }), "{e:?}");
+            assert!(matches!(e, CliError::Checkpoint(blockscale::checkpoint::CheckpointError::Write { .. })), "{e:?}");
         }
     }
 }

@@ -6,14 +6,15 @@ use std::path::Path;
 use blockscale::{Backend, QuantizeOptions, ScaleData, ScaleFormat, Scheme};
 use indicatif::ProgressBar;
 
-use crate::checkpoint::TensorEntry;
+use blockscale::checkpoint::TensorEntry;
 use crate::cli::{ConventionArg, RecipeArg};
-use crate::convention::{encode, encode_fp8_per_tensor, encode_in_place, quantize_modelopt_nvfp4};
+use blockscale::checkpoint::convention::modelopt::fp8_per_tensor as fp8_layout;
+use blockscale::checkpoint::encode;
+use blockscale::checkpoint::recipe::{fp8_per_tensor, modelopt_nvfp4};
 use crate::error::CliError;
 use crate::scheme_arg::QuantizeScheme;
 use crate::values;
 
-use super::fp8_tensor;
 use super::plan::WeightPlan;
 
 /// How every weight of a run is quantized and stored.
@@ -56,7 +57,7 @@ impl Job {
     ///
     /// # Errors
     /// [`CliError::NonFinite`] naming the row and column of a NaN/Inf under
-    /// `--non-finite error`; [`CliError::Tensor`] for any other backend error.
+    /// `--non-finite error`; [`CheckpointError::Tensor`](blockscale::checkpoint::CheckpointError::Tensor) for any other backend error.
     pub fn run(&self, w: Weight<'_>, progress: &ProgressBar) -> Result<Quantized, CliError> {
         let Weight { path, tensor: t, bytes, plan } = w;
         let values = values::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
@@ -64,7 +65,7 @@ impl Job {
             QuantizeScheme::Block(s) => s,
             QuantizeScheme::Fp8PerTensor => {
                 // On the CPU whatever the backend: one pass over the values, memory-bound.
-                let q = fp8_tensor::quantize(&values, plan.k).map_err(|(row, col, value)| CliError::NonFinite {
+                let q = fp8_per_tensor::quantize(&values, plan.k).map_err(|(row, col, value)| CliError::NonFinite {
                     path: path.to_owned(),
                     tensor: t.name.clone(),
                     row,
@@ -72,13 +73,13 @@ impl Job {
                     value,
                 })?;
                 let input_scale = plan.activation_amax.map(|a| a / 448.0);
-                let tensors = encode_fp8_per_tensor(&t.name, q.codes, q.scale, input_scale);
+                let tensors = fp8_layout::encode(&t.name, q.codes, q.scale, input_scale);
                 return Ok(Quantized { tensors, poisoned_blocks: 0 });
             }
         };
         let q = match self.recipe {
             RecipeArg::Modelopt => {
-                quantize_modelopt_nvfp4(&values, plan.rows, plan.k).map_err(|at| CliError::NonFinite {
+                modelopt_nvfp4::quantize(&values, plan.rows, plan.k).map_err(|at| CliError::NonFinite {
                     path: path.to_owned(),
                     tensor: t.name.clone(),
                     row: at.row,
@@ -94,7 +95,7 @@ impl Job {
         drop(values);
         let poisoned_blocks = poisoned(q.scales(), scheme);
         self.warn_poisoned(path, &t.name, poisoned_blocks, progress);
-        let tensors = encode(self.convention, &t.name, q, plan.input_scale).tensors;
+        let tensors = encode(self.convention.writes(), &t.name, q, plan.input_scale)?;
         Ok(Quantized { tensors, poisoned_blocks })
     }
 }
@@ -133,7 +134,8 @@ impl Job {
         drop(values);
         let poisoned_blocks = poisoned_bytes(scales, scheme);
         self.warn_poisoned(path, &t.name, poisoned_blocks, progress);
-        let tensors = encode_in_place(self.convention, scheme, &t.name, (plan.rows, plan.k), global, plan.input_scale);
+        let tensors =
+            self.convention.writes().encode_rest(scheme, &t.name, (plan.rows, plan.k), global, plan.input_scale);
         Ok(Quantized { tensors, poisoned_blocks })
     }
 

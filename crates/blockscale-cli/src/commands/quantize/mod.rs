@@ -11,7 +11,6 @@
 //! 3. [`write`]: the output shards written as planned, each weight through the job as
 //!    its turn comes, then the folder's index and side files, and the [`report`].
 
-mod fp8_tensor;
 mod job;
 mod plan;
 mod report;

@@ -8,12 +8,12 @@ use std::time::Instant;
 
 use blockscale::{GlobalScale, GlobalScaleSource, NonFinite, QuantizeOptions, ScaleLayout, Scheme};
 
-use crate::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, same_path_check};
+use blockscale::checkpoint::{Checkpoint, Output, OutputKind, PlannedTensor, Shard, same_path_check};
 use crate::cli::{BackendArg, ConventionArg, LayoutArg, NonFiniteArg, QuantizeArgs, RecipeArg};
-use crate::convention::{
-    Configs, Convention, deepseek_k_note, fp8_per_tensor_configs, ignored_linear_layers, layer_prefix,
-    plan_fp8_per_tensor, plan_outputs, quant_configs,
-};
+use blockscale::checkpoint::convention::modelopt::fp8_per_tensor;
+use blockscale::checkpoint::{Configs, layer_prefix};
+
+use crate::convention::ignored_linear_layers;
 use crate::error::CliError;
 use crate::scheme_arg::{QuantizeScheme, parse_scheme};
 use crate::select::Selector;
@@ -82,7 +82,7 @@ pub struct WeightPlan {
 /// # Errors
 /// [`CliError::Usage`] / [`CliError::Unsupported`] for options that do not go together;
 /// the backend's, the checkpoint's and the calibration file's errors;
-/// [`CliError::Tensor`] naming the first weight the scheme cannot hold.
+/// [`CheckpointError::Tensor`](blockscale::checkpoint::CheckpointError::Tensor) naming the first weight the scheme cannot hold.
 pub fn plan(args: &QuantizeArgs) -> Result<(Job, Plan), CliError> {
     let start = Instant::now();
     let (scheme, layout) = check_options(args)?;
@@ -122,8 +122,8 @@ pub fn plan(args: &QuantizeArgs) -> Result<(Job, Plan), CliError> {
     let Planner { skipped, used_calibration, .. } = planner;
     let ignore = ignored_linear_layers(shards.iter().flat_map(|p| p.shard.tensors()), &selector);
     let configs = match scheme {
-        QuantizeScheme::Block(s) => quant_configs(args.convention, s, !calibration.is_empty(), &ignore),
-        QuantizeScheme::Fp8PerTensor => fp8_per_tensor_configs(&ignore),
+        QuantizeScheme::Block(s) => args.convention.writes().configs(s, !calibration.is_empty(), &ignore),
+        QuantizeScheme::Fp8PerTensor => fp8_per_tensor::configs(&ignore),
     };
     if !checkpoint.is_dir {
         // A single file carries its quantization config in its metadata.
@@ -153,7 +153,7 @@ fn check_options(args: &QuantizeArgs) -> Result<(QuantizeScheme, ScaleLayout), C
         LayoutArg::Linear => ScaleLayout::Linear,
         LayoutArg::Swizzled => ScaleLayout::Swizzled128x4,
     };
-    if layout != ScaleLayout::Linear && args.convention != ConventionArg::Native {
+    if !args.convention.writes().scale_layouts().contains(&layout) {
         return Err(CliError::Usage(
             "--scale-layout swizzled applies to the native convention; modelopt and compressed-tensors store linear scales"
                 .into(),
@@ -178,8 +178,13 @@ fn check_options(args: &QuantizeArgs) -> Result<(QuantizeScheme, ScaleLayout), C
     let block = match scheme {
         QuantizeScheme::Block(s) => s,
         QuantizeScheme::Fp8PerTensor => {
-            // Fails early for a convention other than modelopt.
-            plan_fp8_per_tensor(args.convention, "probe.weight", 128, 256, false)?;
+            if args.convention != ConventionArg::Modelopt {
+                return Err(CliError::Unsupported(
+                    "fp8-per-tensor (E4M3 with one f32 scale per tensor) is ModelOpt's FP8 layout: use it with \
+                     --convention modelopt, or choose a block-scaled scheme such as fp8-block"
+                        .into(),
+                ));
+            }
             if args.non_finite == NonFiniteArg::Poison {
                 return Err(CliError::Usage(
                     "--non-finite poison stores NaN blocks, and fp8-per-tensor has no blocks: a NaN or Inf in \
@@ -194,8 +199,8 @@ fn check_options(args: &QuantizeArgs) -> Result<(QuantizeScheme, ScaleLayout), C
         return Err(CliError::Unsupported(format!("{block} has no {} scale layout", layout.name())));
     }
     // Fails early for a scheme the convention cannot store.
-    plan_outputs(args.convention, block, layout, "probe.weight", 128, 256, false)?;
-    if args.calibration.is_some() && (args.convention == ConventionArg::Native || block != Scheme::NvFp4) {
+    args.convention.writes().plan(block, layout, "probe.weight", (128, 256), false)?;
+    if args.calibration.is_some() && !args.convention.writes().stores_input_scale(block) {
         return Err(CliError::Usage(
             "--calibration gives activation scales: use it with --scheme nvfp4 and the modelopt or \
              compressed-tensors convention, or with --scheme fp8-per-tensor"
@@ -244,7 +249,8 @@ impl Planner<'_> {
                         QuantizeScheme::Fp8PerTensor => None,
                     };
                     if let Some(e) = shape_error {
-                        let note = deepseek_k_note(self.convention).map(|n| format!("; {n}")).unwrap_or_default();
+                        let note =
+                            self.convention.writes().k_note().map(|n| format!("; {n}")).unwrap_or_default();
                         return Err(CliError::tensor(
                             shard.path(),
                             &t.name,
@@ -253,11 +259,15 @@ impl Planner<'_> {
                     }
                     let activation_amax = self.activation_amax(&t.name)?;
                     let (outs, m) = match self.scheme {
-                        QuantizeScheme::Block(s) => {
-                            plan_outputs(self.convention, s, self.layout, &t.name, rows, k, activation_amax.is_some())?
-                        }
+                        QuantizeScheme::Block(s) => self.convention.writes().plan(
+                            s,
+                            self.layout,
+                            &t.name,
+                            (rows, k),
+                            activation_amax.is_some(),
+                        )?,
                         QuantizeScheme::Fp8PerTensor => {
-                            plan_fp8_per_tensor(self.convention, &t.name, rows, k, activation_amax.is_some())?
+                            fp8_per_tensor::plan(&t.name, rows, k, activation_amax.is_some())
                         }
                     };
                     let input_scale = match (self.scheme, activation_amax) {
@@ -284,7 +294,7 @@ impl Planner<'_> {
         }
         metadata.insert("blockscale.version".into(), env!("CARGO_PKG_VERSION").into());
         metadata.insert("blockscale.scheme".into(), self.scheme.name().into());
-        metadata.insert("blockscale.convention".into(), Convention::from(self.convention).name().into());
+        metadata.insert("blockscale.convention".into(), self.convention.name().into());
         Ok(ShardPlan { shard, tensors, metadata, weights })
     }
 
@@ -292,7 +302,7 @@ impl Planner<'_> {
     /// own, else none.
     ///
     /// # Errors
-    /// [`CliError::Tensor`] for an amax of 0 under fp8-per-tensor (an `input_scale` of 0
+    /// [`CheckpointError::Tensor`](blockscale::checkpoint::CheckpointError::Tensor) for an amax of 0 under fp8-per-tensor (an `input_scale` of 0
     /// cannot quantize activations).
     fn activation_amax(&mut self, name: &str) -> Result<Option<f32>, CliError> {
         let prefix = layer_prefix(name);
@@ -366,7 +376,7 @@ mod tests {
         // K = 64 is no multiple of the 128-element FP8 block.
         let (_dir, out, a) = small_job(&["--scheme", "fp8-block"]);
         let e = plan(&a).err().unwrap();
-        assert!(matches!(e, CliError::Tensor { .. }), "{e:?}");
+        assert!(matches!(e, CliError::Checkpoint(blockscale::checkpoint::CheckpointError::Tensor { .. })), "{e:?}");
         assert!(e.to_string().contains("--exclude \"l.weight\""), "{e}");
         assert!(!out.exists());
     }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use safetensors::Dtype;
 
-use crate::checkpoint::{PlannedTensor, ShardWriter};
+use blockscale::checkpoint::{PlannedTensor, ShardWriter};
 use crate::cli::{Cli, Command, QuantizeArgs};
 
 /// `blockscale quantize ARGV...`, parsed.

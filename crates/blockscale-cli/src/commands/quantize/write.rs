@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use indicatif::ProgressBar;
 
-use crate::checkpoint::{Checkpoint, ShardWriter, copy_others, tensor_bytes, write_index};
+use blockscale::checkpoint::dtypes::tensor_bytes;
+use blockscale::checkpoint::{Checkpoint, ShardWriter, copy_others, write_index};
 use crate::cli::QuantizeArgs;
-use crate::convention::Convention;
 use crate::error::CliError;
 use crate::progress::bytes_bar;
 
@@ -41,8 +41,8 @@ impl Pending {
 /// the others; otherwise it is given `None` and returns them all.
 ///
 /// # Errors
-/// The first error of `job`; [`CliError::Write`] and the writer's errors; the side
-/// files' errors (an unusable config.json); [`CliError::OutputExists`] if the
+/// The first error of `job`; [`CheckpointError::Write`](blockscale::checkpoint::CheckpointError::Write) and the writer's errors; the side
+/// files' errors (an unusable config.json); [`CheckpointError::OutputExists`](blockscale::checkpoint::CheckpointError::OutputExists) if the
 /// destination appeared meanwhile.
 pub fn write(
     args: &QuantizeArgs,
@@ -156,7 +156,7 @@ pub fn write(
         input: args.input.clone(),
         output: args.output.clone(),
         scheme: scheme.name().into(),
-        convention: Convention::from(convention).name().into(),
+        convention: convention.name().into(),
         backend: backend.into(),
         quantized,
         skipped,
@@ -173,7 +173,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::checkpoint::Shard;
+    use blockscale::checkpoint::Shard;
     use crate::commands::quantize::plan::plan;
     use crate::commands::quantize::testing::{args, bf16_values, small_job, write_bf16};
 

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use crate::checkpoint::{Shard, TensorEntry};
-use crate::error::CliError;
+use crate::CheckpointError;
+use crate::{Shard, TensorEntry};
 
 /// Tensors by name across the shards of one checkpoint.
 pub struct Catalog<'c> {
@@ -17,14 +17,14 @@ impl<'c> Catalog<'c> {
     /// Indexes `shards`.
     ///
     /// # Errors
-    /// [`CliError::Tensor`] for a name present in two shards.
-    pub fn new(shards: &'c [Shard]) -> Result<Self, CliError> {
+    /// [`CheckpointError::Tensor`] for a name present in two shards.
+    pub fn new(shards: &'c [Shard]) -> Result<Self, CheckpointError> {
         let mut by_name = HashMap::new();
         let mut metadata = HashMap::new();
         for (i, s) in shards.iter().enumerate() {
             for t in s.tensors() {
                 if let Some((j, _)) = by_name.insert(t.name.as_str(), (i, t)) {
-                    return Err(CliError::tensor(
+                    return Err(CheckpointError::tensor(
                         s.path(),
                         &t.name,
                         format!("also present in {}", shards[j].path().display()),

@@ -15,7 +15,7 @@
 //! NaN scales; here it gets `g = 1` (blockscale's rule, TransformerEngine's), zero
 //! elements and scales of 1.0.
 
-use blockscale::{
+use blockscale_formats::{
     DataLayout, E2M1, E4M3, GlobalScale, QuantizedMatrix, QuantizedParts, ScaleData, ScaleLayout, Scheme,
 };
 use rayon::prelude::*;
@@ -43,7 +43,12 @@ pub struct NonFiniteAt {
 /// The first NaN or Inf (ModelOpt has no rule for them; blockscale's
 /// `--non-finite poison` does not apply to this recipe).
 pub fn quantize(values: &FloatValues<'_>, rows: usize, k: usize) -> Result<QuantizedMatrix, NonFiniteAt> {
-    blockscale::for_float_values!(values, |v| quantize_with(v, rows, k, blockscale::Source::to_f32_exact))
+    blockscale_formats::for_float_values!(values, |v| quantize_with(
+        v,
+        rows,
+        k,
+        blockscale_formats::Source::to_f32_exact
+    ))
 }
 
 fn quantize_with<T: Copy + Sync>(
@@ -55,7 +60,7 @@ fn quantize_with<T: Copy + Sync>(
     assert!(k.is_multiple_of(BLOCK) && v.len() == rows * k, "the plan checks K and the tensor's length");
     let row_len = k.max(1);
     let amax = finite_amax(v, k, &f).map_err(|(row, col, value)| NonFiniteAt { row, col, value })?;
-    let g = if amax == 0.0 { 1.0 } else { amax / blockscale::NVFP4_AMAX_TO_SCALE };
+    let g = if amax == 0.0 { 1.0 } else { amax / blockscale_formats::NVFP4_AMAX_TO_SCALE };
     let six_g = 6.0 * g;
     let mut data = vec![0u8; rows * k / 2];
     let mut scales = vec![0u8; rows * k / BLOCK];

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use safetensors::Dtype;
 
-use crate::checkpoint::tensor_bytes;
-use crate::error::CliError;
+use crate::CheckpointError;
+use crate::dtypes::tensor_bytes;
 
 /// A tensor of the file being written.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,13 +45,15 @@ impl SlotWriter {
     /// Writes the tensor's bytes (exactly the claimed length) at its offset.
     ///
     /// # Errors
-    /// [`CliError::Write`] for an I/O error.
+    /// [`CheckpointError::Write`] for an I/O error.
     ///
     /// # Panics
     /// If `bytes` is not the claimed length (a bug of the caller).
-    pub fn write(&self, bytes: &[u8]) -> Result<(), CliError> {
+    pub fn write(&self, bytes: &[u8]) -> Result<(), CheckpointError> {
         assert_eq!(bytes.len(), self.len, "a claimed slot is written with its claimed length");
-        self.file.write_all_at(bytes, self.offset).map_err(|source| CliError::Write { path: self.path.clone(), source })
+        self.file
+            .write_all_at(bytes, self.offset)
+            .map_err(|source| CheckpointError::Write { path: self.path.clone(), source })
     }
 }
 
@@ -71,13 +73,13 @@ impl ShardWriter {
     /// multiple of its element size.
     ///
     /// # Errors
-    /// [`CliError::Write`] if the file cannot be written, [`CliError::Tensor`] for a
+    /// [`CheckpointError::Write`] if the file cannot be written, [`CheckpointError::Tensor`] for a
     /// duplicate name or a size that overflows.
     pub fn create(
         path: &Path,
         tensors: &[PlannedTensor],
         metadata: &BTreeMap<String, String>,
-    ) -> Result<Self, CliError> {
+    ) -> Result<Self, CheckpointError> {
         let mut order: Vec<&PlannedTensor> = tensors.iter().collect();
         // Stable: equal alignments keep the plan's order.
         order.sort_by_key(|t| std::cmp::Reverse(t.dtype.bitsize().max(8)));
@@ -88,10 +90,14 @@ impl ShardWriter {
         let mut slots = HashMap::new();
         let mut offset = 0usize;
         for t in order {
-            let n =
-                tensor_bytes(t.dtype, &t.shape).ok_or_else(|| CliError::tensor(path, &t.name, "its size overflows"))?;
+            let n = tensor_bytes(t.dtype, &t.shape)
+                .ok_or_else(|| CheckpointError::tensor(path, &t.name, "its size overflows"))?;
             if slots.insert(t.name.clone(), (offset as u64, n, false)).is_some() {
-                return Err(CliError::tensor(path, &t.name, "planned twice (two inputs map to this output name)"));
+                return Err(CheckpointError::tensor(
+                    path,
+                    &t.name,
+                    "planned twice (two inputs map to this output name)",
+                ));
             }
             header.insert(
                 t.name.clone(),
@@ -104,7 +110,7 @@ impl ShardWriter {
         while !(json.len() + 8).is_multiple_of(8) {
             json.push(b' ');
         }
-        let write_err = |source| CliError::Write { path: path.to_owned(), source };
+        let write_err = |source| CheckpointError::Write { path: path.to_owned(), source };
         let mut file = File::create(path).map_err(write_err)?;
         file.write_all(&(json.len() as u64).to_le_bytes()).map_err(write_err)?;
         file.write_all(&json).map_err(write_err)?;
@@ -124,20 +130,25 @@ impl ShardWriter {
     /// Writes the data of tensor `name` (exactly its planned size).
     ///
     /// # Errors
-    /// [`CliError::Tensor`] for a name not planned, written twice or with the wrong
-    /// size (a bug of the caller), [`CliError::Write`] for an I/O error.
-    pub fn write(&mut self, name: &str, bytes: &[u8]) -> Result<(), CliError> {
+    /// [`CheckpointError::Tensor`] for a name not planned, written twice or with the wrong
+    /// size (a bug of the caller), [`CheckpointError::Write`] for an I/O error.
+    pub fn write(&mut self, name: &str, bytes: &[u8]) -> Result<(), CheckpointError> {
         let path = &self.path;
-        let slot = self.slots.get_mut(name).ok_or_else(|| CliError::tensor(path, name, "not in the planned header"))?;
+        let slot =
+            self.slots.get_mut(name).ok_or_else(|| CheckpointError::tensor(path, name, "not in the planned header"))?;
         if slot.2 {
-            return Err(CliError::tensor(path, name, "written twice"));
+            return Err(CheckpointError::tensor(path, name, "written twice"));
         }
         if bytes.len() != slot.1 {
-            return Err(CliError::tensor(path, name, format!("{} bytes, the header says {}", bytes.len(), slot.1)));
+            return Err(CheckpointError::tensor(
+                path,
+                name,
+                format!("{} bytes, the header says {}", bytes.len(), slot.1),
+            ));
         }
         self.file
             .write_all_at(bytes, self.data_start + slot.0)
-            .map_err(|source| CliError::Write { path: path.clone(), source })?;
+            .map_err(|source| CheckpointError::Write { path: path.clone(), source })?;
         slot.2 = true;
         Ok(())
     }
@@ -147,18 +158,19 @@ impl ShardWriter {
     /// [`SlotWriter`] must have written before [`ShardWriter::finish`] is called.
     ///
     /// # Errors
-    /// As [`ShardWriter::write`]; [`CliError::Write`] if the file handle cannot be
+    /// As [`ShardWriter::write`]; [`CheckpointError::Write`] if the file handle cannot be
     /// duplicated.
-    pub fn claim(&mut self, name: &str, len: usize) -> Result<SlotWriter, CliError> {
+    pub fn claim(&mut self, name: &str, len: usize) -> Result<SlotWriter, CheckpointError> {
         let path = &self.path;
-        let slot = self.slots.get_mut(name).ok_or_else(|| CliError::tensor(path, name, "not in the planned header"))?;
+        let slot =
+            self.slots.get_mut(name).ok_or_else(|| CheckpointError::tensor(path, name, "not in the planned header"))?;
         if slot.2 {
-            return Err(CliError::tensor(path, name, "written twice"));
+            return Err(CheckpointError::tensor(path, name, "written twice"));
         }
         if len != slot.1 {
-            return Err(CliError::tensor(path, name, format!("{len} bytes, the header says {}", slot.1)));
+            return Err(CheckpointError::tensor(path, name, format!("{len} bytes, the header says {}", slot.1)));
         }
-        let file = self.file.try_clone().map_err(|source| CliError::Write { path: path.clone(), source })?;
+        let file = self.file.try_clone().map_err(|source| CheckpointError::Write { path: path.clone(), source })?;
         slot.2 = true;
         Ok(SlotWriter { path: path.clone(), file, offset: self.data_start + slot.0, len })
     }
@@ -166,13 +178,13 @@ impl ShardWriter {
     /// Checks that every planned tensor was written and flushes the file to disk.
     ///
     /// # Errors
-    /// [`CliError::Tensor`] naming a tensor never written, [`CliError::Write`] if the
+    /// [`CheckpointError::Tensor`] naming a tensor never written, [`CheckpointError::Write`] if the
     /// data cannot be synced.
-    pub fn finish(self) -> Result<u64, CliError> {
+    pub fn finish(self) -> Result<u64, CheckpointError> {
         if let Some((name, _)) = self.slots.iter().find(|(_, s)| !s.2) {
-            return Err(CliError::tensor(&self.path, name, "planned but never written"));
+            return Err(CheckpointError::tensor(&self.path, name, "planned but never written"));
         }
-        self.file.sync_all().map_err(|source| CliError::Write { path: self.path.clone(), source })?;
+        self.file.sync_all().map_err(|source| CheckpointError::Write { path: self.path.clone(), source })?;
         Ok(self.total)
     }
 }

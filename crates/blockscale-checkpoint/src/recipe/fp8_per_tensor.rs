@@ -8,7 +8,7 @@
 //! gets scale 0 and zero codes, as a zero tile of the library's fp8-block does
 //! (ModelOpt's division would give NaN there).
 
-use blockscale::E4M3;
+use blockscale_formats::E4M3;
 use rayon::prelude::*;
 
 use crate::values::{FloatValues, finite_amax};

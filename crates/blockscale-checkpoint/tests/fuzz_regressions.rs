@@ -5,9 +5,7 @@
 
 use std::path::Path;
 
-use blockscale_cli::checkpoint::Shard;
-use blockscale_cli::convention::{Catalog, decode, detect};
-use blockscale_cli::error::CliError;
+use blockscale_checkpoint::{Catalog, CheckpointError, Declared, Shard, Weight, detect, weight};
 use safetensors::Dtype;
 
 /// A safetensors file (header JSON written by hand, so shapes may be anything whose
@@ -37,23 +35,27 @@ fn file(tensors: &[(&str, Dtype, &[usize], Vec<u8>)], metadata: &[(&str, &str)])
     out
 }
 
-/// Detects and decodes every weight of one in-memory shard: the first error, if any.
-fn read(bytes: Vec<u8>) -> Result<Vec<usize>, CliError> {
+/// Detects and reads every weight of one in-memory shard: the first error, if any, else
+/// each weight's element count.
+fn read(bytes: Vec<u8>) -> Result<Vec<usize>, CheckpointError> {
     let shard = Shard::from_bytes(Path::new("fuzz.safetensors"), bytes)?;
     let shards = [shard];
     let catalog = Catalog::new(&shards)?;
-    let (found, _) = detect(&catalog, None)?;
+    let (found, _) = detect(&catalog, &Declared::read(&catalog, &[]))?;
     let mut lens = Vec::new();
     for f in &found {
-        lens.push(decode::<f32>(&catalog, f)?.len());
+        lens.push(match weight(&catalog, f)? {
+            Weight::Matrix { q, .. } => q.rows() * q.k(),
+            Weight::Values(v) => v.len(),
+        });
     }
     Ok(lens)
 }
 
 /// The error's tensor and reason.
-fn tensor_error(r: Result<Vec<usize>, CliError>) -> (String, String) {
+fn tensor_error(r: Result<Vec<usize>, CheckpointError>) -> (String, String) {
     match r {
-        Err(CliError::Tensor { tensor, reason, .. }) => (tensor, reason),
+        Err(CheckpointError::Tensor { tensor, reason, .. }) => (tensor, reason),
         other => panic!("expected a tensor error, got {other:?}"),
     }
 }

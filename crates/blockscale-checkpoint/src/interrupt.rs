@@ -1,23 +1,25 @@
-//! Ctrl-C and SIGTERM while an output is being written: every unfinished temporary is
-//! removed and the process exits with [`exit::INTERRUPTED`](crate::error::exit::INTERRUPTED),
+//! Ctrl-C and SIGTERM while an output is being written: once [`install`]ed, every
+//! unfinished temporary is removed and the process exits with [`INTERRUPTED`] (130),
 //! saying what it removed. (The temporaries' own cleanup runs on drop, which an exit by
 //! signal never reaches: a hidden `.blockscale-*.tmp` of hundreds of MB stayed behind.)
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::error::exit;
+/// The exit code of an interrupted process: 128 + SIGINT, as shells report it.
+pub const INTERRUPTED: u8 = 130;
 
 /// `(temporary, destination)` of every output being written.
 static PENDING: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
 
-fn pending() -> std::sync::MutexGuard<'static, Vec<(PathBuf, PathBuf)>> {
+fn pending_list() -> std::sync::MutexGuard<'static, Vec<(PathBuf, PathBuf)>> {
     // A panic while holding the lock leaves a list that is still right.
     PENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Installs the handler for SIGINT, SIGTERM and SIGHUP. Without it (an embedder that
-/// installed its own), an interrupted run may leave its temporary behind.
+/// Installs the handler for SIGINT, SIGTERM and SIGHUP: a command-line tool's choice,
+/// which a library never makes for its caller. Without it (an embedder with its own
+/// handler), an interrupted run may leave its temporary behind; [`pending`] lists them.
 pub fn install() {
     if let Err(e) = ctrlc::set_handler(on_signal) {
         eprintln!("warning: no interrupt handler ({e}): an interrupted run may leave a .blockscale-*.tmp behind");
@@ -25,7 +27,7 @@ pub fn install() {
 }
 
 fn on_signal() {
-    let list = pending();
+    let list = pending_list();
     for (temp, dest) in list.iter() {
         match remove(temp) {
             Ok(()) => eprintln!(
@@ -39,7 +41,13 @@ fn on_signal() {
     if list.is_empty() {
         eprintln!("interrupted");
     }
-    std::process::exit(i32::from(exit::INTERRUPTED));
+    std::process::exit(i32::from(INTERRUPTED));
+}
+
+/// The unfinished outputs being written now, as `(temporary, destination)`: what an
+/// embedder's own interrupt handler should remove.
+pub fn pending() -> Vec<(PathBuf, PathBuf)> {
+    pending_list().clone()
 }
 
 /// Removes a temporary file or folder; a folder the writer is still adding to is tried
@@ -65,13 +73,13 @@ pub struct Registration {
 impl Registration {
     /// Registers `temp`, the unfinished form of `dest`.
     pub fn new(temp: &Path, dest: &Path) -> Self {
-        pending().push((temp.to_owned(), dest.to_owned()));
+        pending_list().push((temp.to_owned(), dest.to_owned()));
         Self { temp: temp.to_owned() }
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        pending().retain(|(t, _)| t != &self.temp);
+        pending_list().retain(|(t, _)| t != &self.temp);
     }
 }

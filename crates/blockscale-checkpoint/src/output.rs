@@ -9,17 +9,17 @@ use std::path::{Path, PathBuf};
 
 use tempfile::{NamedTempFile, TempDir};
 
-use super::interrupt::Registration;
-use crate::error::CliError;
+use crate::CheckpointError;
+use crate::interrupt::Registration;
 
 /// Refuses an output that is the input (the same file or folder, however named).
 ///
 /// # Errors
-/// [`CliError::Usage`].
-pub fn same_path_check(input: &Path, output: &Path) -> Result<(), CliError> {
+/// [`CheckpointError::Invalid`].
+pub fn same_path_check(input: &Path, output: &Path) -> Result<(), CheckpointError> {
     let canon = |p: &Path| std::fs::canonicalize(p).ok();
     if canon(input).is_some() && canon(input) == canon(output) {
-        return Err(CliError::Usage(format!("the output {} is the input; write elsewhere", output.display())));
+        return Err(CheckpointError::Invalid(format!("the output {} is the input; write elsewhere", output.display())));
     }
     Ok(())
 }
@@ -52,10 +52,10 @@ impl Output {
     /// for a command that wants to say so before other checks of its own.
     ///
     /// # Errors
-    /// [`CliError::OutputExists`].
-    pub fn refuse_existing(dest: &Path, force: bool) -> Result<(), CliError> {
+    /// [`CheckpointError::OutputExists`].
+    pub fn refuse_existing(dest: &Path, force: bool) -> Result<(), CheckpointError> {
         if dest.exists() && !force {
-            return Err(CliError::OutputExists { path: dest.to_owned() });
+            return Err(CheckpointError::OutputExists { path: dest.to_owned() });
         }
         Ok(())
     }
@@ -64,13 +64,13 @@ impl Output {
     /// work is done) and creates the temporary next to it.
     ///
     /// # Errors
-    /// [`CliError::OutputExists`], or [`CliError::Write`] when the temporary cannot be
+    /// [`CheckpointError::OutputExists`], or [`CheckpointError::Write`] when the temporary cannot be
     /// created (missing parent folder, permissions).
-    pub fn create(dest: &Path, kind: OutputKind, force: bool) -> Result<Self, CliError> {
+    pub fn create(dest: &Path, kind: OutputKind, force: bool) -> Result<Self, CheckpointError> {
         Self::refuse_existing(dest, force)?;
         if dest.is_dir() != (kind == OutputKind::Dir) && dest.exists() {
             let what = if kind == OutputKind::Dir { "a folder" } else { "a file" };
-            return Err(CliError::Usage(format!(
+            return Err(CheckpointError::Invalid(format!(
                 "{} exists and is not {what}; the output of this input must be {what}",
                 dest.display()
             )));
@@ -79,7 +79,7 @@ impl Output {
             Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
             _ => PathBuf::from("."),
         };
-        let write_err = |source| CliError::Write { path: dest.to_owned(), source };
+        let write_err = |source| CheckpointError::Write { path: dest.to_owned(), source };
         let mut b = tempfile::Builder::new();
         // Readable by others like any file the user writes (tempfile's default is private).
         let mode = if kind == OutputKind::Dir { 0o755 } else { 0o644 };
@@ -108,18 +108,18 @@ impl Output {
     /// replaced (a folder is moved aside first and removed once the new one is in place).
     ///
     /// # Errors
-    /// [`CliError::OutputExists`] if the destination appeared meanwhile without
-    /// `force`, [`CliError::Write`] if a rename fails (the temporary is then removed).
-    pub fn commit(self) -> Result<(), CliError> {
+    /// [`CheckpointError::OutputExists`] if the destination appeared meanwhile without
+    /// `force`, [`CheckpointError::Write`] if a rename fails (the temporary is then removed).
+    pub fn commit(self) -> Result<(), CheckpointError> {
         let dest = self.dest;
-        let write_err = |source| CliError::Write { path: dest.clone(), source };
+        let write_err = |source| CheckpointError::Write { path: dest.clone(), source };
         if dest.exists() && !self.force {
-            return Err(CliError::OutputExists { path: dest });
+            return Err(CheckpointError::OutputExists { path: dest });
         }
         match self.temp {
             Temp::File(f) => {
                 if dest.is_dir() {
-                    return Err(CliError::Usage(format!("{} is a folder; expected a file", dest.display())));
+                    return Err(CheckpointError::Invalid(format!("{} is a folder; expected a file", dest.display())));
                 }
                 f.persist(&dest).map_err(|e| write_err(e.error))?;
             }
@@ -161,7 +161,7 @@ mod tests {
         let f = dir.path().join("m.safetensors");
         std::fs::write(&f, b"").unwrap();
         let e = same_path_check(&f, &dir.path().join(".").join("m.safetensors")).unwrap_err();
-        assert!(matches!(e, CliError::Usage(_)), "{e:?}");
+        assert!(matches!(e, CheckpointError::Invalid(_)), "{e:?}");
         assert!(e.to_string().ends_with("is the input; write elsewhere"), "{e}");
         assert!(same_path_check(&f, &dir.path().join("other.safetensors")).is_ok());
         // A missing input is for the reader to report, not this check.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
-use crate::error::CliError;
+use crate::CheckpointError;
 
 /// A tensor's header entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,10 +64,10 @@ impl Shard {
     /// cover the data, as the safetensors format requires.
     ///
     /// # Errors
-    /// [`CliError::Read`] if the file cannot be opened or mapped,
-    /// [`CliError::NotSafetensors`] for a bad or truncated header or data section.
-    pub fn open(path: &Path) -> Result<Self, CliError> {
-        let read_err = |source| CliError::Read { path: path.to_owned(), source };
+    /// [`CheckpointError::Read`] if the file cannot be opened or mapped,
+    /// [`CheckpointError::NotSafetensors`] for a bad or truncated header or data section.
+    pub fn open(path: &Path) -> Result<Self, CheckpointError> {
+        let read_err = |source| CheckpointError::Read { path: path.to_owned(), source };
         let file = File::open(path).map_err(read_err)?;
         let len = file.metadata().map_err(read_err)?.len();
         let data = if len == 0 {
@@ -88,16 +88,18 @@ impl Shard {
     /// checkpoints in memory.
     ///
     /// # Errors
-    /// [`CliError::NotSafetensors`] for a bad or truncated header or data section.
+    /// [`CheckpointError::NotSafetensors`] for a bad or truncated header or data section.
     #[doc(hidden)]
-    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self, CliError> {
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self, CheckpointError> {
         Self::parse(path, Data::Owned(bytes))
     }
 
-    fn parse(path: &Path, data: Data) -> Result<Self, CliError> {
+    fn parse(path: &Path, data: Data) -> Result<Self, CheckpointError> {
         let bytes = data.bytes();
-        let (n, meta) = SafeTensors::read_metadata(bytes)
-            .map_err(|e| CliError::NotSafetensors { path: path.to_owned(), reason: describe(&e, bytes.len()) })?;
+        let (n, meta) = SafeTensors::read_metadata(bytes).map_err(|e| CheckpointError::NotSafetensors {
+            path: path.to_owned(),
+            reason: describe(&e, bytes.len()),
+        })?;
         let base = 8 + n;
         let infos = meta.tensors();
         let mut tensors: Vec<TensorEntry> = meta

@@ -5,20 +5,20 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::checkpoint::{Checkpoint, Output};
-use crate::error::CliError;
+use crate::CheckpointError;
+use crate::{Checkpoint, Output};
 
 /// Writes `*.safetensors.index.json` for the output shards: named as the input's
 /// `index` (or `model.safetensors.index.json`), mapping each tensor to its shard file.
 ///
 /// # Errors
-/// [`CliError::Write`].
+/// [`CheckpointError::Write`].
 pub fn write_index(
     output: &Output,
     index: Option<&Path>,
     weight_map: &BTreeMap<String, String>,
     total_size: u64,
-) -> Result<(), CliError> {
+) -> Result<(), CheckpointError> {
     let name = index.map_or_else(|| "model.safetensors.index.json".to_owned(), Checkpoint::file_name);
     let v = serde_json::json!({ "metadata": { "total_size": total_size }, "weight_map": weight_map });
     write_json(output, &name, &v)
@@ -30,7 +30,7 @@ pub fn write_index(
 /// that is not a JSON object is copied as it is).
 ///
 /// # Errors
-/// [`CliError::Read`] / [`CliError::Write`]; [`CliError::Checkpoint`] for a
+/// [`CheckpointError::Read`] / [`CheckpointError::Write`]; [`CheckpointError::Checkpoint`] for a
 /// config.json that cannot take the config.
 pub fn copy_others(
     output: &Output,
@@ -38,26 +38,31 @@ pub fn copy_others(
     quant_config: Option<&serde_json::Value>,
     add: &[(String, serde_json::Value)],
     drop: &[&str],
-) -> Result<(), CliError> {
+) -> Result<(), CheckpointError> {
     for p in &ckpt.others {
         let name = Checkpoint::file_name(p);
         if drop.contains(&name.as_str()) || add.iter().any(|(n, _)| *n == name) {
             continue;
         }
         if name == "config.json" {
-            let text = std::fs::read_to_string(p).map_err(|source| CliError::Read { path: p.clone(), source })?;
+            let text =
+                std::fs::read_to_string(p).map_err(|source| CheckpointError::Read { path: p.clone(), source })?;
             let parsed = serde_json::from_str::<serde_json::Value>(&text);
             match (parsed, quant_config) {
                 (Ok(mut v), Some(qc)) => {
-                    let obj = v
-                        .as_object_mut()
-                        .ok_or_else(|| CliError::Checkpoint { path: p.clone(), reason: "not a JSON object".into() })?;
+                    let obj = v.as_object_mut().ok_or_else(|| CheckpointError::Checkpoint {
+                        path: p.clone(),
+                        reason: "not a JSON object".into(),
+                    })?;
                     obj.insert("quantization_config".into(), qc.clone());
                     write_json(output, &name, &v)?;
                     continue;
                 }
                 (Err(e), Some(_)) => {
-                    return Err(CliError::Checkpoint { path: p.clone(), reason: format!("not valid JSON: {e}") });
+                    return Err(CheckpointError::Checkpoint {
+                        path: p.clone(),
+                        reason: format!("not valid JSON: {e}"),
+                    });
                 }
                 (Ok(mut v), None) => {
                     if let Some(obj) = v.as_object_mut() {
@@ -70,7 +75,7 @@ pub fn copy_others(
             }
         }
         let dest = output.path(Some(&name));
-        std::fs::copy(p, &dest).map_err(|source| CliError::Write { path: dest, source })?;
+        std::fs::copy(p, &dest).map_err(|source| CheckpointError::Write { path: dest, source })?;
     }
     for (name, v) in add {
         write_json(output, name, v)?;
@@ -79,16 +84,16 @@ pub fn copy_others(
 }
 
 /// Writes `v` as pretty JSON (with a final newline) to `name` inside the output folder.
-fn write_json(output: &Output, name: &str, v: &serde_json::Value) -> Result<(), CliError> {
+fn write_json(output: &Output, name: &str, v: &serde_json::Value) -> Result<(), CheckpointError> {
     let p = output.path(Some(name));
     let text = serde_json::to_string_pretty(v).expect("JSON serializes") + "\n";
-    std::fs::write(&p, text).map_err(|source| CliError::Write { path: p, source })
+    std::fs::write(&p, text).map_err(|source| CheckpointError::Write { path: p, source })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::OutputKind;
+    use crate::OutputKind;
 
     /// A checkpoint folder with one shard and `others`, and an output folder being written.
     fn folder(others: &[(&str, &str)]) -> (tempfile::TempDir, Checkpoint, Output) {
@@ -153,7 +158,7 @@ mod tests {
         for text in ["not json", "[1]"] {
             let (_dir, ckpt, output) = folder(&[("config.json", text)]);
             let e = copy_others(&output, &ckpt, Some(&qc), &[], &[]).unwrap_err();
-            assert!(matches!(e, CliError::Checkpoint { .. }), "{text}: {e:?}");
+            assert!(matches!(e, CheckpointError::Checkpoint { .. }), "{text}: {e:?}");
         }
     }
 }

@@ -1,20 +1,18 @@
-//! What `dequantize` refuses rather than copy: low-precision tensors that no convention
-//! it reads explains, and a checkpoint whose config declares a quantization of which it
-//! found no weight. Either would hand back quantized bytes to a user who asked for
-//! floats (a ModelOpt FP8 checkpoint once came back unchanged, "dequantized 0 weights").
+//! What a checkpoint declares about its quantization (config.json's
+//! `quantization_config`, ModelOpt's hf_quant_config.json, the same keys in a file's
+//! metadata), and what a reader refuses rather than pass on: low-precision tensors that
+//! no convention explains, and a declared quantization of which no weight was found.
+//! Either would hand back quantized bytes to a user who asked for floats (a ModelOpt FP8
+//! checkpoint once came back unchanged, "dequantized 0 weights").
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use safetensors::Dtype;
 
-use super::{Catalog, CtConfig, Found};
-use crate::error::CliError;
-
-/// What `dequantize` and `inspect` read, for messages.
-pub const SUPPORTED: &str = "native (blockscale), ModelOpt NVFP4 and FP8 per tensor, compressed-tensors \
-                             nvfp4-pack-quantized, mxfp4-pack-quantized, pack-quantized (INT4) and \
-                             float-quantized (FP8), gpt-oss MXFP4, DeepSeek-V3 FP8 (128x128 weight_scale_inv)";
+use crate::CheckpointError;
+use crate::convention::{CtConfig, supported};
+use crate::{Catalog, Found};
 
 /// Dtypes that only quantized weights and their scales use.
 fn low_precision(d: Dtype) -> bool {
@@ -58,74 +56,22 @@ impl Declared {
         Self { quantization_config, source, first }
     }
 
+    /// The `quantization_config` declared (config.json's, else a file's metadata's).
+    pub fn quantization_config(&self) -> Option<&serde_json::Value> {
+        self.quantization_config.as_ref()
+    }
+
     /// The declared compressed-tensors config, checked (`None` for another or none).
     ///
     /// # Errors
-    /// [`CliError::Unsupported`] for a format or weight arguments blockscale does not
+    /// [`CheckpointError::Unsupported`] for a format or weight arguments blockscale does not
     /// read (see [`CtConfig::parse`]).
-    pub fn compressed_tensors(&self) -> Result<Option<CtConfig>, CliError> {
+    pub fn compressed_tensors(&self) -> Result<Option<CtConfig>, CheckpointError> {
         match &self.quantization_config {
             Some(qc) => CtConfig::parse(qc, self.source),
             None => Ok(None),
         }
     }
-}
-
-/// Checks what a `quant_method: "fp8"` config (DeepSeek-V3/R1, Qwen3 FP8) says against
-/// the FP8 block weights found: the block must be 128 x 128, the one layout read; with
-/// `scale_fmt: "ue8m0"` (DeepSeek-V3.1) every `weight_scale_inv` must be a power of two.
-///
-/// # Errors
-/// [`CliError::Unsupported`] for another block size or scale format,
-/// [`CliError::Tensor`] naming a scale that is not a power of two, with its position.
-pub fn check_fp8_block_config(catalog: &Catalog<'_>, declared: &Declared, found: &[Found]) -> Result<(), CliError> {
-    let Some(qc) = &declared.quantization_config else { return Ok(()) };
-    if qc.get("quant_method").and_then(|m| m.as_str()) != Some("fp8") {
-        return Ok(());
-    }
-    if let Some(block) = qc.get("weight_block_size")
-        && block != &serde_json::json!([128, 128])
-    {
-        return Err(CliError::Unsupported(format!(
-            "the checkpoint's quantization_config declares FP8 weight_block_size {block}; blockscale reads \
-             128 x 128 blocks (weight_scale_inv per [128, 128] tile); nothing was written"
-        )));
-    }
-    let pow2 = match qc.get("scale_fmt").and_then(|f| f.as_str()) {
-        None => false,
-        Some("ue8m0") => true,
-        Some(other) => {
-            return Err(CliError::Unsupported(format!(
-                "the checkpoint's quantization_config declares scale_fmt {other:?}; blockscale reads FP8 block \
-                 scales as float32 (no scale_fmt) or powers of two (\"ue8m0\"); nothing was written"
-            )));
-        }
-    };
-    if !pow2 {
-        return Ok(());
-    }
-    for f in found {
-        let super::Decode::DeepseekFp8 { scales } = &f.decode else { continue };
-        let Some(bytes) = catalog.bytes(scales) else { continue };
-        let cols = f.k.div_ceil(128);
-        for (i, c) in bytes.chunks_exact(4).enumerate() {
-            let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            // A positive normal power of two: sign 0, mantissa 0, exponent neither 0 nor 255.
-            let bits = v.to_bits();
-            if bits & 0x807f_ffff != 0 || bits >> 23 == 0 || bits >> 23 == 255 {
-                return Err(CliError::tensor(
-                    catalog.path_of(scales),
-                    scales,
-                    format!(
-                        "scale [{}, {}] is {v:e}, not a power of two, but the config declares scale_fmt \"ue8m0\"",
-                        i / cols.max(1),
-                        i % cols.max(1)
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A declaration in a few words: its `quant_method`, `format`, `quant_algo` or
@@ -152,33 +98,35 @@ fn read_json(path: &Path) -> Option<serde_json::Value> {
 /// Refuses a checkpoint `dequantize` would return partly quantized.
 ///
 /// # Errors
-/// [`CliError::Unsupported`] naming the first low-precision tensor no convention
+/// [`CheckpointError::Unsupported`] naming the first low-precision tensor no convention
 /// explains, or the declared quantization when no quantized weight was found.
 pub fn check_coverage(
     catalog: &Catalog<'_>,
     found: &[Found],
     consumed: &HashSet<String>,
     declared: &Declared,
-) -> Result<(), CliError> {
+) -> Result<(), CheckpointError> {
     for shard in catalog.shards() {
         if let Some(t) = shard.tensors().iter().find(|t| low_precision(t.dtype) && !consumed.contains(&t.name)) {
-            return Err(CliError::Unsupported(format!(
-                "{}: tensor {:?} is {:?} {:?}, and no convention blockscale reads explains it (supported: {SUPPORTED}); \
+            return Err(CheckpointError::Unsupported(format!(
+                "{}: tensor {:?} is {:?} {:?}, and no convention blockscale reads explains it (supported: {}); \
                  nothing was written",
                 shard.path().display(),
                 t.name,
                 t.dtype,
-                t.shape
+                t.shape,
+                supported()
             )));
         }
     }
     if found.is_empty()
         && let Some((source, v)) = &declared.first
     {
-        return Err(CliError::Unsupported(format!(
+        return Err(CheckpointError::Unsupported(format!(
             "{source} declares a quantization ({}), but no weight of a convention blockscale reads was found \
-             (supported: {SUPPORTED}); nothing was written",
-            describe(v)
+             (supported: {}); nothing was written",
+            describe(v),
+            supported()
         )));
     }
     Ok(())

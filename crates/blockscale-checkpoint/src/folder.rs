@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::Shard;
-use crate::error::CliError;
+use crate::CheckpointError;
+use crate::Shard;
 
 /// A checkpoint: its shards in order and, for a folder, the index and other files.
 #[derive(Debug)]
@@ -28,11 +28,11 @@ impl Checkpoint {
     /// Finds the shards of `path`.
     ///
     /// # Errors
-    /// [`CliError::Read`] for a path that cannot be read, [`CliError::Checkpoint`] for a
+    /// [`CheckpointError::Read`] for a path that cannot be read, [`CheckpointError::Checkpoint`] for a
     /// folder without safetensors files, an unreadable index or one naming missing
     /// shards.
-    pub fn open(path: &Path) -> Result<Self, CliError> {
-        let meta = std::fs::metadata(path).map_err(|source| CliError::Read { path: path.to_owned(), source })?;
+    pub fn open(path: &Path) -> Result<Self, CheckpointError> {
+        let meta = std::fs::metadata(path).map_err(|source| CheckpointError::Read { path: path.to_owned(), source })?;
         if !meta.is_dir() {
             return Ok(Self {
                 is_dir: false,
@@ -43,7 +43,7 @@ impl Checkpoint {
             });
         }
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|source| CliError::Read { path: path.to_owned(), source })?
+            .map_err(|source| CheckpointError::Read { path: path.to_owned(), source })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_file())
             .collect();
@@ -53,21 +53,23 @@ impl Checkpoint {
         let mut weight_map = BTreeMap::new();
         let shards = match &index {
             Some(ix) => {
-                let text = std::fs::read_to_string(ix).map_err(|source| CliError::Read { path: ix.clone(), source })?;
-                let json: serde_json::Value = serde_json::from_str(&text)
-                    .map_err(|e| CliError::Checkpoint { path: ix.clone(), reason: format!("not valid JSON: {e}") })?;
-                let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| CliError::Checkpoint {
+                let text =
+                    std::fs::read_to_string(ix).map_err(|source| CheckpointError::Read { path: ix.clone(), source })?;
+                let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| CheckpointError::Checkpoint {
                     path: ix.clone(),
-                    reason: "no \"weight_map\" object".into(),
+                    reason: format!("not valid JSON: {e}"),
+                })?;
+                let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
+                    CheckpointError::Checkpoint { path: ix.clone(), reason: "no \"weight_map\" object".into() }
                 })?;
                 let mut listed = BTreeSet::new();
                 for (tensor, file) in map {
-                    let file = file.as_str().ok_or_else(|| CliError::Checkpoint {
+                    let file = file.as_str().ok_or_else(|| CheckpointError::Checkpoint {
                         path: ix.clone(),
                         reason: format!("weight_map entry {tensor:?} is not a file name"),
                     })?;
                     if file.contains('/') || file.contains('\\') || file == ".." {
-                        return Err(CliError::Checkpoint {
+                        return Err(CheckpointError::Checkpoint {
                             path: ix.clone(),
                             reason: format!("weight_map names {file:?}, outside the folder"),
                         });
@@ -79,7 +81,7 @@ impl Checkpoint {
                 for f in listed {
                     let p = path.join(&f);
                     if !p.is_file() {
-                        return Err(CliError::Checkpoint {
+                        return Err(CheckpointError::Checkpoint {
                             path: ix.clone(),
                             reason: format!("the index lists shard {f:?}, which is missing"),
                         });
@@ -91,7 +93,7 @@ impl Checkpoint {
             None => files.iter().filter(|p| name(p).ends_with(".safetensors")).cloned().collect(),
         };
         if shards.is_empty() {
-            return Err(CliError::Checkpoint {
+            return Err(CheckpointError::Checkpoint {
                 path: path.to_owned(),
                 reason: "no .safetensors files in this folder".into(),
             });
@@ -109,10 +111,10 @@ impl Checkpoint {
     /// index), and reading it anyway would drop or misplace tensors.
     ///
     /// # Errors
-    /// As [`Shard::open`]; [`CliError::Tensor`] naming a tensor the index lists but no
+    /// As [`Shard::open`]; [`CheckpointError::Tensor`] naming a tensor the index lists but no
     /// shard holds, one held by another shard than the index names, or one a shard
     /// holds that the index does not list.
-    pub fn open_shards(&self) -> Result<Vec<Shard>, CliError> {
+    pub fn open_shards(&self) -> Result<Vec<Shard>, CheckpointError> {
         let shards = self.shards.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>, _>>()?;
         let Some(index) = &self.index else { return Ok(shards) };
         let index_name = Self::file_name(index);
@@ -122,14 +124,14 @@ impl Checkpoint {
             for t in shard.tensors() {
                 match self.weight_map.get(&t.name) {
                     None => {
-                        return Err(CliError::tensor(
+                        return Err(CheckpointError::tensor(
                             shard.path(),
                             &t.name,
                             format!("not listed in the index {index_name} (the index and the shards disagree)"),
                         ));
                     }
                     Some(listed) if *listed != file => {
-                        return Err(CliError::tensor(
+                        return Err(CheckpointError::tensor(
                             shard.path(),
                             &t.name,
                             format!("the index {index_name} places it in {listed}, not in this shard"),
@@ -142,7 +144,7 @@ impl Checkpoint {
             }
         }
         if let Some((tensor, file)) = self.weight_map.iter().find(|(t, _)| !held.contains(t.as_str())) {
-            return Err(CliError::tensor(
+            return Err(CheckpointError::tensor(
                 index,
                 tensor,
                 format!("listed in the index in shard {file}, which does not hold it (truncated or wrong shard?)"),

@@ -1,0 +1,292 @@
+//! The on-disk conventions for quantized weights. Each is one file implementing
+//! [`Convention`] (how its weights are recognised and, where blockscale writes it,
+//! [`Writes`]: how a quantized weight is stored and which configs declare it), listed
+//! once in [`CONVENTIONS`]. Adding a convention is one new file and one line there.
+//!
+//! | convention | reads | writes |
+//! |---|---|---|
+//! | `native` | blockscale's own `{name}.codes` / `.scales` with metadata | every scheme, either scale layout |
+//! | `modelopt` | NVIDIA ModelOpt NVFP4 and FP8 (per tensor or channel) | NVFP4; FP8 per tensor ([`modelopt::fp8_per_tensor`]) |
+//! | `compressed-tensors` | `nvfp4-pack-quantized`, `mxfp4-pack-quantized`, `pack-quantized` INT4, `float-quantized` FP8 | NVFP4, MXFP4, INT4-G32/G128, FP8 128x128 |
+//! | `gpt-oss` | OpenAI gpt-oss MXFP4 (`*_blocks`, `*_scales`) | - |
+//! | `deepseek` | DeepSeek-V3 FP8 (`weight_scale_inv` per 128x128) | FP8 128x128 |
+
+pub mod compressed_tensors;
+pub mod deepseek;
+pub mod gpt_oss;
+pub mod modelopt;
+pub mod native;
+mod shared;
+
+use std::collections::HashSet;
+
+use blockscale_formats::{GlobalScale, QuantizedMatrix, ScaleData, ScaleLayout, Scheme};
+use safetensors::Dtype;
+
+use crate::dtypes::scale_bytes;
+use crate::{Catalog, CheckpointError, Configs, Declared, Found, PlannedTensor, TensorEntry};
+
+pub use compressed_tensors::CtConfig;
+
+/// Every convention, in the order detection asks them about a tensor (the first that
+/// claims it decides). Their tensor names are disjoint but for `.weight`, where the
+/// side tensors tell them apart.
+pub static CONVENTIONS: &[&dyn Convention] = &[
+    &native::Native,
+    &modelopt::Modelopt,
+    &compressed_tensors::CompressedTensors,
+    &gpt_oss::GptOss,
+    &deepseek::Deepseek,
+];
+
+/// The convention named `name` (`"modelopt"`, `"compressed-tensors"`, ...).
+pub fn by_name(name: &str) -> Option<&'static dyn Convention> {
+    CONVENTIONS.iter().copied().find(|c| c.name() == name)
+}
+
+/// The conventions blockscale writes, with their names.
+pub fn writers() -> impl Iterator<Item = (&'static str, &'static dyn Writes)> {
+    CONVENTIONS.iter().filter_map(|c| Some((c.name(), c.writes()?)))
+}
+
+/// What every convention reads, for messages (`"native (blockscale), ModelOpt ..."`).
+pub fn supported() -> String {
+    CONVENTIONS.iter().map(|c| c.reads()).collect::<Vec<_>>().join(", ")
+}
+
+/// One way of storing quantized weights in safetensors files.
+pub trait Convention: Sync {
+    /// Its stable name, as reports and `--convention` spell it.
+    fn name(&self) -> &'static str;
+
+    /// What it reads, in a few words, for messages.
+    fn reads(&self) -> &'static str;
+
+    /// If `t` is the main (element-data) tensor of a weight of this convention, the
+    /// weight: its parts and how it decodes; `None` if `t` is not one of its tensors.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Tensor`] naming a companion with the wrong dtype or shape;
+    /// [`CheckpointError::Unsupported`] for a variant of the convention that is not read.
+    fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError>;
+
+    /// Checks what the checkpoint's config declares against the weights found (run
+    /// once after detection).
+    ///
+    /// # Errors
+    /// [`CheckpointError::Unsupported`] or [`CheckpointError::Tensor`], as the
+    /// convention decides.
+    fn check_declared(&self, cx: &Detect<'_>, found: &[Found]) -> Result<(), CheckpointError> {
+        let _ = (cx, found);
+        Ok(())
+    }
+
+    /// How blockscale writes it, if it does.
+    fn writes(&self) -> Option<&dyn Writes> {
+        None
+    }
+}
+
+/// Planned output tensors and the metadata entries that go with them.
+pub type Plan = (Vec<PlannedTensor>, Vec<(String, String)>);
+
+/// Writing a convention: the tensors of a quantized weight (known from its shape alone,
+/// before any data is computed, so that a file's header can be written first), their
+/// bytes and the configs declaring them.
+pub trait Writes: Sync {
+    /// The output tensors of weight `name` (`rows x k`), the weight's codes first and
+    /// its block scales second, and the metadata entries the file carries for it.
+    /// `shape`: `(rows, k)`.
+    /// `input_scale`: whether calibration gives the layer an activation scale.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Unsupported`] for a scheme the convention cannot store,
+    /// [`CheckpointError::Invalid`] for a shape the scheme cannot hold.
+    fn plan(
+        &self,
+        scheme: Scheme,
+        layout: ScaleLayout,
+        name: &str,
+        shape: (usize, usize),
+        input_scale: bool,
+    ) -> Result<Plan, CheckpointError>;
+
+    /// The tensors after a weight's codes and scales (every convention stores those
+    /// exactly as a [`QuantizedMatrix`] holds them), from its shape, its per-tensor
+    /// scale and a calibrated layer's activation scale.
+    fn encode_rest(
+        &self,
+        scheme: Scheme,
+        name: &str,
+        shape: (usize, usize),
+        global: Option<GlobalScale>,
+        input: Option<GlobalScale>,
+    ) -> Vec<(String, Vec<u8>)>;
+
+    /// The configs declaring `scheme` (`calibrated`: the layers carry activation
+    /// scales; `ignore`: the layers left unquantized).
+    fn configs(&self, scheme: Scheme, calibrated: bool, ignore: &[String]) -> Configs;
+
+    /// The scale layouts it stores (linear only, but for the native convention).
+    fn scale_layouts(&self) -> &'static [ScaleLayout] {
+        &[ScaleLayout::Linear]
+    }
+
+    /// Whether it stores an activation scale from calibration for `scheme`.
+    fn stores_input_scale(&self, scheme: Scheme) -> bool {
+        let _ = scheme;
+        false
+    }
+
+    /// Why a K the quantizer refuses would still fit the convention, for the shape
+    /// error (DeepSeek's layout allows any K).
+    fn k_note(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// The bytes of the tensors `w.plan` plans for the quantized weight `q` stored as
+/// `name`, in plan order, with a calibrated layer's activation scale `input`. The codes
+/// and byte scales are moved, not copied.
+///
+/// # Errors
+/// As [`Writes::plan`].
+pub fn encode(
+    w: &dyn Writes,
+    name: &str,
+    q: QuantizedMatrix,
+    input: Option<GlobalScale>,
+) -> Result<Vec<(String, Vec<u8>)>, CheckpointError> {
+    let (planned, _) = w.plan(q.scheme(), q.scale_layout(), name, (q.rows(), q.k()), input.is_some())?;
+    let parts = q.into_parts();
+    let scales = match parts.scales {
+        ScaleData::Bytes(b) => b,
+        other => scale_bytes(&other),
+    };
+    let shape = (parts.rows, parts.k);
+    let rest = w.encode_rest(parts.scheme, name, shape, parts.global_scale, input);
+    let mut names = planned.into_iter().map(|t| t.name);
+    let (data_name, scale_name) = (names.next().expect("codes planned"), names.next().expect("scales planned"));
+    Ok([(data_name, parts.data), (scale_name, scales)].into_iter().chain(rest).collect())
+}
+
+/// The layer prefix of a weight name (`a.b.weight` -> `a.b`).
+pub fn layer_prefix(name: &str) -> &str {
+    name.strip_suffix(".weight").unwrap_or(name)
+}
+
+/// What detection sees: every tensor of the checkpoint and what its configs declare.
+pub struct Detect<'c> {
+    /// Every tensor by name.
+    pub catalog: &'c Catalog<'c>,
+    /// The checkpoint's compressed-tensors config, checked, if it declares one.
+    pub ct: Option<CtConfig>,
+    /// What the checkpoint's configs declare.
+    pub declared: &'c Declared,
+}
+
+/// Finds every quantized weight of `catalog`, asking [`CONVENTIONS`] about each tensor
+/// in file order; every tensor no weight consumes is plain. Returns the weights and the
+/// names of every tensor they consume.
+///
+/// # Errors
+/// [`CheckpointError::Unsupported`] for a compressed-tensors config blockscale does not
+/// read; the conventions' errors ([`Convention::detect`]).
+pub fn detect(catalog: &Catalog<'_>, declared: &Declared) -> Result<(Vec<Found>, HashSet<String>), CheckpointError> {
+    let cx = Detect { catalog, ct: declared.compressed_tensors()?, declared };
+    let mut found = Vec::new();
+    for shard in catalog.shards() {
+        for t in shard.tensors() {
+            for c in CONVENTIONS {
+                if let Some(f) = c.detect(&cx, t)? {
+                    found.push(f);
+                    break;
+                }
+            }
+        }
+    }
+    let consumed = found.iter().flat_map(|f| f.parts.iter().cloned()).collect();
+    Ok((found, consumed))
+}
+
+/// Each convention's check of what the configs declare against the weights `found`
+/// ([`Convention::check_declared`]): what a reader runs before decoding.
+///
+/// # Errors
+/// The first convention's error.
+pub fn check_declared(catalog: &Catalog<'_>, declared: &Declared, found: &[Found]) -> Result<(), CheckpointError> {
+    let cx = Detect { catalog, ct: declared.compressed_tensors()?, declared };
+    CONVENTIONS.iter().try_for_each(|c| c.check_declared(&cx, found))
+}
+
+impl Detect<'_> {
+    /// A [`CheckpointError::Tensor`] about tensor `name`, in the file that holds it.
+    pub fn err(&self, name: &str, reason: impl Into<String>) -> CheckpointError {
+        CheckpointError::tensor(self.catalog.path_of(name), name, reason)
+    }
+
+    /// Whether the checkpoint holds tensor `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.catalog.get(name).is_some()
+    }
+
+    /// Tensor `name`, which a weight needs.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Tensor`] if it is missing.
+    pub fn tensor(&self, name: &str) -> Result<&TensorEntry, CheckpointError> {
+        self.catalog.get(name).map(|(_, t)| t).ok_or_else(|| self.err(name, "missing"))
+    }
+
+    /// Checks that tensor `name` exists with `dtype` and, if given, `shape`.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Tensor`] naming what differs.
+    pub fn expect(&self, name: &str, dtype: Dtype, shape: Option<&[usize]>) -> Result<(), CheckpointError> {
+        let t = self.tensor(name)?;
+        if t.dtype != dtype {
+            return Err(self.err(name, format!("is {:?}, expected {dtype:?}", t.dtype)));
+        }
+        if let Some(s) = shape
+            && t.shape != s
+        {
+            return Err(self.err(name, format!("has shape {:?}, expected {s:?} to match its weight", t.shape)));
+        }
+        Ok(())
+    }
+
+    /// `name` when the checkpoint holds it: an optional companion (an activation scale).
+    pub fn optional(&self, name: String) -> Option<String> {
+        self.has(&name).then_some(name)
+    }
+
+    /// Checks that `name` is one F32 value.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Tensor`].
+    pub fn scalar_f32(&self, name: &str) -> Result<(), CheckpointError> {
+        self.expect(name, Dtype::F32, None)?;
+        let t = self.tensor(name)?;
+        if t.numel() != 1 {
+            return Err(self.err(name, format!("has shape {:?}, expected one value", t.shape)));
+        }
+        Ok(())
+    }
+
+    /// The float scale tensor `name`: F32, BF16 or F16.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Tensor`] if it is missing or of another dtype.
+    pub fn float_scale(&self, name: &str) -> Result<&TensorEntry, CheckpointError> {
+        let s = self.tensor(name)?;
+        if !matches!(s.dtype, Dtype::F32 | Dtype::BF16 | Dtype::F16) {
+            return Err(self.err(name, format!("is {:?}, expected F32, BF16 or F16", s.dtype)));
+        }
+        Ok(s)
+    }
+}
+
+/// The `producer` entry of the configs blockscale writes.
+fn producer() -> serde_json::Value {
+    serde_json::json!({ "name": "blockscale", "version": env!("CARGO_PKG_VERSION") })
+}

@@ -1,0 +1,96 @@
+//! The command's side of the conventions, which live in `blockscale::checkpoint`:
+//! `--convention`'s values mapped onto the library's writers, the layers a run leaves
+//! unquantized, and a found weight dequantized on the CPU backend.
+
+use blockscale::checkpoint::{self, Catalog, Found, TensorEntry, Writes, layer_prefix};
+use blockscale::{DequantizeOptions, Source, dequantize_slice};
+
+use crate::cli::ConventionArg;
+use crate::error::CliError;
+use crate::select::Selector;
+
+impl ConventionArg {
+    /// The library's name of the convention.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Modelopt => "modelopt",
+            Self::CompressedTensors => "compressed-tensors",
+            Self::Native => "native",
+            Self::Deepseek => "deepseek",
+        }
+    }
+
+    /// How the library writes it.
+    pub fn writes(self) -> &'static dyn Writes {
+        checkpoint::by_name(self.name()).and_then(|c| c.writes()).expect("every --convention is a library writer")
+    }
+}
+
+/// Layer prefixes of the 2-D `.weight` tensors left unquantized (the `exclude_modules`
+/// / `ignore` lists of the configs), sorted.
+pub fn ignored_linear_layers<'a>(
+    tensors: impl IntoIterator<Item = &'a TensorEntry>,
+    selector: &Selector,
+) -> Vec<String> {
+    let mut v: Vec<String> = tensors
+        .into_iter()
+        .filter(|t| t.shape.len() == 2 && t.name.ends_with(".weight") && selector.skip_reason(t).is_some())
+        .map(|t| layer_prefix(&t.name).to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The dequantized values of `f`, row-major in `f.out_shape`: a library scheme's matrix
+/// on the CPU backend (gpt-oss experts transposed as transformers does), the other
+/// formats as the library's checkpoint layer decodes them.
+///
+/// # Errors
+/// [`CliError::Checkpoint`] for parts that do not form a valid weight.
+pub fn decode<O: Source>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, CliError> {
+    let Some(q) = checkpoint::matrix(catalog, f)? else {
+        return Ok(checkpoint::decode_values(catalog, f)?);
+    };
+    let mut out = vec![O::default(); f.rows * f.k];
+    dequantize_slice(&q, &mut out, &DequantizeOptions::default())
+        .map_err(|e| CliError::tensor(catalog.path_of(&f.main), &f.main, format!("dequantizing failed: {e}")))?;
+    Ok(match f.decode {
+        checkpoint::Decode::Matrix { transpose_experts: Some(e), .. } => {
+            checkpoint::transpose_experts(&out, e, f.rows / e, f.k)
+        }
+        _ => out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use safetensors::Dtype;
+
+    use super::*;
+
+    fn entry(name: &str, shape: &[usize]) -> TensorEntry {
+        TensorEntry { name: name.into(), dtype: Dtype::BF16, shape: shape.to_vec(), range: 0..0 }
+    }
+
+    #[test]
+    fn the_ignore_list_holds_the_skipped_linear_layers_sorted() {
+        let tensors = [
+            entry("model.norm.weight", &[8]),
+            entry("model.q.weight", &[8, 32]),
+            entry("lm_head.weight", &[8, 32]),
+            entry("model.embed_tokens.weight", &[8, 32]),
+            entry("model.q.bias", &[8, 32]),
+        ];
+        let selector = Selector::new(&[], &[], true).unwrap();
+        assert_eq!(ignored_linear_layers(&tensors, &selector), ["lm_head", "model.embed_tokens"]);
+    }
+
+    #[test]
+    fn every_convention_argument_is_a_library_writer() {
+        for c in [ConventionArg::Modelopt, ConventionArg::CompressedTensors, ConventionArg::Native, ConventionArg::Deepseek]
+        {
+            let w = c.writes();
+            assert!(checkpoint::writers().any(|(name, writes)| name == c.name() && std::ptr::addr_eq(writes, w)));
+        }
+    }
+}
