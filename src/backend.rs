@@ -352,6 +352,60 @@ fn other_backend(backend: &Backend) -> Error {
     }
 }
 
+/// A checkpoint's weight on a backend ([`Backend::load_weights`]).
+#[cfg(feature = "checkpoint")]
+#[derive(Debug)]
+pub enum LoadedWeight {
+    /// A library scheme's matrix, prepared ([`Backend::prepare`]): on a GPU already on
+    /// the device in the fast kernels' layout.
+    Prepared(Prepared),
+    /// A format without a library scheme, decoded to f32 on the host, row-major in the
+    /// found weight's `out_shape`.
+    Values(Vec<f32>),
+}
+
+#[cfg(feature = "checkpoint")]
+impl Backend {
+    /// Every quantized weight of `reader`, in file order, read one at a time and
+    /// prepared on this backend (on a GPU, copied onto the device in the layout of the
+    /// fast GEMV and GEMM), with what was found about it. Memory on the host stays near
+    /// one weight.
+    ///
+    /// ```no_run
+    /// use blockscale::checkpoint::Reader;
+    /// use blockscale::{Backend, LoadedWeight};
+    ///
+    /// let backend = Backend::cuda_if_available(0)?;
+    /// let reader = Reader::open("model/".as_ref())?;
+    /// for loaded in backend.load_weights(&reader) {
+    ///     let (found, weight) = loaded?;
+    ///     if let LoadedWeight::Prepared(w) = weight {
+    ///         println!("{} on {}", found.output, backend.name());
+    ///     }
+    /// }
+    /// # Ok::<(), blockscale::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Each item: [`Error::Checkpoint`] naming the file and tensor of a weight that
+    /// cannot be read, or the backend's error from [`Backend::prepare`].
+    pub fn load_weights<'r>(
+        &'r self,
+        reader: &'r blockscale_checkpoint::Reader,
+    ) -> impl Iterator<Item = Result<(blockscale_checkpoint::Found, LoadedWeight), Error>> + 'r {
+        reader.weights().map(move |loaded| {
+            let loaded = loaded?;
+            let weight = match loaded.weight {
+                // gpt-oss experts come as one matrix, their [out, K] rows stacked (the
+                // found weight's `transpose_experts` says how many).
+                blockscale_checkpoint::Weight::Matrix { q, .. } => LoadedWeight::Prepared(self.prepare(&q)?),
+                blockscale_checkpoint::Weight::Values(v) => LoadedWeight::Values(v),
+            };
+            Ok((loaded.found, weight))
+        })
+    }
+}
+
 /// Weights prepared by [`Backend::prepare`] for [`Backend::gemv_prepared`],
 /// [`Backend::gemm_weight_only_prepared`] and [`Backend::gemm_prepared`].
 #[derive(Debug)]

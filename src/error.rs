@@ -14,6 +14,10 @@ pub enum Error {
     #[cfg(feature = "cuda")]
     #[error(transparent)]
     Cuda(#[from] blockscale_cuda::CudaError),
+    /// A checkpoint could not be read (the file and tensor named).
+    #[cfg(feature = "checkpoint")]
+    #[error(transparent)]
+    Checkpoint(#[from] blockscale_checkpoint::CheckpointError),
     /// A CUDA backend was asked for in a build without the `cuda` feature.
     #[error(
         "this blockscale was built without the CUDA backend: enable the `cuda` feature \

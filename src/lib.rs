@@ -49,6 +49,8 @@ mod backend;
 mod element;
 #[cfg(feature = "cpu")]
 mod error;
+#[cfg(all(feature = "cpu", feature = "checkpoint"))]
+pub use backend::LoadedWeight;
 #[cfg(feature = "cpu")]
 pub use backend::{Backend, Prepared};
 #[doc(hidden)]

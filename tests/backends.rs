@@ -23,9 +23,12 @@ use blockscale_golden::GoldenFile;
 use blockscale_golden::case;
 use blockscale_golden::verify::{abs_products, parse_activation, quantize_options};
 
-/// The golden files, sorted by name.
+/// The golden files, sorted by name: `BLOCKSCALE_GOLDEN_DIR` when set (the GPU bundle
+/// carries them beside the test binary, on a machine where the repository is not),
+/// else the repository's `tests/golden`.
 fn golden_files() -> Vec<GoldenFile> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let dir = std::env::var_os("BLOCKSCALE_GOLDEN_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden"), PathBuf::from);
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())

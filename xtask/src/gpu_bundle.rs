@@ -27,6 +27,8 @@ set -u
 cd "$(dirname "$0")"
 mode="${1:-test}"
 export BLOCKSCALE_REQUIRE_GPU=1
+# test-backends reads the golden files carried here, not the build machine's checkout.
+export BLOCKSCALE_GOLDEN_DIR="$PWD/golden"
 status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 if [ "$mode" = test ] || [ "$mode" = all ]; then

@@ -53,6 +53,17 @@ pub fn run(lint: bool, fuzz: bool) -> Result<()> {
             .arg(&plot),
     )?;
     util::run(cargo().args(["run", "--release", "--quiet", "--example", "formats"]))?;
+    // A quantized MLP layer written, loaded through `blockscale::checkpoint` and run, and
+    // a program outside the workspace reading a checkpoint of every convention (its own
+    // lock file, this target dir: the shared dependencies are built once).
+    util::run(cargo().args(["run", "--release", "--quiet", "--example", "checkpoint_mlp"]))?;
+    let external = util::root().join("tests/external-reader/Cargo.toml");
+    util::run(
+        cargo()
+            .args(["run", "--release", "--quiet", "--manifest-path"])
+            .arg(&external)
+            .env("CARGO_TARGET_DIR", util::target_dir()),
+    )?;
     // Bad input: each cargo-fuzz target briefly (the long runs are `cargo xtask fuzz`).
     if fuzz {
         crate::fuzz::smoke()?;
