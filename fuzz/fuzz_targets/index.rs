@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use arbitrary::Arbitrary;
-use blockscale::checkpoint::Checkpoint;
+use blockscale::checkpoint::{Checkpoint, Reader, Weight};
 use blockscale_fuzz::{read_checkpoint, serialize};
 use libfuzzer_sys::fuzz_target;
 use safetensors::Dtype;
@@ -82,4 +82,14 @@ fuzz_target!(|input: Input| {
         assert_eq!(read, want, "accepted a checkpoint whose index disagrees with its shards");
     }
     read_checkpoint(&shards);
+    // The engines' entry point over the same folder: whatever it opens, it reads
+    // without panicking, and every weight it hands out has its found shape.
+    if let Ok(reader) = Reader::open(dir.path()) {
+        for loaded in reader.weights().flatten() {
+            if let Weight::Values(v) = &loaded.weight {
+                assert_eq!(v.len(), loaded.found.out_shape.iter().product::<usize>());
+            }
+        }
+        let _ = reader.plain_tensors().count();
+    }
 });
