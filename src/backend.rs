@@ -358,7 +358,7 @@ fn other_backend(backend: &Backend) -> Error {
 pub enum LoadedWeight {
     /// A library scheme's matrix, prepared ([`Backend::prepare`]): on a GPU already on
     /// the device in the fast kernels' layout.
-    Prepared(Prepared),
+    Prepared(Box<Prepared>),
     /// A format without a library scheme, decoded to f32 on the host, row-major in the
     /// found weight's `out_shape`.
     Values(Vec<f32>),
@@ -398,7 +398,7 @@ impl Backend {
             let weight = match loaded.weight {
                 // gpt-oss experts come as one matrix, their [out, K] rows stacked (the
                 // found weight's `transpose_experts` says how many).
-                blockscale_checkpoint::Weight::Matrix { q, .. } => LoadedWeight::Prepared(self.prepare(&q)?),
+                blockscale_checkpoint::Weight::Matrix { q, .. } => LoadedWeight::Prepared(Box::new(self.prepare(&q)?)),
                 blockscale_checkpoint::Weight::Values(v) => LoadedWeight::Values(v),
             };
             Ok((loaded.found, weight))

@@ -32,7 +32,7 @@ pub fn read_checkpoint(shards: &[Shard]) {
             }
             Err(_) => {}
         }
-        if let Ok(v) = decode::<f32>(&catalog, f) {
+        if let Ok(v) = decode::<f32>(&blockscale::Backend::Cpu, &catalog, f) {
             assert_eq!(Some(v.len()), n, "{}: decoded {} values for shape {:?}", f.output, v.len(), f.out_shape);
         }
     }

@@ -105,6 +105,18 @@ if [ "$mode" = checkpoint ]; then
         cmp -s "$f" "$work/out-cuda/$(basename "$f")" || { echo "differs: $(basename "$f")"; status=1; }
     done
     echo "cpu and cuda outputs compared byte for byte (status $status)"
+    for backend in cpu cuda; do
+        for i in 1 2 3; do
+            rm -rf "$work/deq-$backend"
+            bin/blockscale dequantize "$work/out-cpu" -o "$work/deq-$backend" --backend "$backend" --json \
+                > "$work/deq-$backend-$i.json" || status=1
+            python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('dequantize', sys.argv[2], r['seconds'], 's')" \
+                "$work/deq-$backend-$i.json" "$backend" || status=1
+        done
+    done
+    for f in "$work"/deq-cpu/*; do
+        cmp -s "$f" "$work/deq-cuda/$(basename "$f")" || { echo "dequantize differs: $(basename "$f")"; status=1; }
+    done
     rm -rf "$work"
 fi
 exit $status
@@ -135,6 +147,11 @@ for c in "nvfp4 modelopt" "nvfp4 compressed-tensors" "mxfp4 compressed-tensors" 
         $B quantize $W/m -o $W/$1-$2-$be --scheme $1 --convention $2 --backend $be -q > /dev/null || st=1
     done
     if diff -r $W/$1-$2-cpu $W/$1-$2-cuda > /dev/null; then echo "same: $1 $2"; else echo "DIFFERS: $1 $2"; st=1; fi
+    # And back: dequantize on both backends.
+    for be in cpu cuda; do
+        $B dequantize $W/$1-$2-cpu -o $W/$1-$2-deq-$be --backend $be -q > /dev/null || st=1
+    done
+    if diff -r $W/$1-$2-deq-cpu $W/$1-$2-deq-cuda > /dev/null; then echo "same: dequantize $1 $2"; else echo "DIFFERS: dequantize $1 $2"; st=1; fi
 done
 rm -rf $W
 exit $st

@@ -190,6 +190,10 @@ pub struct DequantizeArgs {
     /// The dtype of the dequantized weights.
     #[arg(long, value_enum, default_value_t = DtypeArg::Bf16)]
     pub dtype: DtypeArg,
+    /// Where to dequantize the library's schemes (the other formats decode on the CPU);
+    /// the values are the same on either.
+    #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+    pub backend: BackendArg,
     /// Where the report and progress go, and whether to replace the output.
     #[command(flatten)]
     pub out: WriteFlags,

@@ -3,7 +3,7 @@
 //! unquantized, and a found weight dequantized on the CPU backend.
 
 use blockscale::checkpoint::{self, Catalog, Found, TensorEntry, Writes, layer_prefix};
-use blockscale::{DequantizeOptions, Source, dequantize_slice};
+use blockscale::{Backend, DequantizeOptions, Element, dequantize_slice};
 
 use crate::cli::ConventionArg;
 use crate::error::CliError;
@@ -42,18 +42,28 @@ pub fn ignored_linear_layers<'a>(
 }
 
 /// The dequantized values of `f`, row-major in `f.out_shape`: a library scheme's matrix
-/// on the CPU backend (gpt-oss experts transposed as transformers does), the other
-/// formats as the library's checkpoint layer decodes them.
+/// on `backend` (gpt-oss experts transposed as transformers does), the other formats as
+/// the library's checkpoint layer decodes them.
 ///
 /// # Errors
-/// [`CliError::Checkpoint`] for parts that do not form a valid weight.
-pub fn decode<O: Source>(catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, CliError> {
+/// [`CliError::Checkpoint`] for parts that do not form a valid weight, the backend's
+/// failure as [`CliError::Cuda`].
+pub fn decode<O: Element>(backend: &Backend, catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, CliError> {
     let Some(q) = checkpoint::matrix(catalog, f)? else {
         return Ok(checkpoint::decode_values(catalog, f)?);
     };
-    let mut out = vec![O::default(); f.rows * f.k];
-    dequantize_slice(&q, &mut out, &DequantizeOptions::default())
-        .map_err(|e| CliError::tensor(catalog.path_of(&f.main), &f.main, format!("dequantizing failed: {e}")))?;
+    let failed = |e: &dyn std::fmt::Display| {
+        CliError::tensor(catalog.path_of(&f.main), &f.main, format!("dequantizing failed: {e}"))
+    };
+    let out = match backend {
+        Backend::Cpu => {
+            let mut out = vec![O::default(); f.rows * f.k];
+            dequantize_slice(&q, &mut out, &DequantizeOptions::default()).map_err(|e| failed(&e))?;
+            out
+        }
+        #[allow(unreachable_patterns, reason = "Cuda exists only with the cuda feature")]
+        gpu => gpu.dequantize::<O>(&q).map_err(|e| CliError::Cuda(e.to_string()))?.into_raw_vec_and_offset().0,
+    };
     Ok(match f.decode {
         checkpoint::Decode::Matrix { transpose_experts: Some(e), .. } => {
             checkpoint::transpose_experts(&out, e, f.rows / e, f.k)

@@ -192,6 +192,9 @@ fn unsupported_requests_are_refused_before_reading() {
         let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "nvfp4", "--backend", "cuda"]);
         assert_eq!(code(&o), 6);
         assert!(stderr(&o).contains("--features cuda"));
+        let o = run(&["dequantize", s(&input), "-o", s(&out), "--backend", "cuda"]);
+        assert_eq!(code(&o), 6);
+        assert!(stderr(&o).contains("--features cuda"));
     }
     assert!(!out.exists());
 }

@@ -62,6 +62,7 @@ pub struct DequantizeReport {
 /// output that exists or cannot be written.
 pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let start = Instant::now();
+    let backend = args.backend.open()?;
     let ckpt = Checkpoint::open(&args.input)?;
     same_path_check(&args.input, &args.output)?;
     Output::refuse_existing(&args.output, args.out.force)?;
@@ -117,9 +118,9 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
             pb.set_message(t.name.clone());
             if let Some(f) = by_main.get(t.name.as_str()) {
                 let bytes = match args.dtype {
-                    DtypeArg::Bf16 => bytemuck::cast_slice(&decode::<bf16>(&catalog, f)?).to_vec(),
-                    DtypeArg::F16 => bytemuck::cast_slice(&decode::<f16>(&catalog, f)?).to_vec(),
-                    DtypeArg::F32 => bytemuck::cast_slice(&decode::<f32>(&catalog, f)?).to_vec(),
+                    DtypeArg::Bf16 => bytemuck::cast_slice(&decode::<bf16>(&backend, &catalog, f)?).to_vec(),
+                    DtypeArg::F16 => bytemuck::cast_slice(&decode::<f16>(&backend, &catalog, f)?).to_vec(),
+                    DtypeArg::F32 => bytemuck::cast_slice(&decode::<f32>(&backend, &catalog, f)?).to_vec(),
                 };
                 w.write(&f.output, &bytes)?;
                 for p in &f.parts {
