@@ -29,7 +29,9 @@ pub enum Arch {
 
 /// One GPU, ready to run blockscale's kernels: a context, the stream every operation is
 /// queued on, and the kernel modules (SASS for sm_90a and sm_120a; the driver picks the
-/// one matching the device).
+/// one matching the device). A module is loaded the first time one of its kernels is
+/// looked up, so opening a device costs the context and no module loads, and a program
+/// that only quantizes never loads the GEMM modules.
 ///
 /// ```no_run
 /// let dev = blockscale_cuda::Device::new(0)?;
@@ -42,13 +44,29 @@ pub struct Device {
     arch: Arch,
     name: String,
     sm_count: u32,
-    modules: Vec<(&'static str, Arc<CudaModule>)>,
-    /// Loaded kernels by name, with how many of their CTAs fit on one SM.
-    functions: Mutex<HashMap<String, (CudaFunction, u32)>>,
+    /// The kernel modules loaded so far and the kernels looked up in them, behind one
+    /// lock: the first lookup of a module's kernel loads the module.
+    loaded: Mutex<Loaded>,
     /// Scratch memory of the GEMMs and GEMVs, grown by the allocating calls and
     /// [`Device::reserve_workspace`]; every use is ordered on `stream`. (Boxed: a
     /// `Device` stays small enough to sit in enums such as the facade's `Backend`.)
     scratch: Box<Mutex<Scratch>>,
+}
+
+// A Device is shared between threads (an engine's workers, rayon tasks): its lazily
+// loaded modules and kernels sit behind a lock, so it stays Send and Sync.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Device>();
+};
+
+/// What a [`Device`] has loaded: the kernel modules by name (each loaded on the first
+/// lookup of one of its kernels) and the kernels by name, with how many of their CTAs
+/// fit on one SM.
+#[derive(Default)]
+struct Loaded {
+    modules: HashMap<&'static str, Arc<CudaModule>>,
+    functions: HashMap<String, (CudaFunction, u32)>,
 }
 
 /// A device's scratch memory, behind one lock.
@@ -116,7 +134,8 @@ impl Device {
         CudaContext::device_count().map(|n| n as usize).map_err(CudaError::driver("counting devices"))
     }
 
-    /// Opens device `ordinal`: creates its context and stream and loads the kernels.
+    /// Opens device `ordinal`: creates its context and stream. The kernels are loaded
+    /// when first used.
     ///
     /// # Errors
     /// [`CudaError::NoDriver`], [`CudaError::NoDevice`], [`CudaError::Unsupported`] for
@@ -134,7 +153,7 @@ impl Device {
     /// Runs blockscale's work on a stream the caller owns (an engine's own stream and
     /// context): every operation is queued on it, ordered with the caller's other work,
     /// and cudarc's cross-stream event tracking stays as the caller configured the
-    /// context. Checks the architecture and loads the kernels.
+    /// context. Checks the architecture; the kernels are loaded when first used.
     ///
     /// ```no_run
     /// use blockscale_cuda::{Device, cudarc::driver::CudaContext};
@@ -159,24 +178,30 @@ impl Device {
         let sm_count = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(CudaError::driver("reading the SM count"))? as u32;
-        let modules = embedded::MODULES
-            .iter()
-            .map(|&(name, image)| {
-                ctx.load_module(Ptx::from_binary(image.to_vec()))
-                    .map(|m| (name, m))
-                    .map_err(CudaError::driver("loading the kernel fatbin"))
-            })
-            .collect::<Result<_, _>>()?;
         Ok(Self {
             ctx,
             stream,
             arch,
             name,
             sm_count,
-            modules,
-            functions: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(Loaded::default()),
             scratch: Box::new(Mutex::new(Scratch::default())),
         })
+    }
+
+    /// Loads every kernel module now rather than on first use (what opening a device
+    /// did before modules were loaded lazily): for a program that wants no module load
+    /// inside its first calls, say before capturing them in a CUDA graph. Loads of the
+    /// modules a program uses cost tens of milliseconds the first time each is needed.
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`] if a module fails to load.
+    pub fn load_kernels(&self) -> Result<(), CudaError> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        for &(name, _) in embedded::MODULES {
+            self.module(&mut loaded, name)?;
+        }
+        Ok(())
     }
 
     /// The device's kernel tier.
@@ -311,15 +336,13 @@ impl Device {
         threads: u32,
         smem: usize,
     ) -> Result<Kernel<P>, CudaError> {
-        let mut cache = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((func, blocks_per_sm)) = cache.get(name.as_str()) {
+        // One lock over the lookup and any module load, so that two threads asking for
+        // kernels of the same module load it once.
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((func, blocks_per_sm)) = loaded.functions.get(name.as_str()) {
             return Ok(Kernel::new(name, func.clone(), *blocks_per_sm));
         }
-        let module_name = name.module();
-        let module = self.modules.iter().find(|(n, _)| *n == module_name).map(|(_, m)| m).ok_or(CudaError::Driver {
-            context: "finding the kernel module",
-            source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND),
-        })?;
+        let module = self.module(&mut loaded, name.module())?;
         let func = module.load_function(name.as_str()).map_err(CudaError::driver("finding a kernel in its module"))?;
         if smem > 0 {
             func.set_attribute(
@@ -332,8 +355,26 @@ impl Device {
             .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
             .map_err(CudaError::driver("querying a kernel's occupancy"))?
             .max(1);
-        cache.insert(name.as_str().to_string(), (func.clone(), blocks_per_sm));
+        loaded.functions.insert(name.as_str().to_string(), (func.clone(), blocks_per_sm));
         Ok(Kernel::new(name, func, blocks_per_sm))
+    }
+
+    /// The embedded module `module_name`, loaded into the context now unless an earlier
+    /// lookup loaded it (the caller holds the lock over `loaded`).
+    fn module(&self, loaded: &mut Loaded, module_name: &'static str) -> Result<Arc<CudaModule>, CudaError> {
+        if let Some(module) = loaded.modules.get(module_name) {
+            return Ok(module.clone());
+        }
+        let (name, image) = embedded::MODULES.iter().find(|(n, _)| *n == module_name).ok_or(CudaError::Driver {
+            context: "finding the kernel module",
+            source: cudarc::driver::DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND),
+        })?;
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(image.to_vec()))
+            .map_err(CudaError::driver("loading the kernel fatbin"))?;
+        loaded.modules.insert(name, module.clone());
+        Ok(module)
     }
 
     /// The launch of a grid-stride kernel over `work` items, one per thread per step:
