@@ -1,6 +1,6 @@
 //! Dequantization on the device.
 
-use blockscale_formats::{DataLayout, QuantizedMatrix, ScaleLayout};
+use blockscale_formats::{DataLayout, QuantRequest, QuantizedMatrix, ScaleLayout};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use ndarray::Array2;
 
@@ -64,22 +64,44 @@ pub(crate) fn launch_dequantize(
     suffix: &str,
     post: f32,
 ) -> Result<(), CudaError> {
-    let shape = q.shape();
     let stream = dev.stream();
     let (data_ptr, g_data) = q.data().device_ptr(stream);
     let (scales_ptr, g_scales) = q.scales().ptr(stream);
-    let params = dequant_params(q, (data_ptr, scales_ptr), out_ptr, row_stride, post);
-    let kernel = dev.function(&KernelName::dequantize(q.scheme(), suffix))?;
-    // One thread per 8 values (dequantize.cu).
-    let config = dev.grid_stride((shape.rows * shape.k / 8) as u64, &kernel);
     // The launch contract (ffi): `q` was built by `quantize` or `from_host` (a validated
-    // QuantizedMatrix), so its codes and scales have the sizes its shape implies; the
-    // caller guarantees the output's size, stride and alignment. The kernel reads nothing
-    // before its griddepcontrol.wait.
-    launch(stream, &kernel, config, Order::DEPENDENT, &params)
-        .map_err(CudaError::driver("launching the dequantize kernel"))?;
+    // QuantizedMatrix), so its codes and scales have the sizes its request implies; the
+    // caller guarantees the output's size, stride and alignment.
+    launch_dequantize_at(dev, &q.request, (data_ptr, scales_ptr), out_ptr, row_stride, suffix, post)?;
     drop((g_data, g_scales));
     Ok(())
+}
+
+/// Queues the dequantize kernel of `request` (scheme, shape, layouts) reading the codes
+/// and scales at the device addresses `(data, scales)` and writing `(value *
+/// block_scale) * post` as `suffix` (`f32`, `f16`, `bf16`) to `out_ptr`, row `r` at
+/// element `r * row_stride`.
+///
+/// The caller guarantees (the launch contract of [`crate::ffi`]): `data` and `scales`
+/// hold the codes and scales `request` sizes, `out_ptr` addresses `rows x k` elements
+/// at that row stride, 16-byte aligned with `row_stride` a multiple of 8 elements; all
+/// valid until the kernel has run (stream order), their guards held until it is queued.
+pub(crate) fn launch_dequantize_at(
+    dev: &Device,
+    request: &QuantRequest,
+    (data, scales): (u64, u64),
+    out_ptr: u64,
+    row_stride: usize,
+    suffix: &str,
+    post: f32,
+) -> Result<(), CudaError> {
+    let shape = request.shape();
+    let params = params_of(request, (data, scales), out_ptr, row_stride, post);
+    let kernel = dev.function(&KernelName::dequantize(request.scheme(), suffix))?;
+    // One thread per 8 values (dequantize.cu).
+    let config = dev.grid_stride((shape.rows * shape.k / 8) as u64, &kernel);
+    // The launch contract (ffi): the caller's, above. The kernel reads nothing before
+    // its griddepcontrol.wait.
+    launch(dev.stream(), &kernel, config, Order::DEPENDENT, &params)
+        .map_err(CudaError::driver("launching the dequantize kernel"))
 }
 
 /// The decoding kernels' parameters (`DequantParams`) for `q`, whose codes and scales
@@ -92,7 +114,18 @@ pub(crate) fn dequant_params(
     row_stride: usize,
     post: f32,
 ) -> DequantParams {
-    let shape = q.shape();
+    params_of(&q.request, (data, scales), out_ptr, row_stride, post)
+}
+
+/// [`dequant_params`] for a matrix of `request`'s shape and layouts.
+fn params_of(
+    request: &QuantRequest,
+    (data, scales): (u64, u64),
+    out_ptr: u64,
+    row_stride: usize,
+    post: f32,
+) -> DequantParams {
+    let shape = request.shape();
     DequantParams {
         data,
         scales,
@@ -101,8 +134,8 @@ pub(crate) fn dequant_params(
         rows: shape.rows as u32,
         k: shape.k as u32,
         scale_cols: shape.scale_cols as u32,
-        swizzled: (q.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
-        interleaved: (q.data_layout() == DataLayout::BlockInterleaved) as u32,
+        swizzled: (request.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
+        interleaved: (request.data_layout() == DataLayout::BlockInterleaved) as u32,
         post,
     }
 }

@@ -1,8 +1,8 @@
 //! Quantization on the device: validation, the NVFP4 amax pass, the kernel launch.
 
 use blockscale_formats::{
-    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions, QuantizedMatrix, ScaleLayout,
-    ScaleRule, Scheme,
+    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantRequest, QuantizeOptions, QuantizedMatrix,
+    ScaleLayout, ScaleRule, Scheme,
 };
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ndarray::ArrayView2;
@@ -116,21 +116,63 @@ fn run<T: DeviceElement>(
         _ => None,
     };
 
-    let element = scheme.element();
     let (data_ptr, g_data) = out.data.device_ptr_mut(stream);
     let (scales_ptr, g_scales) = out.scales.ptr_mut(stream);
     let (bad_ptr, g_bad) = out.bad.device_ptr_mut(stream);
+    // The launch contract (ffi): check_matrix confirmed the input holds rows x k elements
+    // at row_stride with 16-byte alignment; `out` was allocated for exactly this shape and
+    // these layouts (checked by the caller) and `bad` holds one u64. All outlive the
+    // queued kernel: cudarc frees device memory in stream order.
+    launch_quantize(
+        dev,
+        &out.request,
+        options,
+        global,
+        T::SUFFIX,
+        (input_ptr, input.row_stride),
+        (data_ptr, scales_ptr, bad_ptr),
+    )?;
+    drop((g_in, g_data, g_scales, g_bad));
+
+    if options.non_finite == NonFinite::Error {
+        check_bad(dev, &input, &out.bad)?;
+    }
+    out.global_scale = global;
+    Ok(())
+}
+
+/// Queues the quantize kernel of `request` (scheme, shape, layouts) on the device's
+/// stream: the input's `rows x k` elements of type `suffix` (`f32`, `f16`, `bf16`) at
+/// device address `input`, row `r` at element `r * row_stride`; the codes, scales and
+/// NaN/Inf flag to the device addresses `out`; `global` NVFP4's per-tensor scale, the
+/// rule and recipe from `options`.
+///
+/// The caller guarantees (the launch contract of [`crate::ffi`]): `input` addresses the
+/// rows at that stride, 16-byte aligned with a stride of a multiple of 16 bytes; `out`
+/// addresses the codes and scales `request` sizes and one u64; all valid, with their
+/// guards held, until the kernel is queued, and the memory until it has run.
+pub(crate) fn launch_quantize(
+    dev: &Device,
+    request: &QuantRequest,
+    options: &QuantizeOptions,
+    global: Option<GlobalScale>,
+    suffix: &str,
+    (input, row_stride): (u64, usize),
+    (data, scales, bad): (u64, u64, u64),
+) -> Result<(), CudaError> {
+    let (scheme, shape) = (request.scheme(), *request.shape());
+    let element = scheme.element();
     let params = QuantParams {
-        input: input_ptr,
-        data: data_ptr,
-        scales: scales_ptr,
-        bad: bad_ptr,
-        row_stride: input.row_stride as u64,
+        input,
+        data,
+        scales,
+        bad,
+        row_stride: row_stride as u64,
         rows: shape.rows as u32,
         k: shape.k as u32,
         scale_cols: shape.scale_cols as u32,
-        swizzled: (options.scale_layout == ScaleLayout::Swizzled128x4) as u32,
-        interleaved: (options.data_layout == DataLayout::BlockInterleaved) as u32,
+        swizzled: (request.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
+        interleaved: (request.data_layout() == DataLayout::BlockInterleaved) as u32,
         rule: rule_code(options.scale_rule),
         recipe: (options.nvfp4_recipe == NvFp4Recipe::TransformerEngine) as u32,
         global_encode: global.map_or(1.0, |g| g.encode()),
@@ -139,7 +181,7 @@ fn run<T: DeviceElement>(
         mbits: element.mantissa_bits() as i32,
         pad: 0,
     };
-    let kernel = dev.function(&KernelName::quantize(scheme, T::SUFFIX))?;
+    let kernel = dev.function(&KernelName::quantize(scheme, suffix))?;
     let config = if scheme.block_rows() == 128 {
         LaunchConfig {
             grid_dim: (shape.scale_cols as u32, shape.scale_rows as u32, 1),
@@ -151,19 +193,18 @@ fn run<T: DeviceElement>(
         let units = (shape.rows * shape.k / scheme.block_size().min(32)) as u64;
         dev.grid_stride(units, &kernel)
     };
-    // The launch contract (ffi): check_matrix confirmed the input holds rows x k elements
-    // at row_stride with 16-byte alignment; `out` was allocated for exactly this shape and
-    // these layouts (checked above) and `bad` holds one u64. All outlive the queued kernel:
-    // cudarc frees device memory in stream order.
-    launch(stream, &kernel, config, Order::Serial, &params)
-        .map_err(CudaError::driver("launching the quantize kernel"))?;
-    drop((g_in, g_data, g_scales, g_bad));
+    // The launch contract (ffi): the caller's, above.
+    launch(dev.stream(), &kernel, config, Order::Serial, &params)
+        .map_err(CudaError::driver("launching the quantize kernel"))
+}
 
-    if options.non_finite == NonFinite::Error {
-        check_bad(dev, &input, &out.bad)?;
-    }
-    out.global_scale = global;
-    Ok(())
+/// The (row, column) of the first NaN/Inf a kernel recorded in `flag` (`!flat_index`,
+/// 0 for none) over rows of `k` elements.
+pub(crate) fn bad_position(flag: u64, k: usize) -> Option<(usize, usize)> {
+    (flag != 0).then(|| {
+        let flat = !flag;
+        ((flat / k as u64) as usize, (flat % k as u64) as usize)
+    })
 }
 
 fn rule_code(rule: ScaleRule) -> u32 {
@@ -182,11 +223,7 @@ fn check_bad<T: DeviceElement>(
     bad: &CudaSlice<u64>,
 ) -> Result<(), CudaError> {
     let flag = dev.stream().clone_dtoh(bad).map_err(CudaError::driver("reading the NaN/Inf flag"))?[0];
-    if flag == 0 {
-        return Ok(());
-    }
-    let flat = !flag;
-    let (row, col) = ((flat / input.k as u64) as usize, (flat % input.k as u64) as usize);
+    let Some((row, col)) = bad_position(flag, input.k) else { return Ok(()) };
     let at = row * input.row_stride + col;
     let value = dev
         .stream()
@@ -208,26 +245,38 @@ fn tensor_amax<T: DeviceElement>(
     let mut amax = stream.alloc_zeros::<u32>(1).map_err(CudaError::alloc("the amax", 4))?;
     let (amax_ptr, g_amax) = amax.device_ptr_mut(stream);
     let (bad_ptr, g_bad) = bad.device_ptr_mut(stream);
-    let params = AmaxParams {
-        input: input_ptr,
-        amax_bits: amax_ptr,
-        bad: bad_ptr,
-        row_stride: input.row_stride as u64,
-        rows: input.rows as u32,
-        k: input.k as u32,
-    };
-    let kernel = dev.function(&KernelName::amax(T::SUFFIX))?;
-    // One thread per 16 values (quantize.cu `amax_units`).
-    let config = dev.grid_stride((input.rows * input.k / 16) as u64, &kernel);
     // The launch contract (ffi): the input was checked by check_matrix, and `amax` and
     // `bad` hold one u32 and one u64.
-    launch(stream, &kernel, config, Order::Serial, &params).map_err(CudaError::driver("launching the amax kernel"))?;
+    launch_amax(dev, T::SUFFIX, (input_ptr, input.rows, input.k, input.row_stride), (amax_ptr, bad_ptr))?;
     drop((g_amax, g_bad));
     if policy == NonFinite::Error {
         check_bad(dev, input, bad)?;
     }
     let bits = stream.clone_dtoh(&amax).map_err(CudaError::driver("reading the amax"))?[0];
     Ok(f32::from_bits(bits))
+}
+
+/// Queues the amax kernel over `rows x k` elements of type `suffix` at device address
+/// `input` (row `r` at element `r * row_stride`): the largest finite |x| as f32 bits
+/// into the u32 at `amax` (max with what it holds, so zero it first), the first NaN/Inf
+/// into the flag at `bad` (as the quantize kernel records it).
+///
+/// The caller guarantees the launch contract of [`crate::ffi`] for these addresses, as
+/// for [`launch_quantize`].
+pub(crate) fn launch_amax(
+    dev: &Device,
+    suffix: &str,
+    (input, rows, k, row_stride): (u64, usize, usize, usize),
+    (amax, bad): (u64, u64),
+) -> Result<(), CudaError> {
+    let params =
+        AmaxParams { input, amax_bits: amax, bad, row_stride: row_stride as u64, rows: rows as u32, k: k as u32 };
+    let kernel = dev.function(&KernelName::amax(suffix))?;
+    // One thread per 16 values (quantize.cu `amax_units`).
+    let config = dev.grid_stride((rows * k / 16) as u64, &kernel);
+    // The launch contract (ffi): the caller's, above.
+    launch(dev.stream(), &kernel, config, Order::Serial, &params)
+        .map_err(CudaError::driver("launching the amax kernel"))
 }
 
 /// Host convenience: copies a 2-D array (any strides) to the device, quantizes it there
