@@ -215,6 +215,23 @@ pub enum CudaError {
          both in the checkpoint layout; one of each was given"
     )]
     MixedPreparation,
+    /// A [`crate::HostPipeline`] used with another device (or stream) than the one it
+    /// was made for.
+    #[error(
+        "this HostPipeline was made for another Device (its staging and streams belong to that device's          context and stream); make one per Device"
+    )]
+    ForeignPipeline,
+    /// Page-locked host memory could not be allocated for a [`crate::HostPipeline`]'s
+    /// staging buffers.
+    #[error("could not allocate {bytes} bytes of page-locked host memory for {what}: {source}")]
+    PinnedAlloc {
+        /// What was being allocated.
+        what: &'static str,
+        /// Its size.
+        bytes: usize,
+        /// The driver's error.
+        source: DriverError,
+    },
     /// A device pointer not aligned for the kernels' 16-byte vector accesses.
     #[error("{what} starts at device address {address:#x}, which is not 16-byte aligned; pass an aligned view")]
     Misaligned {

@@ -22,6 +22,12 @@
 //! `CudaSlice` with its shape) and returns a [`DeviceQuantized`]; [`dequantize`] goes
 //! back to a `CudaSlice`. Everything is queued on the [`Device`]'s stream.
 //!
+//! For host arrays in bulk (a checkpoint's weights), [`quantize_host_into`] and
+//! [`dequantize_host_into`] take a [`HostPipeline`]: pinned staging buffers, reused from
+//! call to call, through which the matrix goes in row chunks, the host's copies of one
+//! chunk overlapping the transfers and kernel of the next; they write into the caller's
+//! buffers the bytes blockscale-cpu's `quantize_into` and `dequantize_slice` write.
+//!
 //! Building needs nvcc (CUDA 13.0); see the README. Running needs an NVIDIA driver and
 //! a GPU of compute capability 9.0 or 12.x; anything else is a typed error.
 
@@ -38,6 +44,7 @@ mod error;
 mod ffi;
 mod gemm;
 mod gemv;
+mod pipeline;
 pub mod prepared;
 mod quantize;
 
@@ -57,5 +64,6 @@ pub use gemv::{
     GEMV_MAX_ROWS, GatedWeights, GemvInput, GemvWeights, gemv, gemv_gated, gemv_gated_into, gemv_host, gemv_into,
     gemv_prepared_host, gemv_workspace_size,
 };
+pub use pipeline::{HostPipeline, dequantize_host_into, dequantize_host_with, quantize_host_into, quantize_host_with};
 pub use prepared::PreparedWeights;
 pub use quantize::{DeviceMatrix, quantize, quantize_host, quantize_into};

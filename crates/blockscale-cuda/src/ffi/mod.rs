@@ -14,7 +14,9 @@
 //! - [`cutlass`]: the `extern "C"` CUTLASS shims, behind [`Shim`](cutlass::Shim)'s query
 //!   and launch;
 //! - [`driver`]: the driver calls cudarc's safe API lacks (unset allocations, the
-//!   cluster occupancy query, copies and memsets on device addresses, TMA tensor maps).
+//!   cluster occupancy query, copies and memsets on device addresses, TMA tensor maps);
+//! - [`host`]: page-locked staging memory, the queued copies between it and device
+//!   addresses, and byte views of the element types (the host-to-host pipeline).
 //!
 //! Every `unsafe` block here carries a `// SAFETY:` line.
 //!
@@ -29,7 +31,9 @@
 //!   the work reads or writes there (shape, row stride, alignment and length checked
 //!   against the buffer), and the buffer's cudarc guard (`device_ptr` /
 //!   `device_ptr_mut`) stays alive until the work is queued, so that with event tracking
-//!   on the recorded accesses cover it;
+//!   on the recorded accesses cover it; a host buffer a queued copy reads or writes is
+//!   page-locked memory that stays allocated, and untouched by the host, until the
+//!   stream has run the copy;
 //! - the launch shape (grid, block, dynamic shared memory, cluster) is the one the
 //!   kernel is written for;
 //! - a dependent launch's kernel reads nothing before its `griddepcontrol.wait` that
@@ -45,6 +49,8 @@
 pub(crate) mod cutlass;
 #[allow(unsafe_code)]
 pub(crate) mod driver;
+#[allow(unsafe_code)]
+pub(crate) mod host;
 #[allow(unsafe_code)]
 pub(crate) mod launch;
 pub(crate) mod names;
