@@ -19,3 +19,4 @@ pub fn device() -> Option<Device> {
 }
 
 pub mod oracle;
+pub mod quant;
