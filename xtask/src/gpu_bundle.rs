@@ -15,7 +15,7 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs blockscale-cuda's GPU tests (a missing GPU is a failure here; the GEMM tests a
 # second time with the FP8 wgmma kernel taking FP8 block pairs up to M = 512), the golden files
 # against the CUDA backend, compute-sanitizer (memcheck and racecheck) over short
-# quantize, GEMM and GEMV tests, and the benchmarks; `sm120` runs what proves the SM120
+# quantize, GEMM, GEMV and host-pipeline tests, and the benchmarks; `sm120` runs what proves the SM120
 # GEMM tier and the GEMV on an RTX 50xx / RTX PRO Blackwell (compute capability 12.x):
 # the GEMM and GEMV tests, the golden files and the GEMM and GEMV benches;
 # `checkpoint` compares the CLI's outputs on both backends for every writer the GPU
@@ -56,6 +56,8 @@ if [ "$mode" = sanitize ] || [ "$mode" = all ]; then
         BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512 "$sanitizer" --tool "$tool" --error-exitcode 1 bin/test-gemm \
             --test-threads=1 gemm_sanitizer_smoke || status=1
         "$sanitizer" --tool "$tool" --error-exitcode 1 bin/test-gemv --test-threads=1 gemv_sanitizer_smoke || status=1
+        "$sanitizer" --tool "$tool" --error-exitcode 1 bin/test-pipeline --test-threads=1 pipeline_sanitizer_smoke \
+            || status=1
     done
 fi
 if [ "$mode" = sm120 ]; then
