@@ -141,6 +141,48 @@ impl Backend {
         }
     }
 
+    /// Quantizes `input` (`rows x k`, any strides) into caller buffers: `data` of the
+    /// scheme's code bytes and `scales` of its scale bytes (the sizes a
+    /// [`QuantRequest`](crate::QuantRequest) for it gives); returns the per-tensor scale
+    /// the scheme carries. The same bytes on every backend. On a GPU the values go
+    /// through the device's pinned staging in chunks, copies overlapping kernels
+    /// (`blockscale::cuda::HostPipeline`): what a checkpoint converter wants.
+    ///
+    /// # Errors
+    /// As [`Backend::quantize`], plus buffers of the wrong size.
+    pub fn quantize_into<T: Element>(
+        &self,
+        input: ArrayView2<'_, T>,
+        scheme: Scheme,
+        options: &QuantizeOptions,
+        data: &mut [u8],
+        scales: &mut [u8],
+    ) -> Result<Option<crate::GlobalScale>, Error> {
+        match self {
+            Self::Cpu => Ok(blockscale_cpu::quantize_into(input, scheme, options, data, scales)?),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(dev) => Ok(dev.with_host_pipeline(|pipe| {
+                blockscale_cuda::quantize_host_into(dev, pipe, input, scheme, options, data, scales)
+            })?),
+        }
+    }
+
+    /// Dequantizes `q` into `out` (`rows x k` values, row-major); the same values on
+    /// every backend. On a GPU through the device's pinned staging, as
+    /// [`Backend::quantize_into`].
+    ///
+    /// # Errors
+    /// An output of the wrong length; on the GPU a device failure.
+    pub fn dequantize_into<O: Element>(&self, q: &QuantizedMatrix, out: &mut [O]) -> Result<(), Error> {
+        match self {
+            Self::Cpu => Ok(blockscale_cpu::dequantize_slice(q, out, &blockscale_cpu::DequantizeOptions::default())?),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(dev) => {
+                Ok(dev.with_host_pipeline(|pipe| blockscale_cuda::dequantize_host_into(dev, pipe, q, out))?)
+            }
+        }
+    }
+
     /// `epilogue(A · Bᵀ)` of two quantized matrices: `a` is `m x k`, `b` is `n x k` (the
     /// weights' row-major layout), the result `m x n`.
     ///

@@ -74,14 +74,44 @@ impl BackendArg {
         match self {
             Self::Cpu => Ok(blockscale::Backend::Cpu),
             Self::Cuda => blockscale::Backend::cuda(0).map_err(|e| match e {
-                blockscale::Error::CudaNotBuilt => CliError::Unsupported(
-                    "this blockscale was built without CUDA: rebuild with \
-                     `cargo build --release -p blockscale-cli --features cuda` (needs nvcc, see the README)"
-                        .into(),
-                ),
+                blockscale::Error::CudaNotBuilt => Self::not_built(),
                 other => CliError::Cuda(other.to_string()),
             }),
         }
+    }
+
+    fn not_built() -> CliError {
+        CliError::Unsupported(
+            "this blockscale was built without CUDA: rebuild with \
+             `cargo build --release -p blockscale-cli --features cuda` (needs nvcc, see the README)"
+                .into(),
+        )
+    }
+
+    /// [`BackendArg::open`] on another thread, so that opening a GPU (driver and context:
+    /// a few hundred ms) overlaps mapping and planning the checkpoint; a build without
+    /// the backend is refused at once.
+    ///
+    /// # Errors
+    /// [`CliError::Unsupported`] for CUDA in a build without it.
+    pub fn open_in_background(self) -> Result<Opening, CliError> {
+        if self == Self::Cuda && !cfg!(feature = "cuda") {
+            return Err(Self::not_built());
+        }
+        Ok(Opening(std::thread::spawn(move || self.open())))
+    }
+}
+
+/// A backend being opened ([`BackendArg::open_in_background`]).
+pub struct Opening(std::thread::JoinHandle<Result<blockscale::Backend, CliError>>);
+
+impl Opening {
+    /// Waits for the backend.
+    ///
+    /// # Errors
+    /// As [`BackendArg::open`].
+    pub fn join(self) -> Result<blockscale::Backend, CliError> {
+        self.0.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 }
 

@@ -3,7 +3,7 @@
 //! unquantized, and a found weight dequantized on the CPU backend.
 
 use blockscale::checkpoint::{self, Catalog, Found, TensorEntry, Writes, layer_prefix};
-use blockscale::{Backend, DequantizeOptions, Element, dequantize_slice};
+use blockscale::{Backend, Element};
 
 use crate::cli::ConventionArg;
 use crate::error::CliError;
@@ -55,15 +55,12 @@ pub fn decode<O: Element>(backend: &Backend, catalog: &Catalog<'_>, f: &Found) -
     let failed = |e: &dyn std::fmt::Display| {
         CliError::tensor(catalog.path_of(&f.main), &f.main, format!("dequantizing failed: {e}"))
     };
-    let out = match backend {
-        Backend::Cpu => {
-            let mut out = vec![O::default(); f.rows * f.k];
-            dequantize_slice(&q, &mut out, &DequantizeOptions::default()).map_err(|e| failed(&e))?;
-            out
-        }
+    let mut out = vec![O::default(); f.rows * f.k];
+    backend.dequantize_into(&q, &mut out).map_err(|e| match backend {
+        Backend::Cpu => failed(&e),
         #[allow(unreachable_patterns, reason = "Cuda exists only with the cuda feature")]
-        gpu => gpu.dequantize::<O>(&q).map_err(|e| CliError::Cuda(e.to_string()))?.into_raw_vec_and_offset().0,
-    };
+        _ => CliError::Cuda(e.to_string()),
+    })?;
     Ok(match f.decode {
         checkpoint::Decode::Matrix { transpose_experts: Some(e), .. } => {
             checkpoint::transpose_experts(&out, e, f.rows / e, f.k)

@@ -25,22 +25,22 @@ pub fn quantize(
     ))
 }
 
-
-/// Quantizes `values` as a `rows x k` matrix on the CPU into `data` and `scales`
-/// ([`blockscale::quantize_into`]); returns the per-tensor scale (NVFP4).
+/// Quantizes `values` as a `rows x k` matrix on `backend` into `data` and `scales`
+/// ([`Backend::quantize_into`]); returns the per-tensor scale (NVFP4).
 ///
 /// # Errors
-/// As [`blockscale::quantize_into`]; `rows x k` must be the length.
+/// As [`Backend::quantize_into`]; `rows x k` must be the length.
 pub fn quantize_into(
     values: &FloatValues<'_>,
+    backend: &Backend,
     (rows, k): (usize, usize),
     scheme: Scheme,
     options: &QuantizeOptions,
     data: &mut [u8],
     scales: &mut [u8],
-) -> Result<Option<GlobalScale>, blockscale::CpuError> {
+) -> Result<Option<GlobalScale>, blockscale::Error> {
     assert_eq!(rows * k, values.len(), "a tensor's values are rows x k");
-    for_float_values!(values, |v| blockscale::quantize_into(
+    for_float_values!(values, |v| backend.quantize_into(
         ArrayView2::from_shape((rows, k), &v[..]).expect("checked"),
         scheme,
         options,

@@ -51,6 +51,10 @@ pub struct Device {
     /// [`Device::reserve_workspace`]; every use is ordered on `stream`. (Boxed: a
     /// `Device` stays small enough to sit in enums such as the facade's `Backend`.)
     scratch: Box<Mutex<Scratch>>,
+    /// The device's own host-to-host pipeline ([`Device::with_host_pipeline`]), made on
+    /// its first use: pinned staging is allocated only by programs that convert host
+    /// arrays.
+    host: Box<Mutex<Option<crate::HostPipeline>>>,
 }
 
 // A Device is shared between threads (an engine's workers, rayon tasks): its lazily
@@ -186,7 +190,39 @@ impl Device {
             sm_count,
             loaded: Mutex::new(Loaded::default()),
             scratch: Box::new(Mutex::new(Scratch::default())),
+            host: Box::new(Mutex::new(None)),
         })
+    }
+
+    /// Runs `f` with this device's own [`crate::HostPipeline`] (made on the first call,
+    /// with the default chunk size, and kept: 104 MB of pinned staging), one caller at a
+    /// time. The facade's host-array conversions (`Backend::quantize_into`,
+    /// `Backend::dequantize_into`) go through it; a program that wants its own chunk
+    /// size or one pipeline per thread makes its own.
+    ///
+    /// # Errors
+    /// Making the pipeline's ([`crate::HostPipeline::new`]), or `f`'s.
+    pub fn with_host_pipeline<R>(
+        &self,
+        f: impl FnOnce(&mut crate::HostPipeline) -> Result<R, CudaError>,
+    ) -> Result<R, CudaError> {
+        let mut slot = match self.host.lock() {
+            Ok(slot) => slot,
+            Err(poisoned) => {
+                // A panic inside an earlier `f` may have left copies queued on the
+                // pipeline's streams: wait for all of the context's work, then start
+                // over with a new pipeline.
+                let mut slot = poisoned.into_inner();
+                self.ctx.synchronize().map_err(CudaError::driver("synchronizing after a panic"))?;
+                *slot = None;
+                self.host.clear_poison();
+                slot
+            }
+        };
+        if slot.is_none() {
+            *slot = Some(crate::HostPipeline::new(self)?);
+        }
+        f(slot.as_mut().expect("made above"))
     }
 
     /// Loads every kernel module now rather than on first use (what opening a device

@@ -62,7 +62,7 @@ pub struct DequantizeReport {
 /// output that exists or cannot be written.
 pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let start = Instant::now();
-    let backend = args.backend.open()?;
+    let opening = args.backend.open_in_background()?;
     let ckpt = Checkpoint::open(&args.input)?;
     same_path_check(&args.input, &args.output)?;
     Output::refuse_existing(&args.output, args.out.force)?;
@@ -73,6 +73,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let (found, consumed) = detect(&catalog, &declared)?;
     check_coverage(&catalog, &found, &consumed, &declared)?;
     check_declared(&catalog, &declared, &found)?;
+    let backend = opening.join()?;
     let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
     let output = Output::create(&args.output, kind, args.out.force)?;
     let by_main: BTreeMap<&str, &Found> = found.iter().map(|f| (f.main.as_str(), f)).collect();

@@ -103,11 +103,10 @@ impl Job {
 impl Job {
     /// Whether [`Job::run_into`] can quantize this run's weights into caller buffers
     /// that are then written as they are (every convention stores a library scheme's
-    /// codes and scales unchanged): a library scheme with blockscale's recipe, on the CPU.
+    /// codes and scales unchanged): a library scheme with blockscale's recipe, on either
+    /// backend (the GPU's through its pinned staging, `Backend::quantize_into`).
     pub fn quantizes_into(&self) -> bool {
-        matches!(self.scheme, QuantizeScheme::Block(_))
-            && self.recipe == RecipeArg::Blockscale
-            && matches!(self.backend, Backend::Cpu)
+        matches!(self.scheme, QuantizeScheme::Block(_)) && self.recipe == RecipeArg::Blockscale
     }
 
     /// [`Job::run`] into caller buffers (only where [`Job::quantizes_into`]): the codes
@@ -129,8 +128,9 @@ impl Job {
         };
         let Weight { path, tensor: t, bytes, plan } = w;
         let values = values::from_le_bytes(t.dtype, bytes).expect("selected tensors are float");
-        let global = values::quantize_into(&values, (plan.rows, plan.k), scheme, &self.options, data, scales)
-            .map_err(|e| self.error(path, &t.name, &e.into()))?;
+        let global =
+            values::quantize_into(&values, &self.backend, (plan.rows, plan.k), scheme, &self.options, data, scales)
+                .map_err(|e| self.error(path, &t.name, &e))?;
         drop(values);
         let poisoned_blocks = poisoned_bytes(scales, scheme);
         self.warn_poisoned(path, &t.name, poisoned_blocks, progress);

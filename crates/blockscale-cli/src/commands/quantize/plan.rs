@@ -87,7 +87,7 @@ pub fn plan(args: &QuantizeArgs) -> Result<(Job, Plan), CliError> {
     let start = Instant::now();
     let (scheme, layout) = check_options(args)?;
     let selector = Selector::new(&args.include, &args.exclude, !args.no_default_excludes)?;
-    let backend = args.backend.open()?;
+    let opening = args.backend.open_in_background()?;
     let checkpoint = Checkpoint::open(&args.input)?;
     same_path_check(&args.input, &args.output)?;
     let kind = if checkpoint.is_dir { OutputKind::Dir } else { OutputKind::File };
@@ -130,6 +130,7 @@ pub fn plan(args: &QuantizeArgs) -> Result<(Job, Plan), CliError> {
         shards[0].metadata.extend(configs.metadata.iter().cloned());
     }
     let unused_calibration = calibration.keys().filter(|k| !used_calibration.contains(*k)).cloned().collect();
+    let backend = opening.join()?;
     let plan = Plan {
         start,
         scheme,
