@@ -167,6 +167,21 @@ impl Backend {
         }
     }
 
+    /// Makes the pinned staging [`Backend::quantize_into`] and
+    /// [`Backend::dequantize_into`] use on a GPU now (about 50 ms for 104 MB on the H100
+    /// machine) rather than inside the first call, e.g. on a thread while a converter
+    /// plans its work. Nothing on the CPU.
+    ///
+    /// # Errors
+    /// On the GPU: pinned or device memory that cannot be allocated.
+    pub fn reserve_host_staging(&self) -> Result<(), Error> {
+        match self {
+            Self::Cpu => Ok(()),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(dev) => Ok(dev.with_host_pipeline(|_| Ok(()))?),
+        }
+    }
+
     /// Dequantizes `q` into `out` (`rows x k` values, row-major); the same values on
     /// every backend. On a GPU through the device's pinned staging, as
     /// [`Backend::quantize_into`].

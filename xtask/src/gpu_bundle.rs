@@ -93,14 +93,17 @@ fi
 if [ "$mode" = checkpoint ]; then
     ./cli_cmp.sh bin/blockscale || status=1
     work="${BLOCKSCALE_CHECKPOINT_DIR:-/dev/shm/blockscale-checkpoint}"
-    python3 gen_checkpoint.py "$work/model" || exit 1
+    # 4 shards: 2.01 GB of bf16 weights (issue 29's checkpoint); 16 shards: 8.05 GB.
+    for shards in ${BLOCKSCALE_CHECKPOINT_SHARDS:-4 16}; do
+    rm -rf "$work"
+    python3 gen_checkpoint.py "$work/model" "$shards" || exit 1
     for backend in cpu cuda; do
         for i in 1 2 3; do
             rm -rf "$work/out-$backend"
             bin/blockscale quantize "$work/model" -o "$work/out-$backend" --scheme nvfp4 \
                 --convention modelopt --backend "$backend" --json > "$work/report-$backend-$i.json" || status=1
-            python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], r['seconds'], 's', r['throughput_gb_s'], 'GB/s')" \
-                "$work/report-$backend-$i.json" "$backend" || status=1
+            python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[3], 'shards: quantize', sys.argv[2], r['seconds'], 's', r['throughput_gb_s'], 'GB/s')" \
+                "$work/report-$backend-$i.json" "$backend" "$shards" || status=1
         done
     done
     for f in "$work"/out-cpu/*; do
@@ -112,12 +115,14 @@ if [ "$mode" = checkpoint ]; then
             rm -rf "$work/deq-$backend"
             bin/blockscale dequantize "$work/out-cpu" -o "$work/deq-$backend" --backend "$backend" --json \
                 > "$work/deq-$backend-$i.json" || status=1
-            python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('dequantize', sys.argv[2], r['seconds'], 's')" \
-                "$work/deq-$backend-$i.json" "$backend" || status=1
+            python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[3], 'shards: dequantize', sys.argv[2], r['seconds'], 's')" \
+                "$work/deq-$backend-$i.json" "$backend" "$shards" || status=1
         done
     done
     for f in "$work"/deq-cpu/*; do
         cmp -s "$f" "$work/deq-cuda/$(basename "$f")" || { echo "dequantize differs: $(basename "$f")"; status=1; }
+    done
+    echo "dequantize outputs compared byte for byte (status $status)"
     done
     rm -rf "$work"
 fi
@@ -168,8 +173,9 @@ out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 g = torch.Generator().manual_seed(7)
 weight_map = {}
-for s in range(4):
-    name = f"model-{s + 1:05d}-of-00004.safetensors"
+shards = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+for s in range(shards):
+    name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
     tensors = {}
     for j in range(6):
         t = f"model.layers.{s * 6 + j}.mlp.up_proj.weight"

@@ -46,27 +46,51 @@ pub fn ignored_linear_layers<'a>(
 /// the library's checkpoint layer decodes them.
 ///
 /// # Errors
+/// As [`decode_into`].
+pub fn decode<O: Element>(backend: &Backend, catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, CliError> {
+    let mut out = vec![O::default(); f.rows * f.k];
+    decode_into(backend, catalog, f, &mut out)?;
+    Ok(out)
+}
+
+/// [`decode`] into `out`, `f.rows * f.k` values (a buffer reused from weight to weight:
+/// no fresh pages to fault in for each).
+///
+/// # Errors
 /// [`CliError::Checkpoint`] for parts that do not form a valid weight, the backend's
 /// failure as [`CliError::Cuda`].
-pub fn decode<O: Element>(backend: &Backend, catalog: &Catalog<'_>, f: &Found) -> Result<Vec<O>, CliError> {
+///
+/// # Panics
+/// If `out` is not `f.rows * f.k` values (a bug of the caller).
+pub fn decode_into<O: Element>(
+    backend: &Backend,
+    catalog: &Catalog<'_>,
+    f: &Found,
+    out: &mut [O],
+) -> Result<(), CliError> {
+    assert_eq!(out.len(), f.rows * f.k, "the output holds the weight");
     let Some(q) = checkpoint::matrix(catalog, f)? else {
-        return Ok(checkpoint::decode_values(catalog, f)?);
+        out.copy_from_slice(&checkpoint::decode_values::<O>(catalog, f)?);
+        return Ok(());
     };
-    let failed = |e: &dyn std::fmt::Display| {
-        CliError::tensor(catalog.path_of(&f.main), &f.main, format!("dequantizing failed: {e}"))
+    let dequantize = |out: &mut [O]| {
+        backend.dequantize_into(&q, out).map_err(|e| match backend {
+            Backend::Cpu => {
+                CliError::tensor(catalog.path_of(&f.main), &f.main, format!("dequantizing failed: {e}"))
+            }
+            #[allow(unreachable_patterns, reason = "Cuda exists only with the cuda feature")]
+            _ => CliError::Cuda(e.to_string()),
+        })
     };
-    let mut out = vec![O::default(); f.rows * f.k];
-    backend.dequantize_into(&q, &mut out).map_err(|e| match backend {
-        Backend::Cpu => failed(&e),
-        #[allow(unreachable_patterns, reason = "Cuda exists only with the cuda feature")]
-        _ => CliError::Cuda(e.to_string()),
-    })?;
-    Ok(match f.decode {
+    match f.decode {
         checkpoint::Decode::Matrix { transpose_experts: Some(e), .. } => {
-            checkpoint::transpose_experts(&out, e, f.rows / e, f.k)
+            let mut stored = vec![O::default(); out.len()];
+            dequantize(&mut stored)?;
+            out.copy_from_slice(&checkpoint::transpose_experts(&stored, e, f.rows / e, f.k));
         }
-        _ => out,
-    })
+        _ => dequantize(out)?,
+    }
+    Ok(())
 }
 
 #[cfg(test)]

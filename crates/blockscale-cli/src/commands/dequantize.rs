@@ -15,7 +15,7 @@ use blockscale::checkpoint::{
     check_declared, copy_others, detect, same_path_check, write_index,
 };
 use crate::cli::{DequantizeArgs, DtypeArg};
-use crate::convention::decode;
+use crate::convention::decode_into;
 use crate::error::CliError;
 use crate::progress::bytes_bar;
 
@@ -90,6 +90,11 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let mut bytes_out = 0u64;
     let mut dequantized = Vec::new();
     let mut copied = Vec::new();
+    let mut buffers = match args.dtype {
+        DtypeArg::Bf16 => AnyBuffers::Bf16(Buffers::default()),
+        DtypeArg::F16 => AnyBuffers::F16(Buffers::default()),
+        DtypeArg::F32 => AnyBuffers::F32(Buffers::default()),
+    };
     for shard in &shards {
         let file_name = Checkpoint::file_name(shard.path());
         // Quantized weights are written in the shard that holds their data; the scale
@@ -118,12 +123,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
         for t in shard.tensors() {
             pb.set_message(t.name.clone());
             if let Some(f) = by_main.get(t.name.as_str()) {
-                let bytes = match args.dtype {
-                    DtypeArg::Bf16 => bytemuck::cast_slice(&decode::<bf16>(&backend, &catalog, f)?).to_vec(),
-                    DtypeArg::F16 => bytemuck::cast_slice(&decode::<f16>(&backend, &catalog, f)?).to_vec(),
-                    DtypeArg::F32 => bytemuck::cast_slice(&decode::<f32>(&backend, &catalog, f)?).to_vec(),
-                };
-                w.write(&f.output, &bytes)?;
+                buffers.write(&backend, &catalog, f, &mut w)?;
                 for p in &f.parts {
                     catalog.release(p);
                 }
@@ -141,6 +141,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
             }
             pb.inc(t.nbytes() as u64);
         }
+        buffers.wait()?;
         bytes_out += w.finish()?;
     }
     pb.finish_and_clear();
@@ -177,6 +178,95 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+/// Two buffers of dequantized values, reused from weight to weight: one is filled
+/// while a thread writes the other's bytes into the output (`pending`, which hands it
+/// back), so that neither fresh pages nor the write hold up the next weight.
+struct Buffers<O> {
+    spare: Vec<O>,
+    pending: Option<std::thread::JoinHandle<Result<Vec<O>, CliError>>>,
+}
+
+impl<O> Default for Buffers<O> {
+    fn default() -> Self {
+        Self { spare: Vec::new(), pending: None }
+    }
+}
+
+impl<O: blockscale::Element + bytemuck::Pod> Buffers<O> {
+    /// Dequantizes `f` into the spare buffer and hands it to a thread that writes it
+    /// into its slot of `w`.
+    fn write(
+        &mut self,
+        backend: &blockscale::Backend,
+        catalog: &Catalog<'_>,
+        f: &Found,
+        w: &mut ShardWriter,
+    ) -> Result<(), CliError> {
+        let n = f.rows * f.k;
+        let mut buf = std::mem::take(&mut self.spare);
+        buf.resize(n.max(buf.len()), O::default());
+        decode_into(backend, catalog, f, &mut buf[..n])?;
+        self.wait()?;
+        let slot = w.claim(&f.output, std::mem::size_of_val(&buf[..n]))?;
+        self.pending = Some(std::thread::spawn(move || {
+            slot.write(bytemuck::cast_slice(&buf[..n]))?;
+            Ok(buf)
+        }));
+        Ok(())
+    }
+
+    /// Waits for the write in flight, if any, and keeps its buffer.
+    fn wait(&mut self) -> Result<(), CliError> {
+        if let Some(p) = self.pending.take() {
+            let buf = p.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+            if buf.len() > self.spare.len() {
+                self.spare = buf;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<O> Drop for Buffers<O> {
+    /// After an error: the write in flight ends before the output is removed.
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            let _ = p.join();
+        }
+    }
+}
+
+/// [`Buffers`] of the output dtype.
+enum AnyBuffers {
+    Bf16(Buffers<bf16>),
+    F16(Buffers<f16>),
+    F32(Buffers<f32>),
+}
+
+impl AnyBuffers {
+    fn write(
+        &mut self,
+        backend: &blockscale::Backend,
+        catalog: &Catalog<'_>,
+        f: &Found,
+        w: &mut ShardWriter,
+    ) -> Result<(), CliError> {
+        match self {
+            Self::Bf16(b) => b.write(backend, catalog, f, w),
+            Self::F16(b) => b.write(backend, catalog, f, w),
+            Self::F32(b) => b.write(backend, catalog, f, w),
+        }
+    }
+
+    fn wait(&mut self) -> Result<(), CliError> {
+        match self {
+            Self::Bf16(b) => b.wait(),
+            Self::F16(b) => b.wait(),
+            Self::F32(b) => b.wait(),
+        }
+    }
 }
 
 /// Metadata that describes quantized tensors (native per-tensor keys, blockscale's and
