@@ -63,8 +63,10 @@ pub use safetensors::Dtype;
 
 pub use catalog::Catalog;
 pub use configs::Configs;
-pub use convention::{CONVENTIONS, Convention, Writes, by_name, check_declared, detect, encode, layer_prefix, writers};
-pub use declared::{Declared, check_coverage};
+pub use convention::{
+    CONVENTIONS, Convention, Writes, by_name, check_coverage, check_declared, detect, encode, layer_prefix, writers,
+};
+pub use declared::Declared;
 pub use decode::{Weight, matrix, transpose_experts, values as decode_values, weight};
 pub use error::CheckpointError;
 pub use folder::Checkpoint;

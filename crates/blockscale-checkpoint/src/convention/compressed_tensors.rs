@@ -23,7 +23,7 @@ use safetensors::Dtype;
 
 use super::shared::{nvfp4_found, scaled_fp8, scaled_fp8_prefix};
 use super::{Convention, Detect, Plan, Writes, layer_prefix};
-use crate::{CheckpointError, Configs, Decode, Found, GlobalSource, PlannedTensor, TensorEntry};
+use crate::{CheckpointError, Configs, Declared, Decode, Found, GlobalSource, PlannedTensor, TensorEntry};
 
 /// The convention's name.
 const NAME: &str = "compressed-tensors";
@@ -378,6 +378,18 @@ impl WeightArgs<'_> {
 }
 
 impl CtConfig {
+    /// The compressed-tensors config the checkpoint declares, checked (`None` for
+    /// another or none).
+    ///
+    /// # Errors
+    /// As [`CtConfig::parse`].
+    pub fn declared(declared: &Declared) -> Result<Option<Self>, CheckpointError> {
+        match declared.quantization_config() {
+            Some(qc) => Self::parse(qc, declared.source()),
+            None => Ok(None),
+        }
+    }
+
     /// Reads `qc` (a `quantization_config` found in `source`): `None` unless its
     /// `quant_method` is `compressed-tensors`.
     ///

@@ -12,6 +12,7 @@
 //! | `deepseek` | DeepSeek-V3 FP8 (`weight_scale_inv` per 128x128) | FP8 128x128 |
 
 pub mod compressed_tensors;
+mod coverage;
 pub mod deepseek;
 pub mod gpt_oss;
 pub mod modelopt;
@@ -27,6 +28,7 @@ use crate::dtypes::scale_bytes;
 use crate::{Catalog, CheckpointError, Configs, Declared, Found, PlannedTensor, TensorEntry};
 
 pub use compressed_tensors::CtConfig;
+pub use coverage::check_coverage;
 
 /// Every convention, in the order detection asks them about a tensor (the first that
 /// claims it decides). Their tensor names are disjoint but for `.weight`, where the
@@ -193,7 +195,7 @@ pub struct Detect<'c> {
 /// [`CheckpointError::Unsupported`] for a compressed-tensors config blockscale does not
 /// read; the conventions' errors ([`Convention::detect`]).
 pub fn detect(catalog: &Catalog<'_>, declared: &Declared) -> Result<(Vec<Found>, HashSet<String>), CheckpointError> {
-    let cx = Detect { catalog, ct: declared.compressed_tensors()?, declared };
+    let cx = Detect { catalog, ct: CtConfig::declared(declared)?, declared };
     let mut found = Vec::new();
     for shard in catalog.shards() {
         for t in shard.tensors() {
@@ -215,7 +217,7 @@ pub fn detect(catalog: &Catalog<'_>, declared: &Declared) -> Result<(Vec<Found>,
 /// # Errors
 /// The first convention's error.
 pub fn check_declared(catalog: &Catalog<'_>, declared: &Declared, found: &[Found]) -> Result<(), CheckpointError> {
-    let cx = Detect { catalog, ct: declared.compressed_tensors()?, declared };
+    let cx = Detect { catalog, ct: CtConfig::declared(declared)?, declared };
     CONVENTIONS.iter().try_for_each(|c| c.check_declared(&cx, found))
 }
 

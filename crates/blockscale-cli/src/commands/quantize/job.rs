@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use blockscale::{Backend, QuantizeOptions, ScaleData, ScaleFormat, Scheme};
+use blockscale::{Backend, GlobalScale, QuantizeOptions, ScaleData, ScaleFormat, Scheme};
 use indicatif::ProgressBar;
 
 use blockscale::checkpoint::TensorEntry;
@@ -15,7 +15,6 @@ use crate::error::CliError;
 use crate::scheme_arg::QuantizeScheme;
 use crate::values;
 
-use super::plan::WeightPlan;
 
 /// How every weight of a run is quantized and stored.
 pub struct Job {
@@ -29,6 +28,21 @@ pub struct Job {
     pub options: QuantizeOptions,
     /// Whose NVFP4 scale choices (`--recipe modelopt` quantizes on the CPU, in the CLI).
     pub recipe: RecipeArg,
+}
+
+/// How one weight is quantized.
+pub struct WeightPlan {
+    /// Rows (N).
+    pub rows: usize,
+    /// K, the quantized dimension.
+    pub k: usize,
+    /// The NVFP4 activation scale from calibration, if the layer has an entry.
+    pub input_scale: Option<GlobalScale>,
+    /// The activations' amax from calibration, if the layer has an entry (FP8 per
+    /// tensor: `input_scale` = amax / 448).
+    pub activation_amax: Option<f32>,
+    /// The names of the output tensors it becomes.
+    pub outputs: Vec<String>,
 }
 
 /// One weight to quantize: where it comes from, its bytes and its plan.

@@ -18,7 +18,7 @@ use crate::error::CliError;
 use crate::scheme_arg::{QuantizeScheme, parse_scheme};
 use crate::select::Selector;
 
-use super::job::Job;
+use super::job::{Job, WeightPlan};
 use super::report::SkippedEntry;
 
 /// Everything `quantize` decided before writing: what becomes of each tensor of each
@@ -60,20 +60,6 @@ pub struct ShardPlan {
     pub weights: Vec<Option<WeightPlan>>,
 }
 
-/// How one weight is quantized.
-pub struct WeightPlan {
-    /// Rows (N).
-    pub rows: usize,
-    /// K, the quantized dimension.
-    pub k: usize,
-    /// The NVFP4 activation scale from calibration, if the layer has an entry.
-    pub input_scale: Option<GlobalScale>,
-    /// The activations' amax from calibration, if the layer has an entry (FP8 per
-    /// tensor: `input_scale` = amax / 448).
-    pub activation_amax: Option<f32>,
-    /// The names of the output tensors it becomes.
-    pub outputs: Vec<String>,
-}
 
 /// Checks the options, opens the backend, the checkpoint and the destination (refusing
 /// an existing one without `--force`), and plans every shard: the per-tensor job's
