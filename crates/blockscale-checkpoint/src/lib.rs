@@ -34,7 +34,8 @@
 //! # Ok::<(), blockscale_checkpoint::CheckpointError>(())
 //! ```
 
-// `unsafe` only where a file is memory-mapped (shard.rs, with its SAFETY lines).
+// `unsafe` only where a file is memory-mapped (shard.rs and mapped.rs, with their
+// SAFETY lines).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -48,6 +49,8 @@ mod error;
 mod folder;
 mod found;
 pub mod interrupt;
+#[allow(unsafe_code)]
+mod mapped;
 mod output;
 mod reader;
 pub mod recipe;
@@ -76,4 +79,4 @@ pub use reader::{Loaded, PlainTensor, Reader};
 pub use save::{PlainData, save};
 pub use shard::{Shard, TensorEntry};
 pub use side_files::{copy_others, write_index};
-pub use writer::{PlannedTensor, ShardWriter, SlotWriter};
+pub use writer::{MappedSlot, PlannedTensor, ShardWriter, SlotWriter};

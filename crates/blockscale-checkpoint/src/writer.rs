@@ -57,6 +57,25 @@ impl SlotWriter {
     }
 }
 
+/// One tensor's bytes in the file being written, memory mapped
+/// ([`ShardWriter::claim_mapped`]).
+pub struct MappedSlot {
+    map: crate::mapped::SlotMap,
+}
+
+impl MappedSlot {
+    /// The tensor's bytes, to write in place.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.map.bytes_mut()
+    }
+}
+
+impl std::fmt::Debug for MappedSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedSlot").field("len", &self.map.len()).finish()
+    }
+}
+
 /// A safetensors file being written tensor by tensor.
 pub struct ShardWriter {
     path: PathBuf,
@@ -111,7 +130,10 @@ impl ShardWriter {
             json.push(b' ');
         }
         let write_err = |source| CheckpointError::Write { path: path.to_owned(), source };
-        let mut file = File::create(path).map_err(write_err)?;
+        // Readable too: a slot may be memory mapped (`claim_mapped`), which a write-only
+        // descriptor cannot do.
+        let mut file =
+            File::options().read(true).write(true).create(true).truncate(true).open(path).map_err(write_err)?;
         file.write_all(&(json.len() as u64).to_le_bytes()).map_err(write_err)?;
         file.write_all(&json).map_err(write_err)?;
         let data_start = 8 + json.len() as u64;
@@ -175,6 +197,23 @@ impl ShardWriter {
         Ok(SlotWriter { path: path.clone(), file, offset: self.data_start + slot.0, len })
     }
 
+    /// Claims the slot of tensor `name` (`len` bytes, as [`ShardWriter::claim`]) as
+    /// memory mapped from the file, for a producer that writes its bytes in place: no
+    /// buffer of its own, no copy, and page faults spread over the producer's threads
+    /// rather than one writer's `pwrite` (which a memory file system serializes per
+    /// file). The slot is marked written; its bytes are whatever the mapping holds when
+    /// the [`MappedSlot`] is dropped (zeros if nothing is written).
+    ///
+    /// # Errors
+    /// As [`ShardWriter::claim`]; [`CheckpointError::Write`] if the file cannot be
+    /// mapped.
+    pub fn claim_mapped(&mut self, name: &str, len: usize) -> Result<MappedSlot, CheckpointError> {
+        let slot = self.claim(name, len)?;
+        crate::mapped::map(&slot.file, slot.offset, len)
+            .map(|map| MappedSlot { map })
+            .map_err(|source| CheckpointError::Write { path: self.path.clone(), source })
+    }
+
     /// Checks that every planned tensor was written and flushes the file to disk.
     ///
     /// # Errors
@@ -212,6 +251,30 @@ mod tests {
         let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
         assert_eq!(st.tensor("a").unwrap().data(), [7, 8, 9]);
         assert_eq!(st.tensor("b").unwrap().data(), [1, 2]);
+    }
+
+    #[test]
+    fn a_mapped_slot_is_written_in_place_and_counts_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.safetensors");
+        // A slot that starts past the first page and spans two, and a small one.
+        let planned = [PlannedTensor::new("a", Dtype::U8, vec![5000]), PlannedTensor::new("b", Dtype::U8, vec![3])];
+        let mut w = ShardWriter::create(&path, &planned, &BTreeMap::new()).unwrap();
+        assert!(w.claim_mapped("a", 4999).unwrap_err().to_string().contains("4999 bytes, the header says 5000"));
+        let mut b = w.claim_mapped("b", 3).unwrap();
+        b.bytes_mut().copy_from_slice(&[7, 8, 9]);
+        let mut a = w.claim_mapped("a", 5000).unwrap();
+        for (i, x) in a.bytes_mut().iter_mut().enumerate() {
+            *x = (i % 251) as u8;
+        }
+        assert!(w.write("a", &[0; 5000]).unwrap_err().to_string().contains("written twice"));
+        drop((a, b));
+        w.finish().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        assert_eq!(st.tensor("b").unwrap().data(), [7, 8, 9]);
+        let a: Vec<u8> = (0..5000).map(|i| (i % 251) as u8).collect();
+        assert_eq!(st.tensor("a").unwrap().data(), &a[..]);
     }
 
     #[test]

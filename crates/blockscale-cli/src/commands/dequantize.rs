@@ -141,7 +141,6 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
             }
             pb.inc(t.nbytes() as u64);
         }
-        buffers.wait()?;
         bytes_out += w.finish()?;
     }
     pb.finish_and_clear();
@@ -180,23 +179,23 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Two buffers of dequantized values, reused from weight to weight: one is filled
-/// while a thread writes the other's bytes into the output (`pending`, which hands it
-/// back), so that neither fresh pages nor the write hold up the next weight.
+/// Writes dequantized weights in place: each weight's slot of the output file is
+/// memory mapped and the backend dequantizes straight into it (no buffer, no copy; the
+/// page faults spread over the backend's threads instead of one `pwrite`, which a memory
+/// file system serializes per file). A slot not aligned for the dtype (never, for the
+/// files [`ShardWriter`] lays out) goes through a reused buffer.
 struct Buffers<O> {
     spare: Vec<O>,
-    pending: Option<std::thread::JoinHandle<Result<Vec<O>, CliError>>>,
 }
 
 impl<O> Default for Buffers<O> {
     fn default() -> Self {
-        Self { spare: Vec::new(), pending: None }
+        Self { spare: Vec::new() }
     }
 }
 
 impl<O: blockscale::Element + bytemuck::Pod> Buffers<O> {
-    /// Dequantizes `f` into the spare buffer and hands it to a thread that writes it
-    /// into its slot of `w`.
+    /// Dequantizes `f` into its slot of `w`.
     fn write(
         &mut self,
         backend: &blockscale::Backend,
@@ -205,35 +204,15 @@ impl<O: blockscale::Element + bytemuck::Pod> Buffers<O> {
         w: &mut ShardWriter,
     ) -> Result<(), CliError> {
         let n = f.rows * f.k;
-        let mut buf = std::mem::take(&mut self.spare);
-        buf.resize(n.max(buf.len()), O::default());
-        decode_into(backend, catalog, f, &mut buf[..n])?;
-        self.wait()?;
-        let slot = w.claim(&f.output, std::mem::size_of_val(&buf[..n]))?;
-        self.pending = Some(std::thread::spawn(move || {
-            slot.write(bytemuck::cast_slice(&buf[..n]))?;
-            Ok(buf)
-        }));
-        Ok(())
-    }
-
-    /// Waits for the write in flight, if any, and keeps its buffer.
-    fn wait(&mut self) -> Result<(), CliError> {
-        if let Some(p) = self.pending.take() {
-            let buf = p.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-            if buf.len() > self.spare.len() {
-                self.spare = buf;
+        let mut slot = w.claim_mapped(&f.output, n * std::mem::size_of::<O>())?;
+        match bytemuck::try_cast_slice_mut::<u8, O>(slot.bytes_mut()) {
+            Ok(out) => decode_into(backend, catalog, f, out),
+            Err(_) => {
+                self.spare.resize(n.max(self.spare.len()), O::default());
+                decode_into(backend, catalog, f, &mut self.spare[..n])?;
+                slot.bytes_mut().copy_from_slice(bytemuck::cast_slice(&self.spare[..n]));
+                Ok(())
             }
-        }
-        Ok(())
-    }
-}
-
-impl<O> Drop for Buffers<O> {
-    /// After an error: the write in flight ends before the output is removed.
-    fn drop(&mut self) {
-        if let Some(p) = self.pending.take() {
-            let _ = p.join();
         }
     }
 }
@@ -257,14 +236,6 @@ impl AnyBuffers {
             Self::Bf16(b) => b.write(backend, catalog, f, w),
             Self::F16(b) => b.write(backend, catalog, f, w),
             Self::F32(b) => b.write(backend, catalog, f, w),
-        }
-    }
-
-    fn wait(&mut self) -> Result<(), CliError> {
-        match self {
-            Self::Bf16(b) => b.wait(),
-            Self::F16(b) => b.wait(),
-            Self::F32(b) => b.wait(),
         }
     }
 }
