@@ -17,9 +17,23 @@ use super::job::{Quantized, Weight};
 use super::plan::Plan;
 use super::report::{QuantizeReport, QuantizedEntry};
 
-/// Exactly a weight's codes and scales, for a job that quantizes into them (its slots of
-/// the output file, memory mapped).
+/// Buffers of exactly a weight's codes and scales sizes, for a job that quantizes into
+/// them (reused from weight to weight).
 pub type Buffers<'a> = Option<(&'a mut [u8], &'a mut [u8])>;
+
+/// A codes and scales buffer pair.
+type Buffers2 = (Vec<u8>, Vec<u8>);
+
+/// A weight's codes and scales being written by a thread, which returns the buffers.
+struct Pending(std::thread::JoinHandle<Result<Buffers2, CliError>>);
+
+impl Pending {
+    /// Waits for the write; its buffers, or its error.
+    fn join(self) -> Result<Buffers2, CliError> {
+        // The thread only writes a file: a panic there is a bug, passed on as one.
+        self.0.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+}
 
 /// Writes the output `plan` describes, quantizing each weight with `job`, commits it,
 /// and returns the report. With `into_buffers`, `job` is given buffers the sizes of each
@@ -46,6 +60,10 @@ pub fn write(
     let mut weight_map = BTreeMap::new();
     let mut bytes_out = 0u64;
     let mut total_size = 0u64;
+    // Two sets of codes and scales buffers: a weight is quantized into one while the
+    // previous weight's set is written by a thread (`pending`), which hands it back.
+    let mut spare: Buffers2 = (Vec::new(), Vec::new());
+    let mut pending: Option<Pending> = None;
     let result = (|| -> Result<(), CliError> {
         for sp in &shards {
             let shard = &sp.shard;
@@ -73,12 +91,23 @@ pub fn write(
                             [codes, scales, ..] if into_buffers => {
                                 let len = |name| w.planned_len(name).unwrap_or(0);
                                 let (nc, ns) = (len(codes), len(scales));
-                                // Quantized in place, into the output file's mapped slots:
-                                // no buffer, no copy, and the page faults spread over the
-                                // quantizer's threads instead of one writer's pwrite.
-                                let (mut cm, mut sm) = (w.claim_mapped(codes, nc)?, w.claim_mapped(scales, ns)?);
+                                // Grown to the largest weight once, then reused: no fresh
+                                // pages to fault in and zero for every weight.
+                                let (mut d, mut s) = std::mem::take(&mut spare);
+                                d.resize(nc.max(d.len()), 0);
+                                s.resize(ns.max(s.len()), 0);
+                                let q = job(weight, &pb, Some((&mut d[..nc], &mut s[..ns])))?;
+                                if let Some(p) = pending.take() {
+                                    spare = p.join()?;
+                                }
+                                let (cw, sw) = (w.claim(codes, nc)?, w.claim(scales, ns)?);
+                                pending = Some(Pending(std::thread::spawn(move || {
+                                    cw.write(&d[..nc])?;
+                                    sw.write(&s[..ns])?;
+                                    Ok((d, s))
+                                })));
                                 out_bytes += nc + ns;
-                                job(weight, &pb, Some((cm.bytes_mut(), sm.bytes_mut())))?
+                                q
                             }
                             _ => job(weight, &pb, None)?,
                         };
@@ -100,10 +129,17 @@ pub fn write(
                 shard.release(t);
                 pb.inc(t.nbytes() as u64);
             }
+            if let Some(p) = pending.take() {
+                spare = p.join()?;
+            }
             bytes_out += w.finish()?;
         }
         Ok(())
     })();
+    if let Some(p) = pending.take() {
+        // Only after an error: the write still in flight ends before the output is removed.
+        let _ = p.join();
+    }
     result?;
     pb.finish_and_clear();
     if checkpoint.is_dir {
