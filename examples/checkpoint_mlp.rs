@@ -15,8 +15,8 @@
 //! bf16 layer. With a path (a `.safetensors` file or a model folder in any convention
 //! blockscale reads) the reference is the checkpoint's own weights dequantized and
 //! multiplied in f64, so the SQNR then measures the kernels, not the quantization.
-//! `--tokens 1` (the default) runs the GEMV of decoding, more tokens the weight-only
-//! GEMM of prefill.
+//! `--tokens 1` (the default) runs the gated GEMV and the GEMV of decoding, more tokens
+//! the weight-only GEMM of prefill, all on weights prepared once (`Backend::prepare`).
 
 use std::path::{Path, PathBuf};
 
@@ -24,7 +24,7 @@ use blockscale::checkpoint::{Dtype, Reader, Weight, by_name, save};
 use blockscale::formats::rng::SplitMix64;
 use blockscale::half::bf16;
 use blockscale::ndarray::{Array1, Array2, ArrayView2, Axis};
-use blockscale::{Activation, Backend, Epilogue, QuantizeOptions, QuantizedMatrix, Scheme};
+use blockscale::{Activation, Backend, Epilogue, Prepared, QuantizeOptions, QuantizedMatrix, Scheme};
 
 type Failure = Box<dyn std::error::Error>;
 
@@ -125,8 +125,11 @@ fn load(path: &Path, layer: usize) -> Result<Mlp, Failure> {
 
 /// Runs the MLP on `backend` and prints its SQNR against `reference`.
 fn report(path: &Path, mlp: &Mlp, backend: &Backend, x: &Array2<bf16>, reference: &Array2<f64>) -> Result<(), Failure> {
+    let prepared = [backend.prepare(&mlp.gate)?, backend.prepare(&mlp.up)?, backend.prepare(&mlp.down)?];
+    // Once to warm up (a GPU's first launches load its kernels), then timed.
+    forward(backend, &prepared, x.view())?;
     let start = std::time::Instant::now();
-    let y = forward(backend, mlp, x.view())?;
+    let y = forward(backend, &prepared, x.view())?;
     let seconds = start.elapsed().as_secs_f64();
     let snr = sqnr(y.iter().map(|&y| f64::from(y)).zip(reference.iter().copied()));
     println!(
@@ -153,24 +156,26 @@ fn sqnr<A: Into<f64>, B: Into<f64>>(pairs: impl Iterator<Item = (A, B)>) -> f64 
     10.0 * (signal / noise.max(f64::MIN_POSITIVE)).log10()
 }
 
-/// `down(silu(gate(x)) * up(x))` on the backend: the GEMV for one token, the
-/// weight-only GEMM for more; SiLU in the gate projection's epilogue, the product
-/// rounded to bf16 as an engine feeds the down projection.
-fn forward(backend: &Backend, mlp: &Mlp, x: ArrayView2<'_, bf16>) -> Result<Array2<f32>, Failure> {
+/// `down(silu(gate(x)) * up(x))` on the backend, on weights prepared once (on a GPU:
+/// on the device, in the fast kernels' layout): for one token the gated GEMV (gate and
+/// up in one pass, SiLU in the gate's epilogue) and the GEMV, for more the weight-only
+/// GEMM; the product rounded to bf16 as an engine feeds the down projection.
+fn forward(
+    backend: &Backend,
+    [gate, up, down]: &[Prepared; 3],
+    x: ArrayView2<'_, bf16>,
+) -> Result<Array2<f32>, Failure> {
     let silu = Epilogue::default().with_activation(Activation::Silu);
     let plain = Epilogue::default();
-    let project = |x: ArrayView2<'_, bf16>, w: &QuantizedMatrix, e: &Epilogue<'_>| -> Result<Array2<f32>, Failure> {
-        if x.nrows() == 1 {
-            let y: Array1<f32> = backend.gemv(x.row(0), w, e)?;
-            Ok(y.insert_axis(Axis(0)))
-        } else {
-            Ok(backend.gemm_weight_only(x, w, e)?)
-        }
-    };
-    let gate = project(x, &mlp.gate, &silu)?;
-    let up = project(x, &mlp.up, &plain)?;
-    let h = Array2::from_shape_fn(gate.dim(), |i| bf16::from_f32(gate[i] * up[i]));
-    project(h.view(), &mlp.down, &plain)
+    if x.nrows() == 1 {
+        let h: Array1<bf16> = backend.gemv_gated_prepared(x.row(0), (gate, &silu), (up, &plain))?;
+        let y: Array1<f32> = backend.gemv_prepared(h.view(), down, &plain)?;
+        return Ok(y.insert_axis(Axis(0)));
+    }
+    let g: Array2<f32> = backend.gemm_weight_only_prepared(x, gate, &silu)?;
+    let u: Array2<f32> = backend.gemm_weight_only_prepared(x, up, &plain)?;
+    let h = Array2::from_shape_fn(g.dim(), |i| bf16::from_f32(g[i] * u[i]));
+    Ok(backend.gemm_weight_only_prepared(h.view(), down, &plain)?)
 }
 
 /// The same forward in f64 from f32 weights: the reference.

@@ -319,6 +319,65 @@ impl Backend {
         }
     }
 
+    /// The gated GEMV of SwiGLU-style MLPs on prepared weights: `act_g(x · Wgᵀ) *
+    /// act_u(x · Wuᵀ)`, each side with its own epilogue (SwiGLU: `Activation::Silu` on
+    /// the gate, none on up; alpha from each side's NVFP4 per-tensor scale by default),
+    /// the product rounded once to `O`. On a GPU one kernel reads both matrices in one
+    /// pass (`blockscale::cuda::gemv_gated`); on the CPU two exact GEMVs into f32, their
+    /// product in f32. The two matrices must have one scheme and shape.
+    ///
+    /// ```
+    /// use blockscale::half::bf16;
+    /// use blockscale::ndarray::{Array1, Array2};
+    /// use blockscale::{Activation, Backend, Epilogue, QuantizeOptions, Scheme};
+    ///
+    /// let backend = Backend::cuda_if_available(0)?;
+    /// let w = |s: usize| Array2::from_shape_fn((256, 512), move |(r, c)| ((r * 7 + c * s) % 13) as f32 - 6.0);
+    /// let opts = QuantizeOptions::default();
+    /// let gate = backend.prepare(&backend.quantize(w(1).view(), Scheme::NvFp4, &opts)?)?;
+    /// let up = backend.prepare(&backend.quantize(w(3).view(), Scheme::NvFp4, &opts)?)?;
+    /// let x = Array1::from_shape_fn(512, |c| bf16::from_f32((c % 5) as f32 * 0.25));
+    /// let silu = Epilogue::default().with_activation(Activation::Silu);
+    /// let h = backend.gemv_gated_prepared::<bf16, bf16>(x.view(), (&gate, &silu), (&up, &Epilogue::default()))?;
+    /// assert_eq!(h.len(), 256);
+    /// # Ok::<(), blockscale::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::GatedMismatch`] for matrices of different schemes or shapes, and as
+    /// [`Backend::gemv_prepared`].
+    pub fn gemv_gated_prepared<I: Element, O: Element>(
+        &self,
+        x: ArrayView1<'_, I>,
+        (gate, gate_epilogue): (&Prepared, &Epilogue<'_>),
+        (up, up_epilogue): (&Prepared, &Epilogue<'_>),
+    ) -> Result<Array1<O>, Error> {
+        let (g, u) = (gate.describe(), up.describe());
+        if g != u {
+            return Err(Error::GatedMismatch { gate: g, up: u });
+        }
+        match (self, gate, up) {
+            (Self::Cpu, Prepared::Cpu(_), Prepared::Cpu(_)) => {
+                let g: Array1<f32> = self.gemv_prepared(x, gate, gate_epilogue)?;
+                let u: Array1<f32> = self.gemv_prepared(x, up, up_epilogue)?;
+                Ok(g.iter().zip(&u).map(|(a, b)| O::from_f32(a * b)).collect())
+            }
+            #[cfg(feature = "cuda")]
+            (Self::Cuda(dev), Prepared::Cuda(pg), Prepared::Cuda(pu)) => {
+                let x = x.insert_axis(ndarray::Axis(0));
+                let y = on_half!(I, x, F32_GEMV, |x| blockscale_cuda::gemv_gated_prepared_host::<_, O>(
+                    dev,
+                    x,
+                    (pg, gate_epilogue),
+                    (pu, up_epilogue)
+                ))?;
+                Ok(y.remove_axis(ndarray::Axis(0)))
+            }
+            #[cfg(feature = "cuda")]
+            _ => Err(other_backend(self)),
+        }
+    }
+
     /// [`Backend::gemm_weight_only`] on weights [`Backend::prepare`] made (on this
     /// backend): prefill and batched decode on the weights the GEMV reads. On a GPU, up
     /// to 16 rows run the prepared GEMV, more the weight-only GEMM on prepared weights
@@ -406,6 +465,17 @@ fn other_backend(backend: &Backend) -> Error {
     Error::Unsupported {
         backend: backend.name(),
         what: "weights prepared on another backend (prepare them with this one)",
+    }
+}
+
+impl Prepared {
+    /// Scheme, rows and K, for the gated GEMV's check.
+    fn describe(&self) -> (Scheme, usize, usize) {
+        match self {
+            Self::Cpu(q) => (q.scheme(), q.rows(), q.k()),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(p) => (p.scheme(), p.shape().0, p.shape().1),
+        }
     }
 }
 

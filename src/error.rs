@@ -1,6 +1,8 @@
 //! The error of the [`Backend`](crate::Backend) API: either backend's own error, or a
 //! request the chosen backend cannot run.
 
+use crate::Scheme;
+
 /// Why a [`Backend`](crate::Backend) call failed. The backends' own errors are kept whole
 /// (match on [`Error::Cpu`] / `Error::Cuda` for the details, e.g. the row and column of
 /// a NaN); their messages are the messages shown.
@@ -24,6 +26,14 @@ pub enum Error {
          (building it needs nvcc, see the README)"
     )]
     CudaNotBuilt,
+    /// The gated GEMV's two matrices differ in scheme or shape (`(scheme, rows, k)`).
+    #[error("the gated GEMV needs two matrices of one scheme and shape: gate {gate:?}, up {up:?}")]
+    GatedMismatch {
+        /// The gate's scheme, rows and K.
+        gate: (Scheme, usize, usize),
+        /// The up projection's.
+        up: (Scheme, usize, usize),
+    },
     /// The backend has no kernel for this request.
     #[error("the {backend} backend does not run {what}")]
     Unsupported {

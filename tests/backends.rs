@@ -518,3 +518,57 @@ fn asking_for_cuda_without_it_is_an_error_and_cuda_if_available_falls_back() {
     #[cfg(feature = "cuda")]
     assert_eq!(chosen.name(), if Backend::cuda(0).is_ok() { "cuda" } else { "cpu" });
 }
+
+/// `gemv_gated_prepared` is `act_g(x Wg^T) * act_u(x Wu^T)`: on the CPU exactly the
+/// product of its two GEMVs in f32; on a GPU (one kernel over both matrices) that
+/// product within each side's GEMV bound (docs/KERNELS.md: `(K' + K'/16 + 4) 2^-22` of
+/// the side's sum of |terms|, K' the padded K), twice (the gated and the separate
+/// results are each within it of the exact value), SiLU being 1.1-Lipschitz, plus the
+/// product's rounding.
+#[test]
+fn the_gated_gemv_is_the_product_of_its_two_sides() {
+    use blockscale::half::bf16;
+    use blockscale::{Activation, Error, QuantizeOptions, Scheme};
+    let (n, k) = (256, 1024);
+    let w = |s: usize| Array2::from_shape_fn((n, k), move |(r, c)| ((r * 7 + c * s) % 23) as f32 / 4.0 - 2.75);
+    let x = blockscale::ndarray::Array1::from_shape_fn(k, |c| bf16::from_f32(((c * 5) % 9) as f32 * 0.125 - 0.5));
+    let silu = Epilogue::default().with_activation(Activation::Silu);
+    let plain = Epilogue::default();
+    let rel = (k + k / 16 + 4) as f64 * 2f64.powi(-22);
+    for backend in backends() {
+        let opts = QuantizeOptions::default();
+        let (qg, qu) = (
+            backend.quantize(w(1).view(), Scheme::NvFp4, &opts).unwrap(),
+            backend.quantize(w(3).view(), Scheme::NvFp4, &opts).unwrap(),
+        );
+        let (gate, up) = (backend.prepare(&qg).unwrap(), backend.prepare(&qu).unwrap());
+        let h: blockscale::ndarray::Array1<f32> =
+            backend.gemv_gated_prepared(x.view(), (&gate, &silu), (&up, &plain)).unwrap();
+        let g: blockscale::ndarray::Array1<f32> = backend.gemv_prepared(x.view(), &gate, &silu).unwrap();
+        let u: blockscale::ndarray::Array1<f32> = backend.gemv_prepared(x.view(), &up, &plain).unwrap();
+        // Each side's sum of |terms|, from the exact dequantized weights.
+        let abs_sums = |q: &blockscale::QuantizedMatrix| {
+            let d = Backend::Cpu.dequantize::<f32>(q).unwrap();
+            d.rows()
+                .into_iter()
+                .map(|row| row.iter().zip(&x).map(|(w, x)| f64::from(*w * x.to_f32()).abs()).sum::<f64>())
+                .collect::<Vec<f64>>()
+        };
+        let (sg, su) = (abs_sums(&qg), abs_sums(&qu));
+        for i in 0..n {
+            if backend.name() == "cpu" {
+                assert_eq!(h[i].to_bits(), (g[i] * u[i]).to_bits(), "cpu row {i}");
+                continue;
+            }
+            let (bg, bu) = (2.0 * 1.1 * rel * sg[i], 2.0 * rel * su[i]);
+            let (gi, ui) = (f64::from(g[i]), f64::from(u[i]));
+            let want = gi * ui;
+            let bound = ui.abs() * bg + gi.abs() * bu + bg * bu + want.abs() * 2f64.powi(-23);
+            let got = f64::from(h[i]);
+            assert!((got - want).abs() <= bound, "{} row {i}: {got} vs {want} (bound {bound:e})", backend.name());
+        }
+        let other = backend.prepare(&backend.quantize(w(1).view(), Scheme::MxFp4, &opts).unwrap()).unwrap();
+        let e = backend.gemv_gated_prepared::<bf16, f32>(x.view(), (&gate, &silu), (&other, &plain)).unwrap_err();
+        assert!(matches!(e, Error::GatedMismatch { .. }), "{e}");
+    }
+}

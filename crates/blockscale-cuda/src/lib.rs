@@ -61,8 +61,8 @@ pub use gemm::{
     gemm_weight_only_prepared_workspace_size, gemm_weight_only_workspace_size, gemm_workspace_size,
 };
 pub use gemv::{
-    GEMV_MAX_ROWS, GatedWeights, GemvInput, GemvWeights, gemv, gemv_gated, gemv_gated_into, gemv_host, gemv_into,
-    gemv_prepared_host, gemv_workspace_size,
+    GEMV_MAX_ROWS, GatedWeights, GemvInput, GemvWeights, gemv, gemv_gated, gemv_gated_into, gemv_gated_prepared_host,
+    gemv_host, gemv_into, gemv_prepared_host, gemv_workspace_size,
 };
 pub use pipeline::{HostPipeline, dequantize_host_into, dequantize_host_with, quantize_host_into, quantize_host_with};
 pub use prepared::PreparedWeights;

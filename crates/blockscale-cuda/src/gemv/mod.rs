@@ -639,6 +639,32 @@ pub fn gemv_prepared_host<I: GemvInput, O: DeviceElement>(
     to_host(dev, &y, m, n)
 }
 
+/// Host convenience for [`gemv_gated`] on weights prepared on the device (both, of one
+/// scheme and shape): copies `x` (M x K, M <= 16) and the biases over, runs the gated
+/// GEMV with each side's epilogue and copies the M x N result back (waiting for it).
+///
+/// # Errors
+/// As [`gemv_gated`].
+pub fn gemv_gated_prepared_host<I: GemvInput, O: DeviceElement>(
+    dev: &Device,
+    x: ArrayView2<'_, I>,
+    (gate, gate_epilogue): (&PreparedWeights, &Epilogue<'_>),
+    (up, up_epilogue): (&PreparedWeights, &Epilogue<'_>),
+) -> Result<Array2<O>, CudaError> {
+    let (m, k) = x.dim();
+    check_rows(m)?;
+    let (n, wk) = gate.shape();
+    let (dx, stride) = upload(dev, x, wk)?;
+    let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
+    let y = on_device(dev, gate_epilogue, |ge| {
+        on_device(dev, up_epilogue, |ue| {
+            let w = GatedWeights { gate: gate.into(), gate_epilogue: *ge, up: up.into(), up_epilogue: *ue };
+            gemv_gated::<I, O>(dev, xm, &w)
+        })
+    })?;
+    to_host(dev, &y, m, n)
+}
+
 /// Copies host activations to the device with rows padded to 8 elements (16 bytes), as
 /// the kernel reads them, after checking their K against the weights'; returns the
 /// buffer and its row stride.
