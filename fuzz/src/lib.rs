@@ -3,7 +3,7 @@
 //! serializer that writes whatever header it is given (dtypes and shapes may lie about
 //! what the tensors are, as long as the byte counts agree).
 
-use blockscale::checkpoint::{Catalog, Declared, Shard, Weight, check_coverage, check_declared, detect, weight};
+use blockscale::checkpoint::{Catalog, Shard, Weight, recognise, weight};
 use blockscale_cli::convention::decode;
 
 /// Detects, checks and reads every quantized weight of `shards` as the library's
@@ -12,14 +12,7 @@ use blockscale_cli::convention::decode;
 pub fn read_checkpoint(shards: &[Shard]) {
     let Ok(catalog) = Catalog::new(shards) else { return };
     // A compressed-tensors config in a file's metadata steers detection, as in dequantize.
-    let declared = Declared::read(&catalog, &[]);
-    let Ok((found, consumed)) = detect(&catalog, &declared) else { return };
-    if check_coverage(&catalog, &found, &consumed, &declared).is_err() {
-        return;
-    }
-    if check_declared(&catalog, &declared, &found).is_err() {
-        return;
-    }
+    let Ok((found, _)) = recognise(&catalog, &[]) else { return };
     for f in &found {
         let _ = f.bits_per_weight(&catalog);
         let n = f.out_shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));

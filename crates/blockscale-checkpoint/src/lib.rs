@@ -67,7 +67,8 @@ pub use safetensors::Dtype;
 pub use catalog::Catalog;
 pub use configs::Configs;
 pub use convention::{
-    CONVENTIONS, Convention, Writes, by_name, check_coverage, check_declared, detect, encode, layer_prefix, writers,
+    CONVENTIONS, Convention, Writes, by_name, check_coverage, check_declared, detect, encode, layer_prefix, recognise,
+    writers,
 };
 pub use declared::Declared;
 pub use decode::{Weight, matrix, transpose_experts, values as decode_values, weight};

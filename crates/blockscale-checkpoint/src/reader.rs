@@ -8,10 +8,10 @@ use std::path::Path;
 
 use safetensors::Dtype;
 
-use crate::convention::{check_declared, detect};
+use crate::convention::recognise;
 use crate::decode::weight;
 use crate::values::{FloatValues, from_le_bytes};
-use crate::{Catalog, Checkpoint, CheckpointError, Declared, Found, Shard, Weight, check_coverage};
+use crate::{Catalog, Checkpoint, CheckpointError, Found, Shard, Weight};
 
 /// An open checkpoint: a safetensors file, or a folder of shards with or without an
 /// index, its weights recognised ([`crate::CONVENTIONS`]) and checked against what its
@@ -83,11 +83,7 @@ impl Reader {
     pub fn open(path: &Path) -> Result<Self, CheckpointError> {
         let files = Checkpoint::open(path)?;
         let shards = files.open_shards()?;
-        let catalog = Catalog::new(&shards)?;
-        let declared = Declared::read(&catalog, &files.others);
-        let (found, consumed) = detect(&catalog, &declared)?;
-        check_coverage(&catalog, &found, &consumed, &declared)?;
-        check_declared(&catalog, &declared, &found)?;
+        let (found, consumed) = recognise(&Catalog::new(&shards)?, &files.others)?;
         let by_output = found.iter().enumerate().map(|(i, f)| (f.output.clone(), i)).collect();
         Ok(Self { files, shards, found, consumed, by_output })
     }

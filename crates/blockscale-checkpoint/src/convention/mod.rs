@@ -211,6 +211,24 @@ pub fn detect(catalog: &Catalog<'_>, declared: &Declared) -> Result<(Vec<Found>,
     Ok((found, consumed))
 }
 
+/// What a reader does first: reads what the configs declare (`side_files`: a folder's
+/// config.json and hf_quant_config.json), finds every quantized weight ([`detect`]) and
+/// refuses what it could not hand back as asked ([`check_coverage`], [`check_declared`]).
+/// Returns the weights and the names of every tensor they consume.
+///
+/// # Errors
+/// The first of those steps' errors.
+pub fn recognise(
+    catalog: &Catalog<'_>,
+    side_files: &[std::path::PathBuf],
+) -> Result<(Vec<Found>, HashSet<String>), CheckpointError> {
+    let declared = Declared::read(catalog, side_files);
+    let (found, consumed) = detect(catalog, &declared)?;
+    check_coverage(catalog, &found, &consumed, &declared)?;
+    check_declared(catalog, &declared, &found)?;
+    Ok((found, consumed))
+}
+
 /// Each convention's check of what the configs declare against the weights `found`
 /// ([`Convention::check_declared`]): what a reader runs before decoding.
 ///

@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use blockscale::checkpoint::dtypes::tensor_bytes;
 use blockscale::checkpoint::{
-    Catalog, Checkpoint, Declared, Found, Output, OutputKind, PlannedTensor, ShardWriter, check_coverage,
-    check_declared, copy_others, detect, same_path_check, write_index,
+    Catalog, Checkpoint, Found, Output, OutputKind, PlannedTensor, ShardWriter, copy_others, recognise,
+    same_path_check, write_index,
 };
 use crate::cli::{DequantizeArgs, DtypeArg};
 use crate::convention::decode_into;
@@ -69,10 +69,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let shards = ckpt.open_shards()?;
     let catalog = Catalog::new(&shards)?;
     // Refused before the output exists: nothing is written.
-    let declared = Declared::read(&catalog, &ckpt.others);
-    let (found, consumed) = detect(&catalog, &declared)?;
-    check_coverage(&catalog, &found, &consumed, &declared)?;
-    check_declared(&catalog, &declared, &found)?;
+    let (found, consumed) = recognise(&catalog, &ckpt.others)?;
     let backend = opening.join()?;
     let kind = if ckpt.is_dir { OutputKind::Dir } else { OutputKind::File };
     let output = Output::create(&args.output, kind, args.out.force)?;
@@ -90,10 +87,10 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     let mut bytes_out = 0u64;
     let mut dequantized = Vec::new();
     let mut copied = Vec::new();
-    let mut buffers = match args.dtype {
-        DtypeArg::Bf16 => AnyBuffers::Bf16(Buffers::default()),
-        DtypeArg::F16 => AnyBuffers::F16(Buffers::default()),
-        DtypeArg::F32 => AnyBuffers::F32(Buffers::default()),
+    let write = match args.dtype {
+        DtypeArg::Bf16 => write_in_place::<bf16>,
+        DtypeArg::F16 => write_in_place::<f16>,
+        DtypeArg::F32 => write_in_place::<f32>,
     };
     for shard in &shards {
         let file_name = Checkpoint::file_name(shard.path());
@@ -123,7 +120,7 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
         for t in shard.tensors() {
             pb.set_message(t.name.clone());
             if let Some(f) = by_main.get(t.name.as_str()) {
-                buffers.write(&backend, &catalog, f, &mut w)?;
+                write(&backend, &catalog, f, &mut w)?;
                 for p in &f.parts {
                     catalog.release(p);
                 }
@@ -179,63 +176,26 @@ pub fn run(args: &DequantizeArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Writes dequantized weights in place: each weight's slot of the output file is
-/// memory mapped and the backend dequantizes straight into it (no buffer, no copy; the
-/// page faults spread over the backend's threads instead of one `pwrite`, which a memory
-/// file system serializes per file). A slot not aligned for the dtype (never, for the
-/// files [`ShardWriter`] lays out) goes through a reused buffer.
-struct Buffers<O> {
-    spare: Vec<O>,
-}
-
-impl<O> Default for Buffers<O> {
-    fn default() -> Self {
-        Self { spare: Vec::new() }
-    }
-}
-
-impl<O: blockscale::Element + bytemuck::Pod> Buffers<O> {
-    /// Dequantizes `f` into its slot of `w`.
-    fn write(
-        &mut self,
-        backend: &blockscale::Backend,
-        catalog: &Catalog<'_>,
-        f: &Found,
-        w: &mut ShardWriter,
-    ) -> Result<(), CliError> {
-        let n = f.rows * f.k;
-        let mut slot = w.claim_mapped(&f.output, n * std::mem::size_of::<O>())?;
-        match bytemuck::try_cast_slice_mut::<u8, O>(slot.bytes_mut()) {
-            Ok(out) => decode_into(backend, catalog, f, out),
-            Err(_) => {
-                self.spare.resize(n.max(self.spare.len()), O::default());
-                decode_into(backend, catalog, f, &mut self.spare[..n])?;
-                slot.bytes_mut().copy_from_slice(bytemuck::cast_slice(&self.spare[..n]));
-                Ok(())
-            }
-        }
-    }
-}
-
-/// [`Buffers`] of the output dtype.
-enum AnyBuffers {
-    Bf16(Buffers<bf16>),
-    F16(Buffers<f16>),
-    F32(Buffers<f32>),
-}
-
-impl AnyBuffers {
-    fn write(
-        &mut self,
-        backend: &blockscale::Backend,
-        catalog: &Catalog<'_>,
-        f: &Found,
-        w: &mut ShardWriter,
-    ) -> Result<(), CliError> {
-        match self {
-            Self::Bf16(b) => b.write(backend, catalog, f, w),
-            Self::F16(b) => b.write(backend, catalog, f, w),
-            Self::F32(b) => b.write(backend, catalog, f, w),
+/// Dequantizes `f` in place into its slot of `w`, as `O`: the slot is memory mapped and
+/// the backend writes straight into it (no buffer, no copy; the page faults spread over
+/// the backend's threads instead of one `pwrite`, which a memory file system serializes
+/// per file). A slot not aligned for `O` (never, for the files [`ShardWriter`] lays out)
+/// goes through a temporary.
+fn write_in_place<O: blockscale::Element + bytemuck::Pod>(
+    backend: &blockscale::Backend,
+    catalog: &Catalog<'_>,
+    f: &Found,
+    w: &mut ShardWriter,
+) -> Result<(), CliError> {
+    let n = f.rows * f.k;
+    let mut slot = w.claim_mapped(&f.output, n * std::mem::size_of::<O>())?;
+    match bytemuck::try_cast_slice_mut::<u8, O>(slot.bytes_mut()) {
+        Ok(out) => decode_into(backend, catalog, f, out),
+        Err(_) => {
+            let mut tmp = vec![O::default(); n];
+            decode_into(backend, catalog, f, &mut tmp)?;
+            slot.bytes_mut().copy_from_slice(bytemuck::cast_slice(&tmp));
+            Ok(())
         }
     }
 }
