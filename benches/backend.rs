@@ -166,6 +166,11 @@ struct Case {
 }
 
 impl Case {
+    /// A case of `work` elements or multiply-adds per call, `bytes` (up, down) copied.
+    fn new(name: String, op: Op, work: usize, (upload, download): (usize, usize), call: Call) -> Self {
+        Self { name, op, work: work as f64, upload, download, call }
+    }
+
     fn run(&self) {
         (self.call)().unwrap_or_else(|e| panic!("{}: {e}", self.name));
     }
@@ -185,63 +190,58 @@ fn cases(backend: &'static Backend, inputs: &'static Inputs, only: Option<&str>)
     let bf = size_of::<bf16>();
     for o in &inputs.ops {
         let (s, w) = (o.scheme, &o.w);
-        v.push(Case {
-            name: format!("quantize {s}"),
-            op: Op::Quantize,
-            work: (n * k) as f64,
-            upload: n * k * bf,
-            download: w.storage_bytes(),
-            call: Box::new(move || backend.quantize(inputs.w.view(), s, &options(s)).map(|q| drop(black_box(q)))),
-        });
+        v.push(Case::new(
+            format!("quantize {s}"),
+            Op::Quantize,
+            n * k,
+            (n * k * bf, w.storage_bytes()),
+            Box::new(move || backend.quantize(inputs.w.view(), s, &options(s)).map(|q| drop(black_box(q)))),
+        ));
     }
     for o in &inputs.ops {
         let w = &o.w;
-        v.push(Case {
-            name: format!("dequantize {} -> bf16", o.scheme),
-            op: Op::Dequantize,
-            work: (n * k) as f64,
-            upload: w.storage_bytes(),
-            download: n * k * bf,
-            call: Box::new(move || backend.dequantize::<bf16>(w).map(|y| drop(black_box(y)))),
-        });
+        v.push(Case::new(
+            format!("dequantize {} -> bf16", o.scheme),
+            Op::Dequantize,
+            n * k,
+            (w.storage_bytes(), n * k * bf),
+            Box::new(move || backend.dequantize::<bf16>(w).map(|y| drop(black_box(y)))),
+        ));
     }
     let mut pairs: Vec<(Scheme, Scheme)> =
         Scheme::ALL.iter().filter(|&&s| s != Scheme::Int4G32).map(|&s| (s, s)).collect();
     pairs.push((Scheme::Fp8Block(Fp8Tile::Row1x128), Scheme::Fp8Block(Fp8Tile::Tile128x128)));
     for (sa, sw) in pairs {
         let (a, w) = (&inputs.operands(sa).a, &inputs.operands(sw).w);
-        v.push(Case {
-            name: format!("gemm {sa} x {sw} {m_gemm}x{n}x{k}"),
-            op: Op::Gemm,
-            work: (m_gemm * n * k) as f64,
-            upload: a.storage_bytes() + w.storage_bytes(),
-            download: m_gemm * n * bf,
-            call: Box::new(move || backend.gemm::<bf16>(a, w, &epi()).map(|y| drop(black_box(y)))),
-        });
+        v.push(Case::new(
+            format!("gemm {sa} x {sw} {m_gemm}x{n}x{k}"),
+            Op::Gemm,
+            m_gemm * n * k,
+            (a.storage_bytes() + w.storage_bytes(), m_gemm * n * bf),
+            Box::new(move || backend.gemm::<bf16>(a, w, &epi()).map(|y| drop(black_box(y)))),
+        ));
     }
     for o in &inputs.ops {
         let w = &o.w;
-        v.push(Case {
-            name: format!("gemm_weight_only bf16 x {} M={m_wo}", o.scheme),
-            op: Op::WeightOnly,
-            work: (m_wo * n * k) as f64,
-            upload: m_wo * k * bf + w.storage_bytes(),
-            download: m_wo * n * bf,
-            call: Box::new(move || {
+        v.push(Case::new(
+            format!("gemm_weight_only bf16 x {} M={m_wo}", o.scheme),
+            Op::WeightOnly,
+            m_wo * n * k,
+            (m_wo * k * bf + w.storage_bytes(), m_wo * n * bf),
+            Box::new(move || {
                 backend.gemm_weight_only::<bf16, bf16>(inputs.x.view(), w, &epi()).map(|y| drop(black_box(y)))
             }),
-        });
+        ));
     }
     for o in &inputs.ops {
         let w = &o.w;
-        v.push(Case {
-            name: format!("gemv bf16 x {}", o.scheme),
-            op: Op::Gemv,
-            work: (n * k) as f64,
-            upload: k * bf + w.storage_bytes(),
-            download: n * bf,
-            call: Box::new(move || backend.gemv::<bf16, bf16>(inputs.v.view(), w, &epi()).map(|y| drop(black_box(y)))),
-        });
+        v.push(Case::new(
+            format!("gemv bf16 x {}", o.scheme),
+            Op::Gemv,
+            n * k,
+            (k * bf + w.storage_bytes(), n * bf),
+            Box::new(move || backend.gemv::<bf16, bf16>(inputs.v.view(), w, &epi()).map(|y| drop(black_box(y)))),
+        ));
     }
     v.retain(|c| only.is_none_or(|t| c.name.contains(t)));
     v.retain(|c| match (c.call)() {

@@ -63,45 +63,54 @@ fn scale_bytes(q: &QuantizedMatrix) -> Vec<u8> {
     case::scale_bytes(q.scales())
 }
 
-#[test]
-fn quantize_writes_the_golden_bytes_on_every_backend() {
+/// Runs `check(backend, file, name)` on every quantize golden case on every backend;
+/// returns how many ran.
+fn each_quantize_case(mut check: impl FnMut(&Backend, &GoldenFile, &str)) -> usize {
+    let files: Vec<_> = golden_files().into_iter().filter(|f| kind(f) == "quantize").collect();
     let mut checked = 0;
     for backend in backends() {
-        for f in golden_files().iter().filter(|f| kind(f) == "quantize") {
-            let name = format!("{} [{}]", case_name(f), backend.name());
-            let golden = case::get_matrix(f, "q").unwrap();
-            let (scheme, rows, k) = (golden.scheme(), golden.rows(), golden.k());
-            let input = case::read_values(f, "input", &[rows, k]).unwrap();
-            let options = quantize_options(f, scheme).unwrap();
-            let q = with_values!(&input, |v| backend.quantize(
-                ArrayView2::from_shape((rows, k), &v[..]).unwrap(),
-                scheme,
-                &options
-            ))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert!(q.data() == golden.data(), "{name}: codes differ from the golden file");
-            assert_eq!(scale_bytes(&q), scale_bytes(&golden), "{name}: linear scales differ");
-            assert_eq!(
-                q.global_scale().map(|g| g.encode().to_bits()),
-                golden.global_scale().map(|g| g.encode().to_bits()),
-                "{name}: global scale"
-            );
-            if scheme.supports_layout(ScaleLayout::Swizzled128x4) {
-                let shape = case::scale_shape(golden.shape(), ScaleLayout::Swizzled128x4);
-                let want = f.bytes("scales_swizzled", case::scale_dtype(scheme), &shape).unwrap();
-                let o = options.with_scale_layout(ScaleLayout::Swizzled128x4);
-                let q2 = with_values!(&input, |v| backend.quantize(
-                    ArrayView2::from_shape((rows, k), &v[..]).unwrap(),
-                    scheme,
-                    &o
-                ))
-                .unwrap_or_else(|e| panic!("{name} swizzled: {e}"));
-                assert_eq!(scale_bytes(&q2), want, "{name}: swizzled scales differ");
-                assert!(q2.data() == golden.data(), "{name}: codes differ with swizzled scales");
-            }
+        for f in &files {
+            check(&backend, f, &format!("{} [{}]", case_name(f), backend.name()));
             checked += 1;
         }
     }
+    checked
+}
+
+#[test]
+fn quantize_writes_the_golden_bytes_on_every_backend() {
+    let checked = each_quantize_case(|backend, f, name| {
+        let golden = case::get_matrix(f, "q").unwrap();
+        let (scheme, rows, k) = (golden.scheme(), golden.rows(), golden.k());
+        let input = case::read_values(f, "input", &[rows, k]).unwrap();
+        let options = quantize_options(f, scheme).unwrap();
+        let q = with_values!(&input, |v| backend.quantize(
+            ArrayView2::from_shape((rows, k), &v[..]).unwrap(),
+            scheme,
+            &options
+        ))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(q.data() == golden.data(), "{name}: codes differ from the golden file");
+        assert_eq!(scale_bytes(&q), scale_bytes(&golden), "{name}: linear scales differ");
+        assert_eq!(
+            q.global_scale().map(|g| g.encode().to_bits()),
+            golden.global_scale().map(|g| g.encode().to_bits()),
+            "{name}: global scale"
+        );
+        if scheme.supports_layout(ScaleLayout::Swizzled128x4) {
+            let shape = case::scale_shape(golden.shape(), ScaleLayout::Swizzled128x4);
+            let want = f.bytes("scales_swizzled", case::scale_dtype(scheme), &shape).unwrap();
+            let o = options.with_scale_layout(ScaleLayout::Swizzled128x4);
+            let q2 = with_values!(&input, |v| backend.quantize(
+                ArrayView2::from_shape((rows, k), &v[..]).unwrap(),
+                scheme,
+                &o
+            ))
+            .unwrap_or_else(|e| panic!("{name} swizzled: {e}"));
+            assert_eq!(scale_bytes(&q2), want, "{name}: swizzled scales differ");
+            assert!(q2.data() == golden.data(), "{name}: codes differ with swizzled scales");
+        }
+    });
     assert!(checked >= 50, "only {checked} quantize cases checked");
 }
 
@@ -122,24 +131,19 @@ fn check_rounded<T: Element + Copy>(
 
 #[test]
 fn dequantize_gives_the_golden_values_in_every_output_type() {
-    let mut checked = 0;
-    for backend in backends() {
-        for f in golden_files().iter().filter(|f| kind(f) == "quantize") {
-            let name = format!("{} [{}]", case_name(f), backend.name());
-            let q = case::get_matrix(f, "q").unwrap();
-            let want = f.f32s("dequant", &[q.rows(), q.k()]).unwrap();
-            let got = backend.dequantize::<f32>(&q).unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(got.dim(), (q.rows(), q.k()), "{name}");
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g.to_bits(), w.to_bits(), "{name}: f32 value {i}: got {g:e}, want {w:e}");
-            }
-            let b = backend.dequantize::<bf16>(&q).unwrap_or_else(|e| panic!("{name}: {e}"));
-            check_rounded(&name, &b, &want, bf16::to_bits, |v| bf16::from_f32(v).to_bits(), 0x7fc0);
-            let h = backend.dequantize::<f16>(&q).unwrap_or_else(|e| panic!("{name}: {e}"));
-            check_rounded(&name, &h, &want, f16::to_bits, |v| f16::from_f32(v).to_bits(), 0x7e00);
-            checked += 1;
+    let checked = each_quantize_case(|backend, f, name| {
+        let q = case::get_matrix(f, "q").unwrap();
+        let want = f.f32s("dequant", &[q.rows(), q.k()]).unwrap();
+        let got = backend.dequantize::<f32>(&q).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(got.dim(), (q.rows(), q.k()), "{name}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "{name}: f32 value {i}: got {g:e}, want {w:e}");
         }
-    }
+        let b = backend.dequantize::<bf16>(&q).unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_rounded(name, &b, &want, bf16::to_bits, |v| bf16::from_f32(v).to_bits(), 0x7fc0);
+        let h = backend.dequantize::<f16>(&q).unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_rounded(name, &h, &want, f16::to_bits, |v| f16::from_f32(v).to_bits(), 0x7e00);
+    });
     assert!(checked >= 50, "only {checked} dequantize cases checked");
 }
 

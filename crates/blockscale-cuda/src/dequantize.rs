@@ -1,13 +1,13 @@
 //! Dequantization on the device.
 
-use blockscale_formats::{DataLayout, QuantRequest, QuantizedMatrix, ScaleLayout};
+use blockscale_formats::{QuantRequest, QuantizedMatrix};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use ndarray::Array2;
 
 use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::ffi::launch::{Order, launch};
 use crate::ffi::names::KernelName;
-use crate::ffi::params::DequantParams;
+use crate::ffi::params::{DequantParams, MatrixFields};
 use crate::{CudaError, Device};
 
 /// Dequantizes to a new contiguous `rows x k` device buffer of `O` (f32, f16 or bf16):
@@ -125,19 +125,7 @@ fn params_of(
     row_stride: usize,
     post: f32,
 ) -> DequantParams {
-    let shape = request.shape();
-    DequantParams {
-        data,
-        scales,
-        out: out_ptr,
-        row_stride: row_stride as u64,
-        rows: shape.rows as u32,
-        k: shape.k as u32,
-        scale_cols: shape.scale_cols as u32,
-        swizzled: (request.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
-        interleaved: (request.data_layout() == DataLayout::BlockInterleaved) as u32,
-        post,
-    }
+    DequantParams { data, scales, out: out_ptr, row_stride: row_stride as u64, matrix: MatrixFields::of(request), post }
 }
 
 /// Host convenience: copies a quantized matrix to the device, dequantizes it there and

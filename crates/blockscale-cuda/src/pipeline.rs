@@ -210,13 +210,13 @@ impl HostPipeline {
         let lanes = &mut self.lanes;
         let ctx = lanes.stream.context().clone();
         for slot in &mut self.slots {
-            pinned(&mut slot.values, &ctx, need.values, "staged values")?;
-            pinned(&mut slot.packed, &ctx, need.codes + need.scales + 8, "staged codes and scales")?;
-            device(&mut slot.dev_values, &lanes.stream, need.values, "staged values")?;
-            device(&mut slot.dev_codes, &lanes.stream, need.codes, "staged codes")?;
-            device(&mut slot.dev_scales, &lanes.stream, need.scales, "staged scales")?;
+            pinned(&mut slot.values, &ctx, (need.values, "staged values"))?;
+            pinned(&mut slot.packed, &ctx, (need.codes + need.scales + 8, "staged codes and scales"))?;
+            device(&mut slot.dev_values, &lanes.stream, (need.values, "staged values"))?;
+            device(&mut slot.dev_codes, &lanes.stream, (need.codes, "staged codes"))?;
+            device(&mut slot.dev_scales, &lanes.stream, (need.scales, "staged scales"))?;
         }
-        device(&mut lanes.whole, &lanes.stream, need.whole, "the whole input")?;
+        device(&mut lanes.whole, &lanes.stream, (need.whole, "the whole input"))?;
         lanes.upload.join(&lanes.stream).map_err(CudaError::driver("ordering the upload stream"))
     }
 
@@ -246,35 +246,41 @@ impl Drop for HostPipeline {
     }
 }
 
+/// A buffer's bytes and what it holds (for the error).
+type Need = (usize, &'static str);
+
 /// Grows a pinned buffer to at least `len` bytes (dropping the old one: nothing queued
 /// uses it between calls).
-fn pinned(
-    buf: &mut Option<PinnedHostSlice<u8>>,
-    ctx: &Arc<CudaContext>,
-    len: usize,
-    what: &'static str,
-) -> Result<(), CudaError> {
-    if buf.as_ref().is_some_and(|b| b.len() >= len) {
-        return Ok(());
-    }
-    *buf = None;
-    *buf = Some(alloc_pinned(ctx, len, false).map_err(|source| CudaError::PinnedAlloc { what, bytes: len, source })?);
-    Ok(())
+fn pinned(buf: &mut Option<PinnedHostSlice<u8>>, ctx: &Arc<CudaContext>, (len, what): Need) -> Result<(), CudaError> {
+    grow(buf, len, PinnedHostSlice::len, || {
+        alloc_pinned(ctx, len, false).map_err(|source| CudaError::PinnedAlloc { what, bytes: len, source })
+    })
 }
 
 /// Grows a device buffer to at least `len` bytes (allocated in `stream`'s order, left
 /// unset: every use writes before it reads).
-fn device(
-    buf: &mut Option<CudaSlice<u8>>,
-    stream: &Arc<CudaStream>,
+fn device(buf: &mut Option<CudaSlice<u8>>, stream: &Arc<CudaStream>, (len, what): Need) -> Result<(), CudaError> {
+    if len == 0 {
+        return Ok(());
+    }
+    grow(buf, len, CudaSlice::len, || {
+        crate::ffi::driver::alloc_unset::<u8>(stream, len).map_err(CudaError::alloc(what, len))
+    })
+}
+
+/// Replaces `buf` with `alloc()` unless it already holds `len` bytes (the old buffer is
+/// dropped first, so the two are never held at once).
+fn grow<B>(
+    buf: &mut Option<B>,
     len: usize,
-    what: &'static str,
+    size: impl Fn(&B) -> usize,
+    alloc: impl FnOnce() -> Result<B, CudaError>,
 ) -> Result<(), CudaError> {
-    if len == 0 || buf.as_ref().is_some_and(|b| b.len() >= len) {
+    if buf.as_ref().is_some_and(|b| size(b) >= len) {
         return Ok(());
     }
     *buf = None;
-    *buf = Some(crate::ffi::driver::alloc_unset::<u8>(stream, len).map_err(CudaError::alloc(what, len))?);
+    *buf = Some(alloc()?);
     Ok(())
 }
 
@@ -820,8 +826,7 @@ pub fn quantize_host_with<T: DeviceElement>(
     scheme: Scheme,
     options: &QuantizeOptions,
 ) -> Result<QuantizedMatrix, CudaError> {
-    let (rows, k) = input.dim();
-    let request = check_quantize(scheme, rows, k, options)?;
+    let request = check_quantize(scheme, input.nrows(), input.ncols(), options)?;
     let mut data = vec![0u8; request.shape().data_bytes];
     let len = request.scale_len();
     let mut scales = match scheme.scale_format() {

@@ -1,8 +1,8 @@
 //! Quantization on the device: validation, the NVFP4 amax pass, the kernel launch.
 
 use blockscale_formats::{
-    DataLayout, GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantRequest, QuantizeOptions, QuantizedMatrix,
-    ScaleLayout, ScaleRule, Scheme,
+    GlobalScale, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantRequest, QuantizeOptions, QuantizedMatrix, ScaleRule,
+    Scheme,
 };
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ndarray::ArrayView2;
@@ -11,7 +11,7 @@ use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::checks::{check_matrix, check_quantize};
 use crate::ffi::launch::{Order, launch};
 use crate::ffi::names::KernelName;
-use crate::ffi::params::{AmaxParams, QuantParams};
+use crate::ffi::params::{AmaxParams, MatrixFields, QuantParams};
 use crate::{CudaError, Device};
 
 /// A row-major matrix in device memory: `rows x k` elements, row `r` starting at element
@@ -168,11 +168,7 @@ pub(crate) fn launch_quantize(
         scales,
         bad,
         row_stride: row_stride as u64,
-        rows: shape.rows as u32,
-        k: shape.k as u32,
-        scale_cols: shape.scale_cols as u32,
-        swizzled: (request.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
-        interleaved: (request.data_layout() == DataLayout::BlockInterleaved) as u32,
+        matrix: MatrixFields::of(request),
         rule: rule_code(options.scale_rule),
         recipe: (options.nvfp4_recipe == NvFp4Recipe::TransformerEngine) as u32,
         global_encode: global.map_or(1.0, |g| g.encode()),

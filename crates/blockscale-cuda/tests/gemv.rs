@@ -53,6 +53,16 @@ struct Case {
 }
 
 impl Case {
+    /// A case without bias or activation, scales swizzled: what each test then varies.
+    fn new(
+        (prepared, scheme, interleaved): (bool, Scheme, bool),
+        (m, n, k): (usize, usize, usize),
+        exact: bool,
+    ) -> Self {
+        let (bias, activation, layout) = (false, Activation::Identity, ScaleLayout::Swizzled128x4);
+        Self { scheme, interleaved, m, n, k, exact, bias, activation, layout, prepared }
+    }
+
     fn what<I: DeviceElement, O: DeviceElement>(&self) -> String {
         format!(
             "{}{} x {:?}{} {}x{}x{} {:?} {} bias={} {:?} -> {}",
@@ -147,6 +157,20 @@ fn upload_x<I: DeviceElement>(
     dev.stream().clone_htod(&host).unwrap()
 }
 
+/// Random row-major weights (swizzled scales) and bf16 activations on the device, rows
+/// unpadded, from `seed`.
+fn random_operands(
+    dev: &Device,
+    seed: u64,
+    scheme: Scheme,
+    (m, n, k): (usize, usize, usize),
+) -> (QuantizedMatrix, blockscale_cuda::cudarc::driver::CudaSlice<bf16>) {
+    let mut rng = Rng::new(seed);
+    let w = weights(&mut rng, (n, k), scheme, ScaleLayout::Swizzled128x4, false, false);
+    let x = activations::<bf16>(&mut rng, m, k, false);
+    (w, upload_x(dev, &x, m, k, k))
+}
+
 fn run_case<I: GemvInput + cpu::Input, O: DeviceElement>(dev: &Device, c: &Case, seed: u64) {
     let mut rng = Rng::new(seed | 1);
     let inp = inputs::<I>(c, &mut rng);
@@ -200,16 +224,10 @@ fn every_scheme_matches_the_reference() {
                 seed += 1;
                 let turn = si + v + usize::from(prepared);
                 let c = Case {
-                    prepared,
-                    scheme,
-                    interleaved,
-                    m,
-                    n,
-                    k: ragged_k(scheme, v),
-                    exact,
                     bias: !exact && turn % 2 == 0,
                     activation: if exact { Activation::Identity } else { ACTS[turn % 4] },
                     layout: if v % 2 == 0 { ScaleLayout::Swizzled128x4 } else { ScaleLayout::Linear },
+                    ..Case::new((prepared, scheme, interleaved), (m, n, ragged_k(scheme, v)), exact)
                 };
                 match turn % 4 {
                     0 => run_case::<bf16, bf16>(&dev, &c, seed),
@@ -238,16 +256,9 @@ fn split_k_and_single_pass() {
         for &(m, n, k, exact) in &[(3, 40, 4096, true), (16, 72, 2048, false), (2, 13000, 256, false)] {
             seed += 1;
             let c = Case {
-                prepared,
-                scheme,
-                interleaved,
-                m,
-                n,
-                k,
-                exact,
                 bias: !exact,
                 activation: if exact { Activation::Identity } else { ACTS[si % 4] },
-                layout: ScaleLayout::Swizzled128x4,
+                ..Case::new((prepared, scheme, interleaved), (m, n, k), exact)
             };
             let held = of_shape(&dev, scheme, interleaved, n, k, prepared);
             let split = gemv_workspace_size(&dev, m, held.get(), false).unwrap() > 0;
@@ -329,16 +340,9 @@ fn gated_matches_two_references() {
         {
             seed += 1;
             let c = Case {
-                prepared,
-                scheme,
-                interleaved,
-                m,
-                n,
-                k,
-                exact,
                 bias: v == 1,
-                activation: Activation::Identity,
                 layout: if si % 2 == 0 { ScaleLayout::Swizzled128x4 } else { ScaleLayout::Linear },
+                ..Case::new((prepared, scheme, interleaved), (m, n, k), exact)
             };
             let acts = match v {
                 0 => (Activation::Identity, Activation::Identity),
@@ -400,11 +404,8 @@ fn non_finite_inputs_propagate_like_the_reference() {
 fn results_do_not_change_from_run_to_run() {
     let Some(dev) = device() else { return };
     // Split-K (N = 64, K = 8192) and gated: the sums are added in a fixed order.
-    let mut rng = Rng::new(31);
     let (m, n, k) = (8, 64, 8192);
-    let w = weights(&mut rng, (n, k), Scheme::MxFp4, ScaleLayout::Swizzled128x4, false, false);
-    let x = activations::<bf16>(&mut rng, m, k, false);
-    let dx = upload_x(&dev, &x, m, k, k);
+    let (w, dx) = random_operands(&dev, 31, Scheme::MxFp4, (m, n, k));
     for prepared in [false, true] {
         let held = Held::new(&dev, &w, prepared);
         let dw = held.get();
@@ -429,10 +430,7 @@ fn gemv_into_replays_in_a_cuda_graph() {
     let Some(dev) = device() else { return };
     // N = 96, K = 4096: split-K, so the graph holds the GEMV and its reduction.
     let (m, n, k) = (2, 96, 4096);
-    let mut rng = Rng::new(5);
-    let w = weights(&mut rng, (n, k), Scheme::NvFp4, ScaleLayout::Swizzled128x4, false, false);
-    let x = activations::<bf16>(&mut rng, m, k, false);
-    let dx = upload_x(&dev, &x, m, k, k);
+    let (w, dx) = random_operands(&dev, 5, Scheme::NvFp4, (m, n, k));
     for prepared in [false, true] {
         // Prepared: one launch whose last CTA per tile adds the partials (its counters
         // must be back at zero for every replay).
@@ -545,40 +543,24 @@ fn bad_input_is_a_typed_error() {
 fn gemv_sanitizer_smoke() {
     let Some(dev) = device() else { return };
     for (si, (scheme, interleaved)) in weight_schemes().into_iter().enumerate() {
+        // INT4-G128: 5 scale columns, so half the general kernel's scale words are the
+        // high halves.
+        let k = match scheme {
+            Scheme::Fp8Block(_) => 1024,
+            Scheme::Int4G128 => 640,
+            _ => 608,
+        };
         let c = Case {
-            scheme,
-            interleaved,
-            m: [3, 16][si % 2],
-            n: 70,
-            // INT4-G128: 5 scale columns, so half the general kernel's scale words are
-            // the high halves.
-            k: match scheme {
-                Scheme::Fp8Block(_) => 1024,
-                Scheme::Int4G128 => 640,
-                _ => 608,
-            },
-            exact: false,
             bias: true,
             activation: Activation::Silu,
             layout: [ScaleLayout::Swizzled128x4, ScaleLayout::Linear][si / 2 % 2],
-            prepared: false,
+            ..Case::new((false, scheme, interleaved), ([3, 16][si % 2], 70, k), false)
         };
         run_case::<bf16, bf16>(&dev, &c, 900 + si as u64);
         run_case::<bf16, bf16>(&dev, &Case { prepared: true, ..c }, 920 + si as u64);
         run_case::<f16, f32>(&dev, &Case { prepared: true, m: 9, ..c }, 940 + si as u64);
     }
-    let c = Case {
-        scheme: Scheme::MxFp8E4M3,
-        interleaved: false,
-        m: 2,
-        n: 40,
-        k: 1024,
-        exact: false,
-        bias: true,
-        activation: Activation::Identity,
-        layout: ScaleLayout::Swizzled128x4,
-        prepared: false,
-    };
+    let c = Case { bias: true, ..Case::new((false, Scheme::MxFp8E4M3, false), (2, 40, 1024), false) };
     run_gated::<f16, f32>(&dev, &c, (Activation::Silu, Activation::Identity), 950);
     run_gated::<bf16, f32>(&dev, &Case { prepared: true, ..c }, (Activation::Silu, Activation::Identity), 951);
 }

@@ -13,7 +13,7 @@ use blockscale_cpu as cpu;
 use blockscale_cuda::{self as gpu, Device, DeviceMatrix, DeviceQuantized};
 use blockscale_formats::{DataLayout, GlobalScaleSource, NonFinite, ScaleLayout, Scheme};
 use common::device;
-use common::quant::{assert_same, cpu_opts, data, option_sets};
+use common::quant::{assert_same, callers_device, cpu_opts, data, option_sets};
 use half::{bf16, f16};
 use ndarray::Array2;
 
@@ -157,14 +157,8 @@ fn other_streams_wait_for_the_kernel() {
 
 #[test]
 fn callers_stream_without_event_tracking() {
-    if device().is_none() {
-        return;
-    }
-    // An engine's own context and stream, with cudarc's cross-stream tracking off.
-    let ctx = gpu::cudarc::driver::CudaContext::new(0).unwrap();
-    // SAFETY: every buffer of this context is used on the one stream below.
-    unsafe { ctx.disable_event_tracking() };
-    let dev = Device::from_stream(ctx.new_stream().unwrap()).unwrap();
+    // Every buffer below is used on the device's one stream.
+    let Some(dev) = callers_device() else { return };
     let (rows, k) = (33, 512);
     let x = Array2::from_shape_vec((rows, k), data(rows * k, 5, false)).unwrap().mapv(bf16::from_f32);
     for scheme in [Scheme::NvFp4, Scheme::MxFp8E4M3] {

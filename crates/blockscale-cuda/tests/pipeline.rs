@@ -18,7 +18,7 @@ use blockscale_cuda::{
 };
 use blockscale_formats::{GlobalScale, GlobalScaleSource, NonFinite, QuantRequest, QuantizedMatrix, Scheme};
 use common::device;
-use common::quant::{assert_same, cpu_opts, data, option_sets};
+use common::quant::{assert_same, callers_device, cpu_opts, data, option_sets};
 use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2, s};
 
@@ -194,16 +194,9 @@ fn bad_arguments_are_typed_errors() {
 
 #[test]
 fn callers_stream_without_event_tracking() {
-    if device().is_none() {
-        return;
-    }
-    // An engine's own context and stream, with cudarc's cross-stream tracking off: the
-    // pipeline's own events order its two streams.
-    let ctx = gpu::cudarc::driver::CudaContext::new(0).unwrap();
-    // SAFETY: every buffer of this context is used on its stream or, in the pipeline,
-    // ordered by the pipeline's events.
-    unsafe { ctx.disable_event_tracking() };
-    let dev = Device::from_stream(ctx.new_stream().unwrap()).unwrap();
+    // Every buffer is used on the device's stream or, in the pipeline, ordered by the
+    // pipeline's own events across its two streams.
+    let Some(dev) = callers_device() else { return };
     let mut pipe = HostPipeline::with_chunk_bytes(&dev, 64 << 10).unwrap();
     let (rows, k) = (1000, 1024);
     let x = Array2::from_shape_vec((rows, k), data(rows * k, 5, false)).unwrap().mapv(bf16::from_f32);

@@ -44,22 +44,43 @@ const _: () = assert!(size_of::<BsGemmArgs>() == 128 && align_of::<BsGemmArgs>()
 /// A shim's signature.
 type ShimFn = unsafe extern "C" fn(*const BsGemmArgs, *mut c_void, *mut u64, *mut c_int) -> c_int;
 
-// SAFETY: the entry points the macros of kernels/cutlass/sm90_gemm.cuh and sm120_gemm.cuh
-// define, `int name(const BsGemmArgs*, void* stream, unsigned long long* need, int*
-// cuda_error)`, declared with the same types (BsGemmArgs's layout asserted above).
-unsafe extern "C" {
-    fn bs_sm90_gemm_bf16_bf16(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm90_gemm_bf16_f16(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm90_gemm_bf16_f32(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm90_gemm_fp8_block_bf16(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm90_gemm_fp8_block_f16(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm90_gemm_fp8_block_f32(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm120_gemm_nvfp4_bf16(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm120_gemm_mxfp4_bf16(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm120_gemm_mxfp8_e4m3_bf16(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm120_gemm_mxfp8_e5m2_bf16(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm120_gemm_mxfp8_mxfp6_bf16(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
-    fn bs_sm120_gemm_fp8_block_bf16(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;
+/// Declares each shim once, with the one signature they share, and [`entry`], which maps
+/// a (family, output) pair to it and its name.
+macro_rules! shims {
+    ($(($family:pat, $out:pat) => $name:ident,)*) => {
+        // SAFETY: the entry points the macros of kernels/cutlass/sm90_gemm.cuh and
+        // sm120_gemm.cuh define, `int name(const BsGemmArgs*, void* stream, unsigned long
+        // long* need, int* cuda_error)`, declared with the same types (BsGemmArgs's layout
+        // asserted above).
+        unsafe extern "C" {
+            $(fn $name(a: *const BsGemmArgs, s: *mut c_void, need: *mut u64, err: *mut c_int) -> c_int;)*
+        }
+
+        /// The shim for a family and output type and its name; `None` for the
+        /// combinations that have no kernel (the sm_120a shims write bf16 only).
+        fn entry(family: Family, out: OutKind) -> Option<(ShimFn, &'static str)> {
+            use Sm120Kind::*;
+            match (family, out) {
+                $(($family, $out) => Some(($name as ShimFn, stringify!($name))),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+shims! {
+    (Family::Bf16, OutKind::Bf16) => bs_sm90_gemm_bf16_bf16,
+    (Family::Bf16, OutKind::F16) => bs_sm90_gemm_bf16_f16,
+    (Family::Bf16, OutKind::F32) => bs_sm90_gemm_bf16_f32,
+    (Family::Fp8Block, OutKind::Bf16) => bs_sm90_gemm_fp8_block_bf16,
+    (Family::Fp8Block, OutKind::F16) => bs_sm90_gemm_fp8_block_f16,
+    (Family::Fp8Block, OutKind::F32) => bs_sm90_gemm_fp8_block_f32,
+    (Family::Sm120(Nvfp4), OutKind::Bf16) => bs_sm120_gemm_nvfp4_bf16,
+    (Family::Sm120(Mxfp4), OutKind::Bf16) => bs_sm120_gemm_mxfp4_bf16,
+    (Family::Sm120(Mxfp8E4m3), OutKind::Bf16) => bs_sm120_gemm_mxfp8_e4m3_bf16,
+    (Family::Sm120(Mxfp8E5m2), OutKind::Bf16) => bs_sm120_gemm_mxfp8_e5m2_bf16,
+    (Family::Sm120(Mxfp8Mxfp6), OutKind::Bf16) => bs_sm120_gemm_mxfp8_mxfp6_bf16,
+    (Family::Sm120(Fp8Block), OutKind::Bf16) => bs_sm120_gemm_fp8_block_bf16,
 }
 
 /// The kernel families: two on sm_90a, six on sm_120a.
@@ -116,28 +137,7 @@ impl Shim {
     /// The shim for a family and output type; `None` for the combinations that have no
     /// kernel (the sm_120a shims write bf16 only).
     pub(crate) fn of(family: Family, out: OutKind) -> Option<Self> {
-        use Sm120Kind::*;
-        let (entry, name): (ShimFn, _) = match (family, out) {
-            (Family::Bf16, OutKind::Bf16) => (bs_sm90_gemm_bf16_bf16, "bs_sm90_gemm_bf16_bf16"),
-            (Family::Bf16, OutKind::F16) => (bs_sm90_gemm_bf16_f16, "bs_sm90_gemm_bf16_f16"),
-            (Family::Bf16, OutKind::F32) => (bs_sm90_gemm_bf16_f32, "bs_sm90_gemm_bf16_f32"),
-            (Family::Fp8Block, OutKind::Bf16) => (bs_sm90_gemm_fp8_block_bf16, "bs_sm90_gemm_fp8_block_bf16"),
-            (Family::Fp8Block, OutKind::F16) => (bs_sm90_gemm_fp8_block_f16, "bs_sm90_gemm_fp8_block_f16"),
-            (Family::Fp8Block, OutKind::F32) => (bs_sm90_gemm_fp8_block_f32, "bs_sm90_gemm_fp8_block_f32"),
-            (Family::Sm120(Nvfp4), OutKind::Bf16) => (bs_sm120_gemm_nvfp4_bf16, "bs_sm120_gemm_nvfp4_bf16"),
-            (Family::Sm120(Mxfp4), OutKind::Bf16) => (bs_sm120_gemm_mxfp4_bf16, "bs_sm120_gemm_mxfp4_bf16"),
-            (Family::Sm120(Mxfp8E4m3), OutKind::Bf16) => {
-                (bs_sm120_gemm_mxfp8_e4m3_bf16, "bs_sm120_gemm_mxfp8_e4m3_bf16")
-            }
-            (Family::Sm120(Mxfp8E5m2), OutKind::Bf16) => {
-                (bs_sm120_gemm_mxfp8_e5m2_bf16, "bs_sm120_gemm_mxfp8_e5m2_bf16")
-            }
-            (Family::Sm120(Mxfp8Mxfp6), OutKind::Bf16) => {
-                (bs_sm120_gemm_mxfp8_mxfp6_bf16, "bs_sm120_gemm_mxfp8_mxfp6_bf16")
-            }
-            (Family::Sm120(Fp8Block), OutKind::Bf16) => (bs_sm120_gemm_fp8_block_bf16, "bs_sm120_gemm_fp8_block_bf16"),
-            (Family::Sm120(_), _) => return None,
-        };
+        let (entry, name) = entry(family, out)?;
         Some(Self { entry, name })
     }
 

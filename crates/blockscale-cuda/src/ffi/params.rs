@@ -4,6 +4,36 @@
 
 use std::ffi::c_void;
 
+use blockscale_formats::{DataLayout, QuantRequest, ScaleLayout};
+
+/// The five fields by which the C structs `bs::QuantParams`, `bs::DequantParams` and
+/// `bs::GemvParams` describe a quantized matrix, in their order: `rows` (`n` in
+/// `GemvParams`), `k`, `scale_cols`, `swizzled`, `interleaved`. Nested here, flat there:
+/// five 4-byte fields with no padding, so the bytes are the same.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct MatrixFields {
+    pub rows: u32,
+    pub k: u32,
+    pub scale_cols: u32,
+    pub swizzled: u32,
+    pub interleaved: u32,
+}
+
+impl MatrixFields {
+    /// The fields of a matrix of `request`'s shape and layouts.
+    pub(crate) fn of(request: &QuantRequest) -> Self {
+        let shape = request.shape();
+        Self {
+            rows: shape.rows as u32,
+            k: shape.k as u32,
+            scale_cols: shape.scale_cols as u32,
+            swizzled: (request.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
+            interleaved: (request.data_layout() == DataLayout::BlockInterleaved) as u32,
+        }
+    }
+}
+
 /// `bs::QuantParams`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -13,11 +43,7 @@ pub(crate) struct QuantParams {
     pub scales: u64,
     pub bad: u64,
     pub row_stride: u64,
-    pub rows: u32,
-    pub k: u32,
-    pub scale_cols: u32,
-    pub swizzled: u32,
-    pub interleaved: u32,
+    pub matrix: MatrixFields,
     pub rule: u32,
     pub recipe: u32,
     pub global_encode: f32,
@@ -35,11 +61,7 @@ pub(crate) struct DequantParams {
     pub scales: u64,
     pub out: u64,
     pub row_stride: u64,
-    pub rows: u32,
-    pub k: u32,
-    pub scale_cols: u32,
-    pub swizzled: u32,
-    pub interleaved: u32,
+    pub matrix: MatrixFields,
     pub post: f32,
 }
 
@@ -107,11 +129,8 @@ pub(crate) struct GemvParams {
     pub out_stride: u64,
     pub alpha: [f32; 2],
     pub m: u32,
-    pub n: u32,
-    pub k: u32,
-    pub scale_cols: u32,
-    pub swizzled: u32,
-    pub interleaved: u32,
+    /// `n` (the weights' rows), `k`, `scale_cols`, `swizzled`, `interleaved`.
+    pub matrix: MatrixFields,
     pub tiles: u32,
     pub act_f16: u32,
     pub out_kind: u32,

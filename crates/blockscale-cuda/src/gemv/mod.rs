@@ -8,7 +8,7 @@
 //! from the tensor cores (exact products, f32 sums) and is scaled and accumulated in f32,
 //! so exact data gives the CPU reference's bits (docs/KERNELS.md, "GEMV").
 
-use blockscale_formats::{DataLayout, Epilogue, Fp8Tile, QuantizedMatrix, ScaleLayout, Scheme};
+use blockscale_formats::{Epilogue, Fp8Tile, QuantizedMatrix, Scheme};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2};
@@ -16,7 +16,7 @@ use ndarray::{Array2, ArrayView2};
 use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::ffi::launch::{Kernel, Order, launch};
 use crate::ffi::names::KernelName;
-use crate::ffi::params::GemvParams;
+use crate::ffi::params::{GemvParams, MatrixFields};
 use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, alloc_output, check_output, on_device, to_host};
 use crate::prepared::{Inner, PreparedWeights};
 use crate::quantize::DeviceMatrix;
@@ -399,11 +399,7 @@ fn check_gated_pair(sides: &[PlainSide<'_>]) -> Result<(), CudaError> {
 /// The parameters the weights `w` and the plan decide (pointers and the rest default).
 fn weight_params(w: &DeviceQuantized, plan: &Plan) -> GemvParams {
     GemvParams {
-        n: w.shape().rows as u32,
-        k: w.shape().k as u32,
-        scale_cols: w.shape().scale_cols as u32,
-        swizzled: (w.scale_layout() == ScaleLayout::Swizzled128x4) as u32,
-        interleaved: (w.data_layout() == DataLayout::BlockInterleaved) as u32,
+        matrix: MatrixFields::of(&w.request),
         tiles: (w.scheme() == Scheme::Fp8Block(Fp8Tile::Tile128x128)) as u32,
         splits: plan.splits as u32,
         steps_per_split: plan.steps_per_split as u32,

@@ -714,25 +714,18 @@ impl PreparedLayout {
                 }
                 ScaleData::Bytes(v)
             }
-            ScaleOrder::Int4G32 => {
+            ScaleOrder::Int4G32 | ScaleOrder::Int4G128 => {
+                // A step holds two columns of G32 scales per row pair, one of G128.
+                let g32 = order == ScaleOrder::Int4G32;
                 let mut v = vec![f16::ZERO; n * cols];
                 for row in 0..n {
                     let (rg, g, h) = (row / 16, row % 8, (row % 16) / 8);
                     for col in 0..cols {
-                        let o = 8 * g + 2 * (2 * (col % 2) + h);
-                        let b = at(rg, col / 2);
-                        v[row * cols + col] = f16::from_le_bytes([b[o], b[o + 1]]);
-                    }
-                }
-                ScaleData::F16(v)
-            }
-            ScaleOrder::Int4G128 => {
-                let mut v = vec![f16::ZERO; n * cols];
-                for row in 0..n {
-                    let (rg, g, h) = (row / 16, row % 8, (row % 16) / 8);
-                    for col in 0..cols {
-                        let o = 4 * g + 2 * h;
-                        let b = at(rg, col);
+                        let (o, b) = if g32 {
+                            (8 * g + 2 * (2 * (col % 2) + h), at(rg, col / 2))
+                        } else {
+                            (4 * g + 2 * h, at(rg, col))
+                        };
                         v[row * cols + col] = f16::from_le_bytes([b[o], b[o + 1]]);
                     }
                 }

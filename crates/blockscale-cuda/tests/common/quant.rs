@@ -98,3 +98,15 @@ pub fn option_sets(scheme: Scheme, k: usize) -> Vec<gpu::QuantizeOptions> {
     }
     v
 }
+
+/// A device on an engine's own context and stream, with cudarc's cross-stream event
+/// tracking off (None without a GPU, as [`super::device`]). The caller uses every buffer
+/// of that context on its stream only, or ordered by events of its own.
+pub fn callers_device() -> Option<gpu::Device> {
+    super::device()?;
+    let ctx = gpu::cudarc::driver::CudaContext::new(0).unwrap();
+    // SAFETY: the caller's promise above: no buffer of this context crosses streams
+    // without an event of its own ordering it.
+    unsafe { ctx.disable_event_tracking() };
+    Some(gpu::Device::from_stream(ctx.new_stream().unwrap()).unwrap())
+}
