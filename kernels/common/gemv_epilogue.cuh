@@ -17,6 +17,7 @@ __device__ __forceinline__ float gemv_finish(const P& p, int mat, float acc, uin
     return activation(v, (int)p.activation[mat]);
 }
 
+// Also the weight-only GEMM's store (kernels/gemm/pgemm.cu: PgemmParams).
 template <class P>
 __device__ __forceinline__ void gemv_store(const P& p, uint32_t m, uint32_t n, float v) {
     const uint64_t i = (uint64_t)m * p.out_stride + n;

@@ -14,27 +14,19 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
     return d;
 }
-__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
-    uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-__device__ __forceinline__ uint32_t sub_bf16x2(uint32_t a, uint32_t b) {
-    uint32_t d;
-    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-__device__ __forceinline__ uint32_t mul_f16x2(uint32_t a, uint32_t b) {
-    uint32_t d;
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-__device__ __forceinline__ uint32_t sub_f16x2(uint32_t a, uint32_t b) {
-    uint32_t d;
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
+// d = a OP b on packed pairs, rounded to nearest: mul_bf16x2, sub_bf16x2, mul_f16x2,
+// sub_f16x2.
+#define BS_PAIR_OP(name, instr)                                              \
+    __device__ __forceinline__ uint32_t name(uint32_t a, uint32_t b) {       \
+        uint32_t d;                                                          \
+        asm(instr " %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));                \
+        return d;                                                            \
+    }
+BS_PAIR_OP(mul_bf16x2, "mul.rn.bf16x2")
+BS_PAIR_OP(sub_bf16x2, "sub.rn.bf16x2")
+BS_PAIR_OP(mul_f16x2, "mul.rn.f16x2")
+BS_PAIR_OP(sub_f16x2, "sub.rn.f16x2")
+#undef BS_PAIR_OP
 
 // D += A B: m16n8k16, bf16 inputs, f32 accumulation.
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -55,6 +47,21 @@ __device__ __forceinline__ void split_f16x2(uint32_t h, uint32_t& hi, uint32_t& 
     const __nv_bfloat162 l = __floats2bfloat162_rn(lx, ly);
     hi = *reinterpret_cast<const uint32_t*>(&b);
     lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+// Eight words of activations (16 elements) as MMA B-fragment registers: bf16 as they
+// are, f16 (PIECES 2) split into the exact bf16 pieces of split_f16x2.
+template <bool F16, int PIECES>
+__device__ __forceinline__ void act_fragments(const uint4 lo, const uint4 hi, uint32_t (&b)[PIECES][8]) {
+    const uint32_t x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+        if constexpr (F16) {
+            split_f16x2(x[r], b[0][r], b[PIECES - 1][r]);
+        } else {
+            b[0][r] = x[r];
+        }
+    }
 }
 
 }  // namespace bs

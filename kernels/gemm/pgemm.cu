@@ -44,15 +44,7 @@ __host__ __device__ constexpr uint32_t stage_bytes() {
 
 __device__ __forceinline__ void store_out(const PgemmParams& p, uint32_t m, uint32_t n, float acc) {
     const float v = p.bias ? __fmaf_rn(p.alpha, acc, p.bias[n]) : __fmul_rn(p.alpha, acc);
-    const float y = activation(v, (int)p.activation);
-    const uint64_t i = (uint64_t)m * p.out_stride + n;
-    if (p.out_kind == 0) {
-        reinterpret_cast<uint16_t*>(p.out)[i] = to_bf16_bits(y);
-    } else if (p.out_kind == 1) {
-        reinterpret_cast<uint16_t*>(p.out)[i] = to_f16_bits(y);
-    } else {
-        reinterpret_cast<float*>(p.out)[i] = y != y ? __uint_as_float(0x7fc00000u) : y;
-    }
+    gemv_store(p, m, n, activation(v, (int)p.activation));
 }
 
 template <class T, bool F16>
@@ -187,15 +179,7 @@ __device__ __forceinline__ void pgemm(const PgemmParams& p) {
                 const uint8_t* row = acts + ((nb + u) * 8 + g) * kActPitch;
                 const uint4 lo = *reinterpret_cast<const uint4*>(row + (T::kHalfMap ? 16 : 32) * t);
                 const uint4 hi = *reinterpret_cast<const uint4*>(row + (T::kHalfMap ? 64 + 16 * t : 32 * t + 16));
-                const uint32_t x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-                for (int r = 0; r < 8; ++r) {
-                    if constexpr (F16) {
-                        split_f16x2(x[r], b[u][0][r], b[u][PIECES - 1][r]);
-                    } else {
-                        b[u][0][r] = x[r];
-                    }
-                }
+                act_fragments<F16, PIECES>(lo, hi, b[u]);
             }
             if constexpr (T::kPre) {
 #pragma unroll

@@ -170,15 +170,7 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
             for (int mt = 0; mt < MT; ++mt) {
                 const uint4* xs = reinterpret_cast<const uint4*>(stage + weight_stage_bytes<T>() + mt * 1024 + 32 * lane);
                 const uint4 lo = xs[0], hi = xs[1];
-                const uint32_t x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-                for (int r = 0; r < 8; ++r) {
-                    if constexpr (F16) {
-                        split_f16x2(x[r], b[mt][0][r], b[mt][PIECES - 1][r]);
-                    } else {
-                        b[mt][0][r] = x[r];
-                    }
-                }
+                act_fragments<F16, PIECES>(lo, hi, b[mt]);
             }
 #pragma unroll
             for (int gi = 0; gi < G; ++gi) {

@@ -22,8 +22,22 @@ struct F32In {};
 struct F16In {};
 struct BF16In {};
 
+// One 16-bit input element (bf16 or f16) widened exactly to f32.
+__device__ __forceinline__ float widen16(BF16In, uint32_t bits) { return float_of(bits << 16); }
+__device__ __forceinline__ float widen16(F16In, uint32_t bits) { return __half2float(__ushort_as_half((unsigned short)bits)); }
+
+// Eight consecutive input elements from element `at` on, exactly as f32 (bf16 and f16
+// here, f32 below).
 template <typename In>
-__device__ __forceinline__ void load8(const void* base, uint64_t at, float y[8]);
+__device__ __forceinline__ void load8(const void* base, uint64_t at, float y[8]) {
+    const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + at);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        y[2 * i] = widen16(In{}, w[i] & 0xffffu);
+        y[2 * i + 1] = widen16(In{}, w[i] >> 16);
+    }
+}
 
 template <>
 __device__ __forceinline__ void load8<F32In>(const void* base, uint64_t at, float y[8]) {
@@ -31,28 +45,6 @@ __device__ __forceinline__ void load8<F32In>(const void* base, uint64_t at, floa
     const float4 a = p[0], b = p[1];
     y[0] = a.x; y[1] = a.y; y[2] = a.z; y[3] = a.w;
     y[4] = b.x; y[5] = b.y; y[6] = b.z; y[7] = b.w;
-}
-
-template <>
-__device__ __forceinline__ void load8<BF16In>(const void* base, uint64_t at, float y[8]) {
-    const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + at);
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        y[2 * i] = float_of(w[i] << 16);
-        y[2 * i + 1] = float_of(w[i] & 0xffff0000u);
-    }
-}
-
-template <>
-__device__ __forceinline__ void load8<F16In>(const void* base, uint64_t at, float y[8]) {
-    const uint4 v = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + at);
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        y[2 * i] = __half2float(__ushort_as_half((unsigned short)(w[i] & 0xffffu)));
-        y[2 * i + 1] = __half2float(__ushort_as_half((unsigned short)(w[i] >> 16)));
-    }
 }
 
 __device__ __forceinline__ uint32_t amax_bits8(const float y[8]) {
