@@ -91,6 +91,14 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
     fi
 fi
 if [ "$mode" = checkpoint ]; then
+    # Compares every file of $1 byte for byte with its namesake in $2, naming each that
+    # differs ("$3differs: NAME", status=1), then says what was compared ($4).
+    same_files() {
+        for f in "$1"/*; do
+            cmp -s "$f" "$2/$(basename "$f")" || { echo "$3differs: $(basename "$f")"; status=1; }
+        done
+        echo "$4 compared byte for byte (status $status)"
+    }
     ./cli_cmp.sh bin/blockscale || status=1
     work="${BLOCKSCALE_CHECKPOINT_DIR:-/dev/shm/blockscale-checkpoint}"
     # 4 shards: 2.01 GB of bf16 weights (issue 29's checkpoint); 16 shards: 8.05 GB.
@@ -106,10 +114,7 @@ if [ "$mode" = checkpoint ]; then
                 "$work/report-$backend-$i.json" "$backend" "$shards" || status=1
         done
     done
-    for f in "$work"/out-cpu/*; do
-        cmp -s "$f" "$work/out-cuda/$(basename "$f")" || { echo "differs: $(basename "$f")"; status=1; }
-    done
-    echo "cpu and cuda outputs compared byte for byte (status $status)"
+    same_files "$work/out-cpu" "$work/out-cuda" "" "cpu and cuda outputs"
     for backend in cpu cuda; do
         for i in 1 2 3; do
             rm -rf "$work/deq-$backend"
@@ -119,10 +124,7 @@ if [ "$mode" = checkpoint ]; then
                 "$work/deq-$backend-$i.json" "$backend" "$shards" || status=1
         done
     done
-    for f in "$work"/deq-cpu/*; do
-        cmp -s "$f" "$work/deq-cuda/$(basename "$f")" || { echo "dequantize differs: $(basename "$f")"; status=1; }
-    done
-    echo "dequantize outputs compared byte for byte (status $status)"
+    same_files "$work/deq-cpu" "$work/deq-cuda" "dequantize " "dequantize outputs"
     done
     rm -rf "$work"
 fi

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::setup_cuda::python_interpreter;
+use crate::setup_cuda::{python_interpreter, stamped_install};
 use crate::util::{cargo, root, run, target_dir};
 
 /// The peers, pinned (the versions the results in docs/CLI.md were taken with).
@@ -32,6 +32,11 @@ enum Peer {
 /// One `quantize` invocation and the peer that judges it.
 struct Case {
     name: &'static str,
+    /// `--scheme`.
+    scheme: &'static str,
+    /// `--convention`.
+    convention: &'static str,
+    /// Further `quantize` arguments.
     args: &'static [&'static str],
     peer: Peer,
     /// For a dequantizer peer, the dtype it computes in (and so the one to compare at):
@@ -40,64 +45,34 @@ struct Case {
     dtype: &'static str,
 }
 
+impl Case {
+    /// `quantize --scheme scheme --convention convention`, judged by `peer`.
+    const fn new(
+        name: &'static str,
+        scheme: &'static str,
+        convention: &'static str,
+        peer: Peer,
+        dtype: &'static str,
+    ) -> Self {
+        Self { name, scheme, convention, args: &[], peer, dtype }
+    }
+
+    /// With `args` after `--scheme` and `--convention`.
+    const fn with_args(self, args: &'static [&'static str]) -> Self {
+        Self { args, ..self }
+    }
+}
+
 const CASES: &[Case] = &[
-    Case {
-        name: "compressed-tensors nvfp4",
-        args: &["--scheme", "nvfp4", "--convention", "compressed-tensors"],
-        peer: Peer::CompressedTensors,
-        dtype: "bf16",
-    },
-    Case {
-        name: "compressed-tensors mxfp4",
-        args: &["--scheme", "mxfp4", "--convention", "compressed-tensors"],
-        peer: Peer::CompressedTensors,
-        dtype: "bf16",
-    },
-    Case {
-        name: "compressed-tensors int4-g32",
-        args: &["--scheme", "int4-g32", "--convention", "compressed-tensors"],
-        peer: Peer::CompressedTensors,
-        dtype: "f16",
-    },
-    Case {
-        name: "compressed-tensors int4-g128",
-        args: &["--scheme", "int4-g128", "--convention", "compressed-tensors"],
-        peer: Peer::CompressedTensors,
-        dtype: "f16",
-    },
-    Case {
-        name: "compressed-tensors fp8-block",
-        args: &["--scheme", "fp8-block", "--convention", "compressed-tensors"],
-        peer: Peer::CompressedTensors,
-        dtype: "f32",
-    },
-    Case {
-        name: "deepseek fp8-block",
-        args: &["--scheme", "fp8-block", "--convention", "deepseek"],
-        peer: Peer::Fp8Block,
-        dtype: "f32",
-    },
-    Case {
-        name: "modelopt nvfp4 --recipe modelopt (calibrated)",
-        args: &[
-            "--scheme",
-            "nvfp4",
-            "--convention",
-            "modelopt",
-            "--recipe",
-            "modelopt",
-            "--calibration",
-            "acts.safetensors",
-        ],
-        peer: Peer::ModeloptNvfp4,
-        dtype: "",
-    },
-    Case {
-        name: "modelopt fp8 (per tensor)",
-        args: &["--scheme", "fp8-per-tensor", "--convention", "modelopt"],
-        peer: Peer::ModeloptFp8,
-        dtype: "",
-    },
+    Case::new("compressed-tensors nvfp4", "nvfp4", "compressed-tensors", Peer::CompressedTensors, "bf16"),
+    Case::new("compressed-tensors mxfp4", "mxfp4", "compressed-tensors", Peer::CompressedTensors, "bf16"),
+    Case::new("compressed-tensors int4-g32", "int4-g32", "compressed-tensors", Peer::CompressedTensors, "f16"),
+    Case::new("compressed-tensors int4-g128", "int4-g128", "compressed-tensors", Peer::CompressedTensors, "f16"),
+    Case::new("compressed-tensors fp8-block", "fp8-block", "compressed-tensors", Peer::CompressedTensors, "f32"),
+    Case::new("deepseek fp8-block", "fp8-block", "deepseek", Peer::Fp8Block, "f32"),
+    Case::new("modelopt nvfp4 --recipe modelopt (calibrated)", "nvfp4", "modelopt", Peer::ModeloptNvfp4, "")
+        .with_args(&["--recipe", "modelopt", "--calibration", "acts.safetensors"]),
+    Case::new("modelopt fp8 (per tensor)", "fp8-per-tensor", "modelopt", Peer::ModeloptFp8, ""),
 ];
 
 /// Where the peers are installed (a `--target` directory for `PYTHONPATH`).
@@ -151,21 +126,13 @@ pub fn run_all(force: bool) -> Result<()> {
 /// Installs the peers with their dependencies, unless an install with the same pins is
 /// there (`.blockscale-pins`).
 fn install(dir: &Path, force: bool) -> Result<()> {
-    let stamp = dir.join(".blockscale-pins");
-    let want = PEER_PACKAGES.join("\n");
-    if !force && std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
-        return Ok(());
-    }
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
-    }
-    let mut cmd = Command::new(python_interpreter()?);
-    cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"])
-        .arg(dir)
-        .args(PEER_PACKAGES);
-    run(&mut cmd).context("installing the peers from PyPI failed: is pypi.org reachable?")?;
-    std::fs::write(&stamp, want)?;
-    Ok(())
+    stamped_install(dir, PEER_PACKAGES, force, || {
+        let mut cmd = Command::new(python_interpreter()?);
+        cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"])
+            .arg(dir)
+            .args(PEER_PACKAGES);
+        run(&mut cmd).context("installing the peers from PyPI failed: is pypi.org reachable?")
+    })
 }
 
 /// `(same, detail)` for one case.
@@ -177,7 +144,8 @@ fn run_case(
 ) -> Result<(bool, String)> {
     let slug: String = case.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
     let q = format!("{slug}.q");
-    blockscale(cli, work, &[&["quantize", "orig", "-o", &q, "-q"], case.args].concat())?;
+    let quantize = ["quantize", "orig", "-o", &q, "-q", "--scheme", case.scheme, "--convention", case.convention];
+    blockscale(cli, work, &[&quantize[..], case.args].concat())?;
     let line = match case.peer {
         Peer::CompressedTensors | Peer::Fp8Block => {
             let (peer_out, ours) = (format!("{slug}.peer.safetensors"), format!("{slug}.ours"));

@@ -113,6 +113,29 @@ pub fn python(force: bool) -> Result<PathBuf> {
 /// `pip install --no-deps --target prefix packages`, skipped when a stamp file shows
 /// the same package list is already installed there.
 fn pip_install(prefix: &Path, packages: &[&str], needed: bool) -> Result<()> {
+    stamped_install(prefix, packages, needed, || {
+        std::fs::create_dir_all(prefix)?;
+        let python = python_interpreter()?;
+        let mut cmd = Command::new(&python);
+        cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+            .arg(prefix)
+            .args(packages);
+        run(&mut cmd).context(
+            "installing from PyPI failed: is pypi.org reachable? (the packages are listed in \
+             xtask/src/setup_cuda.rs)",
+        )
+    })
+}
+
+/// Runs `install` into `prefix`, emptied first, and stamps it with `packages`
+/// (`.blockscale-pins`); skipped, unless `needed`, when the stamp there shows the same
+/// package list is already installed.
+pub fn stamped_install(
+    prefix: &Path,
+    packages: &[&str],
+    needed: bool,
+    install: impl FnOnce() -> Result<()>,
+) -> Result<()> {
     let stamp = prefix.join(".blockscale-pins");
     let want = packages.join("\n");
     if !needed && std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
@@ -121,16 +144,7 @@ fn pip_install(prefix: &Path, packages: &[&str], needed: bool) -> Result<()> {
     if prefix.exists() {
         std::fs::remove_dir_all(prefix).with_context(|| format!("removing {}", prefix.display()))?;
     }
-    std::fs::create_dir_all(prefix)?;
-    let python = python_interpreter()?;
-    let mut cmd = Command::new(&python);
-    cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
-        .arg(prefix)
-        .args(packages);
-    run(&mut cmd).context(
-        "installing from PyPI failed: is pypi.org reachable? (the packages are listed in \
-         xtask/src/setup_cuda.rs)",
-    )?;
+    install()?;
     std::fs::write(&stamp, want)?;
     Ok(())
 }

@@ -12,14 +12,6 @@ use std::path::Path;
 use common::*;
 use safetensors::Dtype;
 
-fn code(o: &std::process::Output) -> i32 {
-    o.status.code().expect("exited")
-}
-
-fn stderr(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 /// Runs `dequantize in -o out` and requires an input error naming every one of `names`,
 /// with no output (nor a temporary of it) left beside `out`.
 fn refused(input: &Path, names: &[&str]) {
@@ -160,8 +152,6 @@ fn dequantized(input: &Path, name: &str) -> Vec<f32> {
 
 #[test]
 fn per_tensor_scales_must_be_finite_and_positive() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("in.safetensors");
     // ModelOpt FP8: E4M3 0x38 is 1.0, times weight_scale.
     let fp8 = |scale: f32| {
         vec![
@@ -169,7 +159,7 @@ fn per_tensor_scales_must_be_finite_and_positive() {
             f32_tensor("l.weight_scale", vec![], &[scale]),
         ]
     };
-    write(&p, &fp8(0.5));
+    let (_dir, p) = input_file("in.safetensors", &fp8(0.5));
     assert_eq!(dequantized(&p, "l.weight"), [0.5; 4]);
     // A zero FP8 scale is what `quantize --scheme fp8-per-tensor` writes for an all-zero
     // weight (amax / 448 = 0): it decodes to zeros.
@@ -203,8 +193,6 @@ fn per_tensor_scales_must_be_finite_and_positive() {
 
 #[test]
 fn block_scales_nan_is_a_nan_block_and_invalid_encodings_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("in.safetensors");
     // ModelOpt NVFP4, two blocks of 16 codes 2 (1.0): UE4M3 0x7f is the NaN block
     // (`quantize --non-finite poison` writes it), 0x38 is 1.0.
     let nvfp4 = |s0: u8| {
@@ -214,7 +202,7 @@ fn block_scales_nan_is_a_nan_block_and_invalid_encodings_are_refused() {
             f32_tensor("l.weight_scale_2", vec![], &[1.0]),
         ]
     };
-    write(&p, &nvfp4(0x7f));
+    let (_dir, p) = input_file("in.safetensors", &nvfp4(0x7f));
     let v = dequantized(&p, "l.weight");
     assert!(v[..16].iter().all(|x| x.is_nan()) && v[16..] == [1.0; 16], "{v:?}");
     // A UE4M3 byte with the sign bit set is no value of the format.

@@ -6,23 +6,6 @@ mod common;
 use common::*;
 use safetensors::Dtype;
 
-fn code(o: &std::process::Output) -> i32 {
-    o.status.code().expect("exited")
-}
-
-fn stderr(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Names in `dir` other than `keep`: temporaries left behind would show up here.
-fn leftovers(dir: &std::path::Path, keep: &[&str]) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !keep.contains(&n.as_str()))
-        .collect()
-}
-
 #[test]
 fn not_safetensors_and_truncated_files_are_input_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -115,9 +98,7 @@ fn existing_outputs_are_kept_without_force() {
     assert_eq!(code(&o), 2, "the output is the input");
 
     // A folder output is replaced as a whole with --force, and kept without.
-    let model = dir.path().join("model");
-    std::fs::create_dir(&model).unwrap();
-    write(&model.join("model.safetensors"), &model_tensors(3));
+    let model = folder(dir.path(), "model", &[("model.safetensors", model_tensors(3))]);
     let q = dir.path().join("q");
     std::fs::create_dir(&q).unwrap();
     std::fs::write(q.join("old.txt"), "old").unwrap();
@@ -130,13 +111,11 @@ fn existing_outputs_are_kept_without_force() {
 
 #[test]
 fn a_failure_in_a_later_shard_leaves_no_folder() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("model");
-    std::fs::create_dir(&model).unwrap();
-    write(&model.join("a.safetensors"), &model_tensors(4));
     let mut w = weights(3, 16, 64);
     w[0] = f32::NAN;
-    write(&model.join("b.safetensors"), &[("z.weight".into(), Dtype::BF16, vec![16, 64], bf16_bytes(&w))]);
+    let nan: Tensor = ("z.weight".into(), Dtype::BF16, vec![16, 64], bf16_bytes(&w));
+    let dir = tempfile::tempdir().unwrap();
+    let model = folder(dir.path(), "model", &[("a.safetensors", model_tensors(4)), ("b.safetensors", vec![nan])]);
     let q = dir.path().join("q");
     let o = run(&["quantize", s(&model), "-o", s(&q), "--scheme", "nvfp4"]);
     assert_eq!(code(&o), 4);
@@ -171,8 +150,7 @@ fn mismatched_scale_tensors_are_named() {
 
 #[test]
 fn unsupported_requests_are_refused_before_reading() {
-    let (dir, input) = input_file("in.safetensors", &model_tensors(2));
-    let out = dir.path().join("o.safetensors");
+    let (_dir, input, out) = input_and_output(&model_tensors(2));
     let o = run(&["quantize", s(&input), "-o", s(&out), "--scheme", "mxfp4", "--convention", "modelopt"]);
     assert_eq!(code(&o), 6);
     assert!(stderr(&o).contains("--convention native"));
@@ -201,8 +179,7 @@ fn unsupported_requests_are_refused_before_reading() {
 
 #[test]
 fn the_modelopt_recipe_is_refused_where_it_does_not_apply() {
-    let (dir, input) = input_file("in.safetensors", &model_tensors(2));
-    let out = dir.path().join("o.safetensors");
+    let (_dir, input, out) = input_and_output(&model_tensors(2));
     let base = ["quantize", s(&input), "-o", s(&out), "--recipe", "modelopt"];
     for (extra, why) in [
         (&["--scheme", "mxfp4"][..], "an NVFP4 recipe"),
@@ -241,9 +218,7 @@ fn dequantize_refuses_what_it_would_hand_back_still_quantized() {
     assert_eq!(leftovers(dir.path(), &["e5m2.safetensors"]), Vec::<String>::new());
 
     // A folder whose config declares a quantization of which nothing is found.
-    let folder = dir.path().join("bnb");
-    std::fs::create_dir(&folder).unwrap();
-    write(&folder.join("model.safetensors"), &model_tensors(4));
+    let folder = folder(dir.path(), "bnb", &[("model.safetensors", model_tensors(4))]);
     std::fs::write(folder.join("config.json"), r#"{"quantization_config": {"quant_method": "bitsandbytes"}}"#).unwrap();
     let out = dir.path().join("bnb-out");
     let o = run(&["dequantize", s(&folder), "-o", s(&out)]);
@@ -313,19 +288,17 @@ fn fp8_block_configs_are_checked_against_the_weights() {
 
 #[test]
 fn the_fp8_writers_refuse_what_their_layouts_cannot_hold() {
-    let (dir, input) =
-        input_file("in.safetensors", &[bf16_weight("a.weight", 1, 130, 256), bf16_weight("odd.weight", 2, 8, 200)]);
-    let out = dir.path().join("o.safetensors");
-    let quantize = |extra: &[&str]| run(&[&["quantize", s(&input), "-o", s(&out)][..], extra].concat());
+    let (dir, input, out) =
+        input_and_output(&[bf16_weight("a.weight", 1, 130, 256), bf16_weight("odd.weight", 2, 8, 200)]);
 
     // A scheme the convention cannot store, named with the one it can.
-    let o = quantize(&["--scheme", "nvfp4", "--convention", "deepseek"]);
+    let o = quantize(&input, &out, &["--scheme", "nvfp4", "--convention", "deepseek"]);
     assert_eq!(code(&o), 6);
     assert!(stderr(&o).contains("deepseek convention stores fp8-block") && stderr(&o).contains("nvfp4"));
-    let o = quantize(&["--scheme", "fp8-block-1x128", "--convention", "deepseek"]);
+    let o = quantize(&input, &out, &["--scheme", "fp8-block-1x128", "--convention", "deepseek"]);
     assert_eq!(code(&o), 6, "{}", stderr(&o));
     for convention in ["native", "compressed-tensors", "deepseek"] {
-        let o = quantize(&["--scheme", "fp8-per-tensor", "--convention", convention]);
+        let o = quantize(&input, &out, &["--scheme", "fp8-per-tensor", "--convention", convention]);
         assert_eq!(code(&o), 6, "{convention}");
         assert!(stderr(&o).contains("--convention modelopt"), "{convention}: {}", stderr(&o));
     }
@@ -333,43 +306,30 @@ fn the_fp8_writers_refuse_what_their_layouts_cannot_hold() {
     // poisoned blocks without blocks.
     let acts = dir.path().join("acts.safetensors");
     write(&acts, &[bf16_weight("a", 3, 2, 256)]);
-    let o = quantize(&["--scheme", "fp8-block", "--convention", "deepseek", "--calibration", s(&acts)]);
+    let o = quantize(&input, &out, &["--scheme", "fp8-block", "--convention", "deepseek", "--calibration", s(&acts)]);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("--calibration"));
-    let o = quantize(&["--scheme", "fp8-per-tensor", "--convention", "modelopt", "--non-finite", "poison"]);
+    let o =
+        quantize(&input, &out, &["--scheme", "fp8-per-tensor", "--convention", "modelopt", "--non-finite", "poison"]);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("no blocks"), "{}", stderr(&o));
 
     // K = 200 is no multiple of 128: the tensor is named, and why DeepSeek's own layout
     // would take it; N = 130 is fine (a partial last tile row).
-    let o = quantize(&["--scheme", "fp8-block", "--convention", "deepseek"]);
+    let o = quantize(&input, &out, &["--scheme", "fp8-block", "--convention", "deepseek"]);
     assert_eq!(code(&o), 3);
     let e = stderr(&o);
     assert!(e.contains("\"odd.weight\"") && e.contains("multiple of 128") && e.contains("--exclude"), "{e}");
     assert!(!out.exists());
-    ok(&[
-        "quantize",
-        s(&input),
-        "-o",
-        s(&out),
-        "--scheme",
-        "fp8-block",
-        "--convention",
-        "deepseek",
-        "--exclude",
-        "odd*",
-        "-q",
-    ]);
+    let o = quantize(&input, &out, &["--scheme", "fp8-block", "--convention", "deepseek", "--exclude", "odd*", "-q"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
 
 #[test]
 fn fp8_per_tensor_names_a_non_finite_weight_and_a_zero_calibration() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
     let mut w = weights(3, 16, 64);
     w[9 * 64 + 40] = f32::NAN;
-    write(&input, &[("bad.weight".into(), Dtype::BF16, vec![16, 64], bf16_bytes(&w))]);
-    let out = dir.path().join("o.safetensors");
+    let (dir, input, out) = input_and_output(&[("bad.weight".into(), Dtype::BF16, vec![16, 64], bf16_bytes(&w))]);
     let args = ["quantize", s(&input), "-o", s(&out), "--scheme", "fp8-per-tensor", "--convention", "modelopt"];
     let o = run(&args);
     assert_eq!(code(&o), 4);
@@ -389,24 +349,22 @@ fn fp8_per_tensor_names_a_non_finite_weight_and_a_zero_calibration() {
 
 #[test]
 fn int4_g128_refuses_what_it_cannot_write_and_names_bad_weights() {
-    let (dir, input) =
-        input_file("in.safetensors", &[bf16_weight("a.weight", 1, 16, 256), bf16_weight("odd.weight", 2, 8, 96)]);
-    let out = dir.path().join("o.safetensors");
-    let quantize =
-        |extra: &[&str]| run(&[&["quantize", s(&input), "-o", s(&out), "--scheme", "int4-g128"][..], extra].concat());
+    let (dir, input, out) =
+        input_and_output(&[bf16_weight("a.weight", 1, 16, 256), bf16_weight("odd.weight", 2, 8, 96)]);
+    let int4 = |extra: &[&str]| quantize(&input, &out, &[&["--scheme", "int4-g128"][..], extra].concat());
     // A library scheme: the native and compressed-tensors conventions store it.
     for convention in ["modelopt", "deepseek"] {
-        let o = quantize(&["--convention", convention]);
+        let o = int4(&["--convention", convention]);
         assert_eq!(code(&o), 6, "{convention}");
         assert!(stderr(&o).contains("--convention native"), "{convention}: {}", stderr(&o));
     }
     let acts = dir.path().join("acts.safetensors");
     write(&acts, &[bf16_weight("a", 3, 2, 256)]);
-    let o = quantize(&["--convention", "compressed-tensors", "--calibration", s(&acts)]);
+    let o = int4(&["--convention", "compressed-tensors", "--calibration", s(&acts)]);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("--calibration gives activation scales"), "{}", stderr(&o));
     // K = 96 is no multiple of 128: the tensor is named with the way out.
-    let o = quantize(&["--convention", "compressed-tensors"]);
+    let o = int4(&["--convention", "compressed-tensors"]);
     assert_eq!(code(&o), 3);
     let e = stderr(&o);
     assert!(e.contains("\"odd.weight\"") && e.contains("multiple of") && e.contains("--exclude"), "{e}");
@@ -416,12 +374,12 @@ fn int4_g128_refuses_what_it_cannot_write_and_names_bad_weights() {
     let mut w = weights(3, 4, 256);
     w[2 * 256 + 130] = f32::NAN;
     write(&input, &[("bad.weight".into(), Dtype::BF16, vec![4, 256], bf16_bytes(&w))]);
-    let o = quantize(&["--convention", "compressed-tensors"]);
+    let o = int4(&["--convention", "compressed-tensors"]);
     assert_eq!(code(&o), 4);
     let e = stderr(&o);
     assert!(e.contains("\"bad.weight\"") && e.contains("row 2, column 130"), "{e}");
     assert!(leftovers(dir.path(), &["in.safetensors", "acts.safetensors"]).is_empty(), "nothing written");
-    let o = quantize(&["--convention", "compressed-tensors", "--non-finite", "poison", "-q"]);
+    let o = int4(&["--convention", "compressed-tensors", "--non-finite", "poison", "-q"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let t = read(&out);
     let scales: Vec<f32> =
@@ -525,11 +483,9 @@ fn a_per_channel_fp8_scale_without_a_config_is_read() {
 #[test]
 fn an_output_that_cannot_be_written_is_an_error_leaving_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("model");
-    std::fs::create_dir(&model).unwrap();
     // NVFP4 of 64 x 1024: 32 KiB of codes and 4 KiB of scales; of 512 x 1024, 288 KiB.
-    write(&model.join("a.safetensors"), &[bf16_weight("a.weight", 1, 64, 1024)]);
-    write(&model.join("b.safetensors"), &[bf16_weight("b.weight", 2, 512, 1024)]);
+    let (a, b) = (bf16_weight("a.weight", 1, 64, 1024), bf16_weight("b.weight", 2, 512, 1024));
+    let model = folder(dir.path(), "model", &[("a.safetensors", vec![a]), ("b.safetensors", vec![b])]);
     let q = dir.path().join("q");
     let o = std::process::Command::new("bash")
         .args(["-c", "trap '' XFSZ; ulimit -f 128; exec \"$0\" \"$@\""])

@@ -69,9 +69,7 @@ fn sigterm_while_writing_a_file_removes_the_temporary() {
 #[test]
 fn ctrl_c_while_writing_a_folder_removes_the_temporary_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("model");
-    std::fs::create_dir(&input).unwrap();
-    write(&input.join("model.safetensors"), &model_tensors(8));
+    let input = folder(dir.path(), "model", &[("model.safetensors", model_tensors(8))]);
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     interrupted(&input, &out, "q", "INT");

@@ -226,13 +226,15 @@ fn write_checkpoint(path: &Path) -> Vec<Input> {
 
 /// The tensors of [`write_checkpoint`].
 /// [`checkpoint_inputs`] and an all-zero `8 x k` weight, `zero_proj` (a writer's scale 0).
-fn checkpoint_inputs_with_zeros(k: usize) -> Vec<Input> {
+/// [`checkpoint_inputs`], an all-zero weight of K `k`, and `extra`.
+fn checkpoint_inputs_with_zeros(k: usize, extra: Input) -> Vec<Input> {
     let mut inputs = checkpoint_inputs();
     inputs.push(Input {
         name: "model.layers.0.mlp.zero_proj.weight",
         shape: vec![8, k],
         values: vec![bf16::ZERO; 8 * k],
     });
+    inputs.push(extra);
     inputs
 }
 
@@ -612,17 +614,13 @@ fn modelopt_fp8_per_tensor_writer_follows_the_recipe() {
     // is all zeros: blockscale's documented scale 0 and zero codes.
     let Some((oracle, dir)) = Oracle::with_dir() else { return };
     let p = |name: &str| dir.path().join(name);
-    let mut inputs = checkpoint_inputs_with_zeros(48);
     // amax 1.078125 (bf16 0x3f8a), and three values (about 4.9e-5, 9.9e-5, 2.0e-4) whose
     // codes differ (0x0a/0x0b, 0x12/0x13, 0x1a/0x1b) between w / scale, ModelOpt's
     // division, and w * (1 / scale), a multiplication by the rounded reciprocal (found
     // by a search over bf16 values).
-    inputs.push(Input {
-        name: "model.layers.0.mlp.ties_proj.weight",
-        shape: vec![2, 2],
-        values: [0x3f8a, 0x384f, 0x38cf, 0x394f].map(bf16::from_bits).to_vec(),
-    });
-    let inputs = write_inputs(&p("model.safetensors"), inputs);
+    let ties = [0x3f8a, 0x384f, 0x38cf, 0x394f].map(bf16::from_bits).to_vec();
+    let ties = Input { name: "model.layers.0.mlp.ties_proj.weight", shape: vec![2, 2], values: ties };
+    let inputs = write_inputs(&p("model.safetensors"), checkpoint_inputs_with_zeros(48, ties));
     // Activations for the q_proj layer only.
     let mut rng = SplitMix64::new(11);
     let acts: Vec<u8> = (0..4 * 256).flat_map(|_| (3.0 * normal(&mut rng) as f32).to_le_bytes()).collect();
@@ -800,15 +798,9 @@ fn compressed_tensors_int4_g128_writer_follows_the_rule() {
     // must agree bit for bit.
     let Some((oracle, dir)) = Oracle::with_dir() else { return };
     let p = |name: &str| dir.path().join(name);
-    let mut inputs = checkpoint_inputs_with_zeros(256);
-    inputs.push(Input {
-        name: "model.layers.0.mlp.big_proj.weight",
-        shape: vec![2, 256],
-        values: (0..512)
-            .map(|i| bf16::from_f32(if i % 64 == 0 { 1.0e6 } else { (i as f32 - 256.0) * 1.5e3 }))
-            .collect(),
-    });
-    let inputs = write_inputs(&p("model.safetensors"), inputs);
+    let big = (0..512).map(|i| bf16::from_f32(if i % 64 == 0 { 1.0e6 } else { (i as f32 - 256.0) * 1.5e3 }));
+    let big = Input { name: "model.layers.0.mlp.big_proj.weight", shape: vec![2, 256], values: big.collect() };
+    let inputs = write_inputs(&p("model.safetensors"), checkpoint_inputs_with_zeros(256, big));
     quantize(
         &p("model.safetensors"),
         &p("ct.safetensors"),

@@ -27,10 +27,8 @@ fn bits(b: &[u8]) -> Vec<u32> {
 
 #[test]
 fn every_scheme_and_layout_round_trips_in_the_native_convention() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("model.safetensors");
     let tensors = model_tensors(11);
-    write(&input, &tensors);
+    let (dir, input) = input_file("model.safetensors", &tensors);
     for scheme in Scheme::ALL {
         for layout in [ScaleLayout::Linear, ScaleLayout::Swizzled128x4] {
             if !scheme.supports_layout(layout) {
@@ -64,10 +62,8 @@ fn every_scheme_and_layout_round_trips_in_the_native_convention() {
 
 #[test]
 fn modelopt_and_compressed_tensors_store_nvfp4_under_their_names() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.safetensors");
     let tensors = model_tensors(5);
-    write(&input, &tensors);
+    let (dir, input) = input_file("in.safetensors", &tensors);
     let (_, _, shape, bytes) = &tensors[2];
     let want = expected(bytes, shape[0], shape[1], Scheme::NvFp4, ScaleLayout::Linear);
     for (conv, data, scale, global) in [
@@ -166,13 +162,14 @@ fn calibration_gives_activation_scales() {
 
 #[test]
 fn sharded_folders_round_trip_with_their_index_and_side_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("model");
-    std::fs::create_dir(&model).unwrap();
     let t = model_tensors(21);
     let extra = bf16_weight("model.layers.1.mlp.up_proj.weight", 99, 96, 512);
-    write(&model.join("model-00001-of-00002.safetensors"), &t[..2]);
-    write(&model.join("model-00002-of-00002.safetensors"), &[t[2].clone(), t[3].clone(), extra.clone()]);
+    let dir = tempfile::tempdir().unwrap();
+    let shards = [
+        ("model-00001-of-00002.safetensors", t[..2].to_vec()),
+        ("model-00002-of-00002.safetensors", vec![t[2].clone(), t[3].clone(), extra.clone()]),
+    ];
+    let model = folder(dir.path(), "model", &shards);
     let mut map = serde_json::Map::new();
     for (n, ..) in &t[..2] {
         map.insert(n.clone(), "model-00001-of-00002.safetensors".into());
@@ -231,11 +228,9 @@ fn sharded_folders_round_trip_with_their_index_and_side_files() {
 
 #[test]
 fn fp8_writers_declare_their_configs_in_a_folder_and_read_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("model");
-    std::fs::create_dir(&model).unwrap();
     let t = model_tensors(31);
-    write(&model.join("model.safetensors"), &t);
+    let dir = tempfile::tempdir().unwrap();
+    let model = folder(dir.path(), "model", &[("model.safetensors", t.clone())]);
     std::fs::write(model.join("config.json"), r#"{"model_type": "llama", "hidden_size": 256}"#).unwrap();
     let json = |p: std::path::PathBuf| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()

@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use blockscale_formats::rng::SplitMix64;
-use blockscale_formats::{E4M3, E8M0Rounding, UE8M0, slice};
+use blockscale_formats::{E4M3, E8M0Rounding, Source, UE8M0, slice};
 use criterion::{Criterion, Throughput, criterion_group};
 use half::bf16;
 
@@ -45,39 +45,32 @@ fn inputs() -> Inputs {
 type Kernel<'a> = Box<dyn FnMut() + 'a>;
 
 /// (name, input bytes per element, kernel) for every encoder, plus the memcpy anchors.
-fn kernels(inp: &Inputs) -> Vec<(&'static str, usize, Kernel<'_>)> {
-    let mut e4m3 = vec![E4M3::ZERO; N];
-    let mut e4m3_b = vec![E4M3::ZERO; N];
-    let mut e2m1 = vec![0u8; N / 2];
-    let mut e2m1_b = vec![0u8; N / 2];
-    let mut ue8m0 = vec![UE8M0::MIN; N];
-    let mut ue8m0_b = vec![UE8M0::MIN; N];
-    let mut copy32 = vec![0f32; N];
-    let mut copy16 = vec![bf16::ZERO; N];
+fn kernels(inp: &Inputs) -> Vec<(String, usize, Kernel<'_>)> {
+    let mut kernels = kernels_of("f32", &inp.f32s);
+    kernels.extend(kernels_of("bf16", &inp.bf16s));
+    kernels
+}
+
+/// The memcpy anchor and the encoders of one input type, named after it (`label`).
+fn kernels_of<'a, S: Source>(label: &str, src: &'a [S]) -> Vec<(String, usize, Kernel<'a>)> {
+    let bytes = size_of::<S>();
+    let n = src.len();
+    let mut copy = vec![S::default(); n];
+    let mut e2m1 = vec![0u8; n / 2];
+    let mut e4m3 = vec![E4M3::ZERO; n];
+    let mut ue8m0 = vec![UE8M0::MIN; n];
     vec![
-        ("memcpy f32 (anchor)", 4, Box::new(move || copy32.copy_from_slice(black_box(&inp.f32s)))),
+        (format!("memcpy {label} (anchor)"), bytes, Box::new(move || copy.copy_from_slice(black_box(src)))),
         (
-            "f32 -> e2m1 packed",
-            4,
-            Box::new(move || slice::encode_e2m1_packed(black_box(&inp.f32s), &mut e2m1).unwrap()),
+            format!("{label} -> e2m1 packed"),
+            bytes,
+            Box::new(move || slice::encode_e2m1_packed(black_box(src), &mut e2m1).unwrap()),
         ),
-        ("f32 -> e4m3", 4, Box::new(move || slice::encode(black_box(&inp.f32s), &mut e4m3).unwrap())),
+        (format!("{label} -> e4m3"), bytes, Box::new(move || slice::encode(black_box(src), &mut e4m3).unwrap())),
         (
-            "f32 -> ue8m0 (rp)",
-            4,
-            Box::new(move || slice::encode_ue8m0(black_box(&inp.f32s), E8M0Rounding::PosInf, &mut ue8m0).unwrap()),
-        ),
-        ("memcpy bf16 (anchor)", 2, Box::new(move || copy16.copy_from_slice(black_box(&inp.bf16s)))),
-        (
-            "bf16 -> e2m1 packed",
-            2,
-            Box::new(move || slice::encode_e2m1_packed(black_box(&inp.bf16s), &mut e2m1_b).unwrap()),
-        ),
-        ("bf16 -> e4m3", 2, Box::new(move || slice::encode(black_box(&inp.bf16s), &mut e4m3_b).unwrap())),
-        (
-            "bf16 -> ue8m0 (rp)",
-            2,
-            Box::new(move || slice::encode_ue8m0(black_box(&inp.bf16s), E8M0Rounding::PosInf, &mut ue8m0_b).unwrap()),
+            format!("{label} -> ue8m0 (rp)"),
+            bytes,
+            Box::new(move || slice::encode_ue8m0(black_box(src), E8M0Rounding::PosInf, &mut ue8m0).unwrap()),
         ),
     ]
 }

@@ -32,12 +32,8 @@ use crate::{E2M1, E2M3, E3M2, FormatError, Int4, Int4Storage};
 /// [`FormatError::NotMultiple`] for an odd number of codes;
 /// [`FormatError::LengthMismatch`] unless `out.len() == codes.len() / 2`.
 pub fn pack_e2m1(codes: &[E2M1], out: &mut [u8]) -> Result<(), FormatError> {
-    check_multiple("E2M1 code count", codes.len(), 2, "two FP4 codes share a byte")?;
-    check_len("packed E2M1 bytes", codes.len() / 2, out.len())?;
-    for (o, pair) in out.iter_mut().zip(codes.chunks_exact(2)) {
-        *o = pair[0].to_bits() | (pair[1].to_bits() << 4);
-    }
-    Ok(())
+    let names = ("E2M1 code count", "two FP4 codes share a byte", "packed E2M1 bytes");
+    pack_groups::<2, _, _>(codes, out, names, |pair| pair[0].to_bits() | (pair[1].to_bits() << 4))
 }
 
 /// Unpacks bytes of two E2M1 codes (low nibble first).
@@ -45,10 +41,43 @@ pub fn pack_e2m1(codes: &[E2M1], out: &mut [u8]) -> Result<(), FormatError> {
 /// # Errors
 /// [`FormatError::LengthMismatch`] unless `out.len() == 2 * packed.len()`.
 pub fn unpack_e2m1(packed: &[u8], out: &mut [E2M1]) -> Result<(), FormatError> {
-    check_len("E2M1 codes", packed.len() * 2, out.len())?;
-    for (pair, &b) in out.chunks_exact_mut(2).zip(packed) {
+    unpack_groups::<2, _, _>(packed, out, "E2M1 codes", |b, pair| {
         pair[0] = E2M1::from_bits(b);
         pair[1] = E2M1::from_bits(b >> 4);
+    })
+}
+
+/// Packs each group of `PER` items of `src` into one item of `out`, after checking
+/// that `PER` divides the count and that `out` holds one item per group. `names`: the
+/// count and why it must be a multiple of `PER` ([`FormatError::NotMultiple`]), and
+/// `out` ([`FormatError::LengthMismatch`]).
+#[inline(always)]
+fn pack_groups<const PER: usize, S, D>(
+    src: &[S],
+    out: &mut [D],
+    (count, why, packed): (&'static str, &'static str, &'static str),
+    pack: impl Fn(&[S]) -> D,
+) -> Result<(), FormatError> {
+    check_multiple(count, src.len(), PER, why)?;
+    check_len(packed, src.len() / PER, out.len())?;
+    for (o, group) in out.iter_mut().zip(src.chunks_exact(PER)) {
+        *o = pack(group);
+    }
+    Ok(())
+}
+
+/// Unpacks each item of `packed` into a group of `PER` items of `out` (`what`, which
+/// must hold `PER` per packed item: [`FormatError::LengthMismatch`]).
+#[inline(always)]
+fn unpack_groups<const PER: usize, S: Copy, D>(
+    packed: &[S],
+    out: &mut [D],
+    what: &'static str,
+    unpack: impl Fn(S, &mut [D]),
+) -> Result<(), FormatError> {
+    check_len(what, packed.len() * PER, out.len())?;
+    for (group, &p) in out.chunks_exact_mut(PER).zip(packed) {
+        unpack(p, group);
     }
     Ok(())
 }
@@ -138,12 +167,10 @@ pub fn unpack_fp6<T: Fp6>(packed: &[u8], out: &mut [T]) -> Result<(), FormatErro
 /// [`FormatError::NotMultiple`] unless the count is a multiple of 8;
 /// [`FormatError::LengthMismatch`] unless `out.len() == values.len() / 8`.
 pub fn pack_int4(values: &[Int4], storage: Int4Storage, out: &mut [u32]) -> Result<(), FormatError> {
-    check_multiple("INT4 value count", values.len(), 8, "eight INT4 values fill a u32")?;
-    check_len("packed INT4 words", values.len() / 8, out.len())?;
-    for (o, oct) in out.iter_mut().zip(values.chunks_exact(8)) {
-        *o = oct.iter().enumerate().fold(0u32, |w, (i, &v)| w | (u32::from(storage.encode(v)) << (4 * i)));
-    }
-    Ok(())
+    let names = ("INT4 value count", "eight INT4 values fill a u32", "packed INT4 words");
+    pack_groups::<8, _, _>(values, out, names, |oct| {
+        oct.iter().enumerate().fold(0u32, |w, (i, &v)| w | (u32::from(storage.encode(v)) << (4 * i)))
+    })
 }
 
 /// Unpacks INT4 values from `u32` words (element i in bits `4i..4i+3`).
@@ -151,13 +178,11 @@ pub fn pack_int4(values: &[Int4], storage: Int4Storage, out: &mut [u32]) -> Resu
 /// # Errors
 /// [`FormatError::LengthMismatch`] unless `out.len() == 8 * words.len()`.
 pub fn unpack_int4(words: &[u32], storage: Int4Storage, out: &mut [Int4]) -> Result<(), FormatError> {
-    check_len("INT4 values", words.len() * 8, out.len())?;
-    for (oct, &w) in out.chunks_exact_mut(8).zip(words) {
+    unpack_groups::<8, _, _>(words, out, "INT4 values", |w, oct| {
         for (i, v) in oct.iter_mut().enumerate() {
             *v = storage.decode((w >> (4 * i)) as u8);
         }
-    }
-    Ok(())
+    })
 }
 
 /// Reads bytes as little-endian `u32` words (byte `4j` is the low byte of word j).
@@ -166,12 +191,8 @@ pub fn unpack_int4(words: &[u32], storage: Int4Storage, out: &mut [Int4]) -> Res
 /// [`FormatError::NotMultiple`] unless `bytes.len()` is a multiple of 4;
 /// [`FormatError::LengthMismatch`] unless `out.len() == bytes.len() / 4`.
 pub fn words_from_le_bytes(bytes: &[u8], out: &mut [u32]) -> Result<(), FormatError> {
-    check_multiple("byte count", bytes.len(), 4, "four bytes make a u32 word")?;
-    check_len("words", bytes.len() / 4, out.len())?;
-    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-        *o = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    }
-    Ok(())
+    let names = ("byte count", "four bytes make a u32 word", "words");
+    pack_groups::<4, _, _>(bytes, out, names, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// Writes `u32` words as little-endian bytes.
@@ -179,11 +200,7 @@ pub fn words_from_le_bytes(bytes: &[u8], out: &mut [u32]) -> Result<(), FormatEr
 /// # Errors
 /// [`FormatError::LengthMismatch`] unless `out.len() == 4 * words.len()`.
 pub fn le_bytes_from_words(words: &[u32], out: &mut [u8]) -> Result<(), FormatError> {
-    check_len("bytes", words.len() * 4, out.len())?;
-    for (o, w) in out.chunks_exact_mut(4).zip(words) {
-        o.copy_from_slice(&w.to_le_bytes());
-    }
-    Ok(())
+    unpack_groups::<4, _, _>(words, out, "bytes", |w, o| o.copy_from_slice(&w.to_le_bytes()))
 }
 
 /// 4-bit elements per K-block of the block-interleaved layout (one 128-bit load).
@@ -191,9 +208,27 @@ pub const INTERLEAVE_K: usize = 32;
 /// `u32` words per K-block of the block-interleaved layout.
 pub const INTERLEAVE_WORDS: usize = INTERLEAVE_K / 8;
 
-fn interleave_shape(n: usize, k: usize) -> Result<usize, FormatError> {
+/// Checks an interleave of `n` rows of `k` 4-bit elements (`lens`: the two sides'
+/// names and lengths, in the order checked, each `n * k / 8` words), then calls
+/// `visit(row_major, interleaved)` with the word offsets of every K-block on both sides.
+fn for_each_k_block(
+    n: usize,
+    k: usize,
+    lens: [(&'static str, usize); 2],
+    mut visit: impl FnMut(usize, usize),
+) -> Result<(), FormatError> {
     check_multiple("K", k, INTERLEAVE_K, "the interleaved layout groups 32 4-bit elements per 128-bit load")?;
-    n.checked_mul(k / 8).ok_or(FormatError::TooLarge { what: "interleaved weight" })
+    let len = n.checked_mul(k / 8).ok_or(FormatError::TooLarge { what: "interleaved weight" })?;
+    for (what, actual) in lens {
+        check_len(what, len, actual)?;
+    }
+    let blocks = k / INTERLEAVE_K;
+    for r in 0..n {
+        for b in 0..blocks {
+            visit((r * blocks + b) * INTERLEAVE_WORDS, (b * n + r) * INTERLEAVE_WORDS);
+        }
+    }
+    Ok(())
 }
 
 /// Rewrites `n` rows of `k` packed 4-bit elements (row-major `[n, k/8]` words, as
@@ -206,19 +241,11 @@ fn interleave_shape(n: usize, k: usize) -> Result<usize, FormatError> {
 /// [`FormatError::NotMultiple`] unless `k` is a multiple of 32;
 /// [`FormatError::LengthMismatch`] unless `rows.len() == out.len() == n * k / 8`.
 pub fn to_block_interleaved(rows: &[u32], n: usize, k: usize, out: &mut [u32]) -> Result<(), FormatError> {
-    let len = interleave_shape(n, k)?;
-    check_len("row-major words", len, rows.len())?;
-    check_len("interleaved words", len, out.len())?;
-    if len == 0 {
-        return Ok(());
-    }
-    for (r, row) in rows.chunks_exact(k / 8).enumerate() {
-        for (b, block) in row.chunks_exact(INTERLEAVE_WORDS).enumerate() {
-            let dst = (b * n + r) * INTERLEAVE_WORDS;
-            out[dst..dst + INTERLEAVE_WORDS].copy_from_slice(block);
-        }
-    }
-    Ok(())
+    let lens = [("row-major words", rows.len()), ("interleaved words", out.len())];
+    for_each_k_block(n, k, lens, |row_major, interleaved| {
+        out[interleaved..interleaved + INTERLEAVE_WORDS]
+            .copy_from_slice(&rows[row_major..row_major + INTERLEAVE_WORDS]);
+    })
 }
 
 /// Inverse of [`to_block_interleaved`].
@@ -226,19 +253,10 @@ pub fn to_block_interleaved(rows: &[u32], n: usize, k: usize, out: &mut [u32]) -
 /// # Errors
 /// As [`to_block_interleaved`].
 pub fn from_block_interleaved(interleaved: &[u32], n: usize, k: usize, out: &mut [u32]) -> Result<(), FormatError> {
-    let len = interleave_shape(n, k)?;
-    check_len("interleaved words", len, interleaved.len())?;
-    check_len("row-major words", len, out.len())?;
-    if len == 0 {
-        return Ok(());
-    }
-    for (r, row) in out.chunks_exact_mut(k / 8).enumerate() {
-        for (b, block) in row.chunks_exact_mut(INTERLEAVE_WORDS).enumerate() {
-            let src = (b * n + r) * INTERLEAVE_WORDS;
-            block.copy_from_slice(&interleaved[src..src + INTERLEAVE_WORDS]);
-        }
-    }
-    Ok(())
+    let lens = [("interleaved words", interleaved.len()), ("row-major words", out.len())];
+    for_each_k_block(n, k, lens, |row_major, at| {
+        out[row_major..row_major + INTERLEAVE_WORDS].copy_from_slice(&interleaved[at..at + INTERLEAVE_WORDS]);
+    })
 }
 
 /// [`pack_e2m1`] into a new vector.

@@ -124,12 +124,12 @@ ours!(ours_bf16(bf16): from_bf16, from_bf16_nosat, from_bf16_rz);
 /// Counts, per column, the inputs where `ours` differs from the oracle's bytes, with
 /// the first few of each written to `report`. `skip(input, column)` leaves a cell out.
 fn mismatches<T: Copy + std::fmt::LowerHex>(
+    report: &mut String,
     what: &str,
     inputs: &[T],
     theirs: &[u8],
     ours: impl Fn(T) -> [u8; N],
     skip: impl Fn(T, usize) -> bool,
-    report: &mut String,
 ) -> [usize; N] {
     assert_eq!(theirs.len(), inputs.len() * N, "oracle output length for {what}");
     let mut counts = [0usize; N];
@@ -162,7 +162,7 @@ fn compare_except<T: Copy + std::fmt::LowerHex>(
     skip: impl Fn(T, usize) -> bool,
 ) {
     let mut report = String::new();
-    let total: usize = mismatches(what, inputs, theirs, ours, skip, &mut report).iter().sum();
+    let total: usize = mismatches(&mut report, what, inputs, theirs, ours, skip).iter().sum();
     assert!(total == 0, "{total} mismatches against NVIDIA ({what}):\n{report}");
 }
 
@@ -177,41 +177,42 @@ fn f64_results(bin: &Path) -> &'static (Vec<u64>, Vec<u8>) {
     })
 }
 
-#[test]
-fn every_f16_matches_nvidia() {
+/// Every value of a 16-bit float type `T` (`what`, the oracle's mode `mode`) through
+/// `ours`, and through the f32 path on the same (exact) values, must match NVIDIA; so
+/// must the f64 path (NVIDIA's host functions widen to double themselves), except for
+/// the sign and payload of an FP8 NaN, where the f64 rule is the double conversion's.
+fn every_16_bit_value_matches<T: Copy>(
+    what: &str,
+    mode: &str,
+    from_bits: fn(u16) -> T,
+    ours: fn(T) -> [u8; N],
+    to_f32: fn(T) -> f32,
+    to_f64: fn(T) -> f64,
+) {
     let Some(bin) = oracle() else { return };
     let inputs: Vec<u32> = (0..=u16::MAX as u32).collect();
     let bytes: Vec<u8> = inputs.iter().flat_map(|&b| (b as u16).to_le_bytes()).collect();
-    let theirs = run_oracle(bin, "h", &bytes);
-    compare("f16", &inputs, &theirs, |b| ours_f16(f16::from_bits(b as u16)));
-    // The f32 path on the same (exact) values must agree too, and so must the f64 path
-    // (NVIDIA's host functions widen to double themselves), except for the sign and
-    // payload of an FP8 NaN, where the f64 rule is the double conversion's.
-    compare("f16 as f32", &inputs, &theirs, |b| ours_f32(f16::from_bits(b as u16).to_f32()));
+    let theirs = run_oracle(bin, mode, &bytes);
+    let x = |b: u32| from_bits(b as u16);
+    compare(what, &inputs, &theirs, |b| ours(x(b)));
+    compare(&format!("{what} as f32"), &inputs, &theirs, |b| ours_f32(to_f32(x(b))));
     compare_except(
-        "f16 as f64",
+        &format!("{what} as f64"),
         &inputs,
         &theirs,
-        |b| ours_f64(f16::from_bits(b as u16).to_f64()),
-        |b, c| f16::from_bits(b as u16).is_nan() && FP8_COLUMNS.contains(&c),
+        |b| ours_f64(to_f64(x(b))),
+        |b, c| to_f32(x(b)).is_nan() && FP8_COLUMNS.contains(&c),
     );
 }
 
 #[test]
+fn every_f16_matches_nvidia() {
+    every_16_bit_value_matches("f16", "h", f16::from_bits, ours_f16, f16::to_f32, f16::to_f64);
+}
+
+#[test]
 fn every_bf16_matches_nvidia() {
-    let Some(bin) = oracle() else { return };
-    let inputs: Vec<u32> = (0..=u16::MAX as u32).collect();
-    let bytes: Vec<u8> = inputs.iter().flat_map(|&b| (b as u16).to_le_bytes()).collect();
-    let theirs = run_oracle(bin, "b", &bytes);
-    compare("bf16", &inputs, &theirs, |b| ours_bf16(bf16::from_bits(b as u16)));
-    compare("bf16 as f32", &inputs, &theirs, |b| ours_f32(bf16::from_bits(b as u16).to_f32()));
-    compare_except(
-        "bf16 as f64",
-        &inputs,
-        &theirs,
-        |b| ours_f64(bf16::from_bits(b as u16).to_f64()),
-        |b, c| bf16::from_bits(b as u16).is_nan() && FP8_COLUMNS.contains(&c),
-    );
+    every_16_bit_value_matches("bf16", "b", bf16::from_bits, ours_bf16, bf16::to_f32, bf16::to_f64);
 }
 
 #[test]
@@ -266,19 +267,12 @@ fn narrowing_f64_to_f32_first_differs_from_nvidia() {
     let in_f32_range = |b: u64| (f64::from_bits(b) as f32).is_finite();
     let via_f32 = |b: u64| ours_f32(f64::from_bits(b) as f32);
     let mut report = String::new();
-    let rounding = mismatches("f64 via f32", inputs, theirs, via_f32, |b, _| !in_f32_range(b), &mut report);
-    let range = mismatches(
-        "f64 via f32",
-        inputs,
-        theirs,
-        via_f32,
-        |b, _| {
-            let x = f64::from_bits(b);
-            in_f32_range(b) || x.is_nan()
-        },
-        &mut report,
-    );
-    let direct = mismatches("f64", inputs, theirs, |b| ours_f64(f64::from_bits(b)), |_, _| false, &mut report);
+    let rounding = mismatches(&mut report, "f64 via f32", inputs, theirs, via_f32, |b, _| !in_f32_range(b));
+    let range = mismatches(&mut report, "f64 via f32", inputs, theirs, via_f32, |b, _| {
+        let x = f64::from_bits(b);
+        in_f32_range(b) || x.is_nan()
+    });
+    let direct = mismatches(&mut report, "f64", inputs, theirs, |b| ours_f64(f64::from_bits(b)), |_, _| false);
     let mut table = format!("  {:<18} {:>16} {:>16} {:>9}\n", "", "via f32: rounding", "via f32: range", "from_f64");
     for c in 0..N {
         table += &format!("  {:<18} {:>16} {:>16} {:>9}\n", COLUMNS[c], rounding[c], range[c], direct[c]);

@@ -149,6 +149,13 @@ pub(crate) struct Anchor {
     pub seconds: f64,
 }
 
+impl Anchor {
+    /// `name`, timed as the best of `f`'s calls within `budget` ([`best_of`]).
+    pub fn timed(name: &str, budget: Budget, f: impl FnMut() -> Result<(), CliError>) -> Result<Self, CliError> {
+        Ok(Self { name: name.into(), seconds: best_of(budget, f)? })
+    }
+}
+
 impl Case {
     /// A case doing `work` in `seconds`, against `anchor` doing the same work;
     /// `bytes`: the bf16 matrix bytes behind `gb_per_s`, if any.

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use blockscale::rng::SplitMix64;
@@ -51,16 +51,33 @@ pub fn write(path: &Path, tensors: &[Tensor]) {
     safetensors::serialize_to_file(views, Some(meta), path).unwrap();
 }
 
-/// A small model: two linear weights (one with 130 rows), an embedding, a norm.
 /// A fresh temporary folder holding `name`, a safetensors file of `tensors`: the folder
 /// (removed when dropped) and the file's path.
-pub fn input_file(name: &str, tensors: &[Tensor]) -> (tempfile::TempDir, std::path::PathBuf) {
+pub fn input_file(name: &str, tensors: &[Tensor]) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(name);
     write(&path, tensors);
     (dir, path)
 }
 
+/// [`input_file`] `in.safetensors`, and the path of an output `o.safetensors` beside it.
+pub fn input_and_output(tensors: &[Tensor]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let (dir, input) = input_file("in.safetensors", tensors);
+    let out = dir.path().join("o.safetensors");
+    (dir, input, out)
+}
+
+/// A new folder `parent/name` holding a safetensors file of each `(file, tensors)`.
+pub fn folder(parent: &Path, name: &str, files: &[(&str, Vec<Tensor>)]) -> PathBuf {
+    let folder = parent.join(name);
+    std::fs::create_dir(&folder).unwrap();
+    for (file, tensors) in files {
+        write(&folder.join(file), tensors);
+    }
+    folder
+}
+
+/// A small model: two linear weights (one with 130 rows), an embedding, a norm.
 pub fn model_tensors(seed: u64) -> Vec<Tensor> {
     vec![
         bf16_weight("model.embed_tokens.weight", seed, 32, 256),
@@ -73,6 +90,30 @@ pub fn model_tensors(seed: u64) -> Vec<Tensor> {
 /// Runs `blockscale args...`.
 pub fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_blockscale")).args(args).output().expect("the binary runs")
+}
+
+/// Runs `blockscale quantize input -o out args...`.
+pub fn quantize(input: &Path, out: &Path, args: &[&str]) -> Output {
+    run(&[&["quantize", s(input), "-o", s(out)][..], args].concat())
+}
+
+/// The exit code of a finished run.
+pub fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited")
+}
+
+/// A run's stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Names in `dir` other than `keep`: temporaries left behind would show up here.
+pub fn leftovers(dir: &Path, keep: &[&str]) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect()
 }
 
 /// Runs and requires success.

@@ -40,80 +40,48 @@ static std::vector<unsigned char> read_all(const char *path) {
     return data;
 }
 
-// Writes the results for one value given as a float (exact for f16/bf16 inputs) plus,
-// for the 16-bit modes, NVIDIA's dedicated halfraw / bfloat16raw entry points.
+// Writes the results for one input `x` of the entry points __nv_cvt_<FROM>_to_*, in
+// column order, but for E8M0 those for `e8m0_x` of __nv_cvt_<E8M0_FROM>_to_e8m0.
+#define CONVERT(FROM, x, E8M0_FROM, e8m0_x, out) \
+    do { \
+        out[0] = __nv_cvt_##FROM##_to_fp8(x, __NV_SATFINITE, __NV_E4M3); \
+        out[1] = __nv_cvt_##FROM##_to_fp8(x, __NV_NOSAT, __NV_E4M3); \
+        out[2] = __nv_cvt_##FROM##_to_fp8(x, __NV_SATFINITE, __NV_E5M2); \
+        out[3] = __nv_cvt_##FROM##_to_fp8(x, __NV_NOSAT, __NV_E5M2); \
+        out[4] = __nv_cvt_##FROM##_to_fp4(x, __NV_E2M1, cudaRoundNearest); \
+        out[5] = __nv_cvt_##FROM##_to_fp6(x, __NV_E2M3, cudaRoundNearest); \
+        out[6] = __nv_cvt_##FROM##_to_fp6(x, __NV_E3M2, cudaRoundNearest); \
+        out[7] = __nv_cvt_##E8M0_FROM##_to_e8m0(e8m0_x, __NV_SATFINITE, cudaRoundZero); \
+        out[8] = __nv_cvt_##E8M0_FROM##_to_e8m0(e8m0_x, __NV_NOSAT, cudaRoundZero); \
+        out[9] = __nv_cvt_##E8M0_FROM##_to_e8m0(e8m0_x, __NV_SATFINITE, cudaRoundPosInf); \
+        out[10] = __nv_cvt_##E8M0_FROM##_to_e8m0(e8m0_x, __NV_NOSAT, cudaRoundPosInf); \
+        out[11] = __nv_cvt_##FROM##_to_fp4(x, __NV_E2M1, cudaRoundZero); \
+        out[12] = __nv_cvt_##FROM##_to_fp6(x, __NV_E2M3, cudaRoundZero); \
+        out[13] = __nv_cvt_##FROM##_to_fp6(x, __NV_E3M2, cudaRoundZero); \
+    } while (0)
+
+// The results for one value given as a float (exact for f16/bf16 inputs) plus, for the
+// 16-bit modes, NVIDIA's dedicated halfraw / bfloat16raw entry points.
 static void convert_float(float x, unsigned char *out) {
-    out[0] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-    out[1] = __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E4M3);
-    out[2] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
-    out[3] = __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E5M2);
-    out[4] = __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest);
-    out[5] = __nv_cvt_float_to_fp6(x, __NV_E2M3, cudaRoundNearest);
-    out[6] = __nv_cvt_float_to_fp6(x, __NV_E3M2, cudaRoundNearest);
-    out[7] = __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero);
-    out[8] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundZero);
-    out[9] = __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf);
-    out[10] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf);
-    out[11] = __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundZero);
-    out[12] = __nv_cvt_float_to_fp6(x, __NV_E2M3, cudaRoundZero);
-    out[13] = __nv_cvt_float_to_fp6(x, __NV_E3M2, cudaRoundZero);
+    CONVERT(float, x, float, x, out);
 }
 
 static void convert_double(double x, unsigned char *out) {
-    out[0] = __nv_cvt_double_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-    out[1] = __nv_cvt_double_to_fp8(x, __NV_NOSAT, __NV_E4M3);
-    out[2] = __nv_cvt_double_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
-    out[3] = __nv_cvt_double_to_fp8(x, __NV_NOSAT, __NV_E5M2);
-    out[4] = __nv_cvt_double_to_fp4(x, __NV_E2M1, cudaRoundNearest);
-    out[5] = __nv_cvt_double_to_fp6(x, __NV_E2M3, cudaRoundNearest);
-    out[6] = __nv_cvt_double_to_fp6(x, __NV_E3M2, cudaRoundNearest);
-    out[7] = __nv_cvt_double_to_e8m0(x, __NV_SATFINITE, cudaRoundZero);
-    out[8] = __nv_cvt_double_to_e8m0(x, __NV_NOSAT, cudaRoundZero);
-    out[9] = __nv_cvt_double_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf);
-    out[10] = __nv_cvt_double_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf);
-    out[11] = __nv_cvt_double_to_fp4(x, __NV_E2M1, cudaRoundZero);
-    out[12] = __nv_cvt_double_to_fp6(x, __NV_E2M3, cudaRoundZero);
-    out[13] = __nv_cvt_double_to_fp6(x, __NV_E3M2, cudaRoundZero);
+    CONVERT(double, x, double, x, out);
 }
 
 static void convert_half(uint16_t bits, unsigned char *out) {
     __half_raw h;
     h.x = bits;
-    out[0] = __nv_cvt_halfraw_to_fp8(h, __NV_SATFINITE, __NV_E4M3);
-    out[1] = __nv_cvt_halfraw_to_fp8(h, __NV_NOSAT, __NV_E4M3);
-    out[2] = __nv_cvt_halfraw_to_fp8(h, __NV_SATFINITE, __NV_E5M2);
-    out[3] = __nv_cvt_halfraw_to_fp8(h, __NV_NOSAT, __NV_E5M2);
-    out[4] = __nv_cvt_halfraw_to_fp4(h, __NV_E2M1, cudaRoundNearest);
-    out[5] = __nv_cvt_halfraw_to_fp6(h, __NV_E2M3, cudaRoundNearest);
-    out[6] = __nv_cvt_halfraw_to_fp6(h, __NV_E3M2, cudaRoundNearest);
     // cuda_fp8.h has no half entry point for E8M0: convert the exact float value.
     float x = __half2float(__half(h));
-    out[7] = __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero);
-    out[8] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundZero);
-    out[9] = __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf);
-    out[10] = __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf);
-    out[11] = __nv_cvt_halfraw_to_fp4(h, __NV_E2M1, cudaRoundZero);
-    out[12] = __nv_cvt_halfraw_to_fp6(h, __NV_E2M3, cudaRoundZero);
-    out[13] = __nv_cvt_halfraw_to_fp6(h, __NV_E3M2, cudaRoundZero);
+    CONVERT(halfraw, h, float, x, out);
 }
 
 static void convert_bf16(uint16_t bits, unsigned char *out) {
     __nv_bfloat16_raw b;
     b.x = bits;
-    out[0] = __nv_cvt_bfloat16raw_to_fp8(b, __NV_SATFINITE, __NV_E4M3);
-    out[1] = __nv_cvt_bfloat16raw_to_fp8(b, __NV_NOSAT, __NV_E4M3);
-    out[2] = __nv_cvt_bfloat16raw_to_fp8(b, __NV_SATFINITE, __NV_E5M2);
-    out[3] = __nv_cvt_bfloat16raw_to_fp8(b, __NV_NOSAT, __NV_E5M2);
-    out[4] = __nv_cvt_bfloat16raw_to_fp4(b, __NV_E2M1, cudaRoundNearest);
-    out[5] = __nv_cvt_bfloat16raw_to_fp6(b, __NV_E2M3, cudaRoundNearest);
-    out[6] = __nv_cvt_bfloat16raw_to_fp6(b, __NV_E3M2, cudaRoundNearest);
-    out[7] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_SATFINITE, cudaRoundZero);
-    out[8] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_NOSAT, cudaRoundZero);
-    out[9] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_SATFINITE, cudaRoundPosInf);
-    out[10] = __nv_cvt_bfloat16raw_to_e8m0(b, __NV_NOSAT, cudaRoundPosInf);
-    out[11] = __nv_cvt_bfloat16raw_to_fp4(b, __NV_E2M1, cudaRoundZero);
-    out[12] = __nv_cvt_bfloat16raw_to_fp6(b, __NV_E2M3, cudaRoundZero);
-    out[13] = __nv_cvt_bfloat16raw_to_fp6(b, __NV_E3M2, cudaRoundZero);
+    CONVERT(bfloat16raw, b, bfloat16raw, b, out);
 }
 
 static void push16(std::vector<unsigned char> &out, uint16_t v) {

@@ -145,14 +145,11 @@ fn gemms(shapes: &Shapes, budget: Budget, progress: &mut Progress) -> Result<Vec
         let qb = quant(&b, scheme)?;
         let label = format!("gemm {scheme} x {scheme} {size}^3");
         progress.step(&format!("{label}: anchor"));
-        let anchor = Anchor {
-            name: "dequantize to f32 + ndarray sgemm".into(),
-            seconds: best_of(budget, || {
-                let (af, bf) = (dequantize::<f32>(&qa), dequantize::<f32>(&qb));
-                black_box(af.dot(&bf.t()));
-                Ok(())
-            })?,
-        };
+        let anchor = Anchor::timed("dequantize to f32 + ndarray sgemm", budget, || {
+            let (af, bf) = (dequantize::<f32>(&qa), dequantize::<f32>(&qb));
+            black_box(af.dot(&bf.t()));
+            Ok(())
+        })?;
         progress.step(&label);
         let t = best_of(budget, || {
             let c = gemm::<f32>(&qa, &qb, &Epilogue::default(), &GemmOptions::default())
@@ -180,23 +177,17 @@ fn gemvs(shapes: &Shapes, budget: Budget, progress: &mut Progress) -> Result<Vec
         let qw = quant(&w, scheme)?;
         let label = format!("gemv {scheme} N={wn} K={wk}, bf16 x");
         progress.step(&format!("{label}: anchor"));
-        let anchor = Anchor {
-            name: "dequantize to f32 + ndarray mat-vec".into(),
-            seconds: best_of(budget, || {
-                let wf = dequantize::<f32>(&qw);
-                black_box(wf.dot(&to_f32(black_box(&xv))));
-                Ok(())
-            })?,
-        };
+        let anchor = Anchor::timed("dequantize to f32 + ndarray mat-vec", budget, || {
+            let wf = dequantize::<f32>(&qw);
+            black_box(wf.dot(&to_f32(black_box(&xv))));
+            Ok(())
+        })?;
         let wf = dequantize::<f32>(&qw);
         progress.step(&format!("{label}: f32 mat-vec"));
-        let ready = Anchor {
-            name: "ndarray mat-vec, f32 weights ready".into(),
-            seconds: best_of(budget, || {
-                black_box(wf.dot(&to_f32(black_box(&xv))));
-                Ok(())
-            })?,
-        };
+        let ready = Anchor::timed("ndarray mat-vec, f32 weights ready", budget, || {
+            black_box(wf.dot(&to_f32(black_box(&xv))));
+            Ok(())
+        })?;
         drop(wf);
         progress.step(&label);
         let t = best_of(budget, || {
