@@ -814,20 +814,17 @@ mod tests {
 
     use super::*;
 
-    const ALL: [(Scheme, DataLayout); 12] = [
-        (Scheme::NvFp4, DataLayout::RowMajor),
-        (Scheme::MxFp4, DataLayout::RowMajor),
-        (Scheme::MxFp6E2M3, DataLayout::RowMajor),
-        (Scheme::MxFp6E3M2, DataLayout::RowMajor),
-        (Scheme::MxFp8E4M3, DataLayout::RowMajor),
-        (Scheme::MxFp8E5M2, DataLayout::RowMajor),
-        (Scheme::Fp8Block(Fp8Tile::Row1x128), DataLayout::RowMajor),
-        (Scheme::Fp8Block(Fp8Tile::Tile128x128), DataLayout::RowMajor),
-        (Scheme::Int4G32, DataLayout::RowMajor),
-        (Scheme::Int4G32, DataLayout::BlockInterleaved),
-        (Scheme::Int4G128, DataLayout::RowMajor),
-        (Scheme::Int4G128, DataLayout::BlockInterleaved),
-    ];
+    /// Every scheme row-major, and the INT4 ones block-interleaved too (what checkpoints
+    /// hold).
+    fn all() -> Vec<(Scheme, DataLayout)> {
+        Scheme::ALL
+            .into_iter()
+            .flat_map(|s| {
+                let int4 = matches!(s, Scheme::Int4G32 | Scheme::Int4G128);
+                [(s, DataLayout::RowMajor)].into_iter().chain(int4.then_some((s, DataLayout::BlockInterleaved)))
+            })
+            .collect()
+    }
 
     /// The project's seeded generator (blockscale_formats::rng).
     struct Rng(blockscale_formats::rng::SplitMix64);
@@ -882,7 +879,7 @@ mod tests {
     #[test]
     fn the_layout_round_trips_every_scheme() {
         // Ragged N and K: padding rows and slabs, and the last row group.
-        for (i, &(scheme, data)) in ALL.iter().enumerate() {
+        for (i, (scheme, data)) in all().into_iter().enumerate() {
             for &(n, k) in &[(37, 384), (16, 128), (130, 1152)] {
                 let q = matrix(scheme, data, (n, k), 7 + i as u64);
                 let p = PreparedLayout::new(&q).unwrap_or_else(|e| panic!("{scheme:?}: {e}"));
@@ -917,7 +914,7 @@ mod tests {
     /// 2^-shift exactly in bf16; INT4 must decode to 8 (c - 8); FP8 block to the element.
     #[test]
     fn the_kernels_arithmetic_gives_the_exact_products() {
-        for (i, &(scheme, data)) in ALL.iter().enumerate() {
+        for (i, (scheme, data)) in all().into_iter().enumerate() {
             let (n, k) = (40, 640);
             let q = matrix(scheme, data, (n, k), 100 + i as u64);
             let p = PreparedLayout::new(&q).unwrap();
