@@ -157,6 +157,109 @@ pub(super) fn bf16_scaled_tile(
     unsafe { avx512::bf16_scaled_tile(a, sa, packed, packed_scales, k, bs, j0, j1, out) }
 }
 
+/// One ISA's K step of the packed-panel micro kernels: a panel's two column vectors at
+/// a K position, times an element of a row of A broadcast to every lane, added to the
+/// row's two accumulators ([`steps`] runs them).
+#[cfg(target_arch = "x86_64")]
+trait PanelStep {
+    /// A K position's element of a row of A (an f32, or a pair of bf16).
+    type Elem;
+    /// A vector of f32 accumulators.
+    type Acc: Copy;
+    /// A vector of operands.
+    type Op: Copy;
+    /// Columns per panel: elements per K position of a panel.
+    const W: usize;
+
+    /// The panel's two column vectors at `p`.
+    ///
+    /// # Safety
+    /// `W` elements readable at `p`; the CPU has the ISA's features.
+    unsafe fn load(p: *const Self::Elem) -> [Self::Op; 2];
+
+    /// The element at `p` in every lane.
+    ///
+    /// # Safety
+    /// As [`Self::load`], for one element.
+    unsafe fn broadcast(p: *const Self::Elem) -> Self::Op;
+
+    /// `acc + a * b`, lane by lane.
+    ///
+    /// # Safety
+    /// The CPU has the ISA's features.
+    unsafe fn fma(acc: Self::Acc, a: Self::Op, b: Self::Op) -> Self::Acc;
+}
+
+/// K positions `t` of `ts` for `MI` rows of A (pointers to their elements) and one
+/// packed panel: `acc[i] += a[i][t] * panel[t]`, in the order of `ts`.
+///
+/// # Safety
+/// The CPU has `S`'s features (this runs inlined into a function that enables them);
+/// every `a[i]` readable at each `t`, `panel` for `W` elements at each `t * W`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn steps<S: PanelStep, const MI: usize>(
+    a: &[*const S::Elem; MI],
+    panel: *const S::Elem,
+    ts: core::ops::Range<usize>,
+    acc: &mut [[S::Acc; 2]; MI],
+) {
+    for t in ts {
+        // SAFETY: the caller guarantees the extents and the features.
+        unsafe {
+            let [b0, b1] = S::load(panel.add(t * S::W));
+            for (row, acc) in a.iter().zip(acc.iter_mut()) {
+                let av = S::broadcast(row.add(t));
+                acc[0] = S::fma(acc[0], av, b0);
+                acc[1] = S::fma(acc[1], av, b1);
+            }
+        }
+    }
+}
+
+/// The register tiles of a packed-panel kernel: for each panel of `pw` columns among
+/// `j0..j1` (`j0` a multiple of `pw`) and each run of at most `mr` of the `mt` rows of
+/// A, `tile(panel, cols, i, ih)`, `cols` being the panel's columns of the output
+/// (counted from `j0`) and `i..i + ih` the rows.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn for_each_tile(
+    mt: usize,
+    (j0, j1): (usize, usize),
+    pw: usize,
+    mr: usize,
+    mut tile: impl FnMut(usize, core::ops::Range<usize>, usize, usize),
+) {
+    let mut jc = j0;
+    while jc < j1 {
+        let cols = (jc - j0)..((jc + pw).min(j1) - j0);
+        let mut i = 0;
+        while i < mt {
+            let ih = (mt - i).min(mr);
+            tile(jc / pw, cols.clone(), i, ih);
+            i += ih;
+        }
+        jc += pw;
+    }
+}
+
+/// Writes a tile's rows (each a panel's `W` columns) to `out` rows `i..` of `width`
+/// floats, columns `cols` of the panel.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn store_rows<const W: usize>(
+    rows: impl IntoIterator<Item = [f32; W]>,
+    i: usize,
+    cols: core::ops::Range<usize>,
+    width: usize,
+    out: &mut [f32],
+) {
+    for (ii, lanes) in rows.into_iter().enumerate() {
+        let dst = &mut out[(i + ii) * width..][cols.clone()];
+        dst.copy_from_slice(&lanes[..dst.len()]);
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn portable_int8(a: &[i8], sa: &[f32], b: &[i8], sb: &[f32], k: usize, bs: usize, post: f32, out: &mut [f32]) {
     let nb = k / bs;
@@ -277,6 +380,36 @@ mod avx2 {
     /// Rows of A per register tile of the packed f32 kernel (12 accumulators).
     const MR_F32: usize = 6;
 
+    /// The f32 kernel's K step: 16 columns, FMA.
+    struct F32;
+
+    impl super::PanelStep for F32 {
+        type Elem = f32;
+        type Acc = __m256;
+        type Op = __m256;
+        const W: usize = super::F32_PANEL;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn load(p: *const f32) -> [__m256; 2] {
+            // SAFETY: the caller guarantees 16 readable f32.
+            unsafe { [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))] }
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn broadcast(p: *const f32) -> __m256 {
+            // SAFETY: the caller guarantees one readable f32.
+            _mm256_set1_ps(unsafe { p.read() })
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn fma(acc: __m256, a: __m256, b: __m256) -> __m256 {
+            _mm256_fmadd_ps(a, b, acc)
+        }
+    }
+
     /// `MI` rows of A times one packed 16-column panel along all of K.
     ///
     /// # Safety
@@ -285,19 +418,8 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn micro_f32<const MI: usize>(a: [*const f32; MI], panel: *const f32, k: usize) -> [[__m256; 2]; MI] {
         let mut acc = [[_mm256_setzero_ps(); 2]; MI];
-        for t in 0..k {
-            // SAFETY: t < k; the caller guarantees the extents.
-            let (b0, b1) = unsafe {
-                let p = panel.add(t * super::F32_PANEL);
-                (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
-            };
-            for (row, acc) in a.iter().zip(acc.iter_mut()) {
-                // SAFETY: t < k, within the row.
-                let av = _mm256_set1_ps(unsafe { row.add(t).read() });
-                acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
-                acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
-            }
-        }
+        // SAFETY: the caller's guarantee.
+        unsafe { super::steps::<F32, MI>(&a, panel, 0..k, &mut acc) };
         acc
     }
 
@@ -306,40 +428,36 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn f32_panel_tile(a: &[f32], packed: &[f32], k: usize, j0: usize, j1: usize, out: &mut [f32]) {
         let (mt, width) = (a.len() / k, j1 - j0);
-        let mut jc = j0;
-        while jc < j1 {
-            let cols = (jc - j0)..((jc + super::F32_PANEL).min(j1) - j0);
-            let panel = packed[(jc / super::F32_PANEL) * k * super::F32_PANEL..].as_ptr();
-            let mut i = 0;
-            while i < mt {
-                let ih = (mt - i).min(MR_F32);
-                macro_rules! go {
-                    ($($mi:literal)*) => {
-                        match ih {
-                            $($mi => {
-                                let ap: [*const f32; $mi] = core::array::from_fn(|ii| a[(i + ii) * k..].as_ptr());
-                                // SAFETY: rows i..i + ih exist; the panel is covered.
-                                let acc = unsafe { micro_f32::<$mi>(ap, panel, k) };
-                                for (ii, v) in acc.iter().enumerate() {
-                                    let mut lanes = [0f32; 16];
-                                    // SAFETY: `lanes` holds 16 f32, two 8-lane vectors.
-                                    unsafe {
-                                        _mm256_storeu_ps(lanes.as_mut_ptr(), v[0]);
-                                        _mm256_storeu_ps(lanes.as_mut_ptr().add(8), v[1]);
-                                    }
-                                    let dst = &mut out[(i + ii) * width..][cols.clone()];
-                                    dst.copy_from_slice(&lanes[..dst.len()]);
-                                }
-                            })*
-                            _ => unreachable!("1..=MR_F32 rows"),
-                        }
-                    };
-                }
-                go!(6 5 4 3 2 1);
-                i += ih;
+        super::for_each_tile(mt, (j0, j1), super::F32_PANEL, MR_F32, |panel, cols, i, ih| {
+            let panel = packed[panel * k * super::F32_PANEL..].as_ptr();
+            macro_rules! go {
+                ($($mi:literal)*) => {
+                    match ih {
+                        $($mi => {
+                            let ap: [*const f32; $mi] = core::array::from_fn(|ii| a[(i + ii) * k..].as_ptr());
+                            // SAFETY: rows i..i + ih exist; the panel is covered.
+                            let acc = unsafe { micro_f32::<$mi>(ap, panel, k) };
+                            super::store_rows(acc.iter().map(|v| lanes(v)), i, cols, width, out);
+                        })*
+                        _ => unreachable!("1..=MR_F32 rows"),
+                    }
+                };
             }
-            jc += super::F32_PANEL;
+            go!(6 5 4 3 2 1);
+        });
+    }
+
+    /// The 16 floats of two 8-lane vectors.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn lanes(v: &[__m256; 2]) -> [f32; 16] {
+        let mut lanes = [0f32; 16];
+        // SAFETY: `lanes` holds 16 f32, two 8-lane vectors.
+        unsafe {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), v[0]);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), v[1]);
         }
+        lanes
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -402,6 +520,36 @@ mod avx512 {
     /// 16 accumulators).
     const MR: usize = 8;
 
+    /// The bf16 kernels' K step: 32 columns, a pair of bf16 per K position, `vdpbf16ps`.
+    struct Bf16;
+
+    impl super::PanelStep for Bf16 {
+        type Elem = u32;
+        type Acc = __m512;
+        type Op = __m512bh;
+        const W: usize = PANEL;
+
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+        unsafe fn load(p: *const u32) -> [__m512bh; 2] {
+            // SAFETY: the caller guarantees 32 readable u32.
+            unsafe { [bh(_mm512_loadu_si512(p.cast())), bh(_mm512_loadu_si512(p.add(16).cast()))] }
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+        unsafe fn broadcast(p: *const u32) -> __m512bh {
+            // SAFETY: the caller guarantees one readable pair of bf16.
+            bh(_mm512_set1_epi32(unsafe { p.read_unaligned() } as i32))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+        unsafe fn fma(acc: __m512, a: __m512bh, b: __m512bh) -> __m512 {
+            _mm512_dpbf16_ps(acc, a, b)
+        }
+    }
+
     /// `MI` rows of A (pointers to their bf16 pairs) times one packed panel.
     ///
     /// # Safety
@@ -411,21 +559,8 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
     unsafe fn micro<const MI: usize>(a: [*const u32; MI], panel: *const u32, pairs: usize) -> [[__m512; 2]; MI] {
         let mut acc = [[_mm512_setzero_ps(); 2]; MI];
-        for t in 0..pairs {
-            // SAFETY: t < pairs; the caller guarantees the extents.
-            let (b0, b1) = unsafe {
-                let p = panel.add(t * PANEL);
-                (_mm512_loadu_si512(p.cast()), _mm512_loadu_si512(p.add(16).cast()))
-            };
-            let (b0, b1) = (bh(b0), bh(b1));
-            for (row, acc) in a.iter().zip(acc.iter_mut()) {
-                // SAFETY: t < pairs, within the row; broadcasting one pair of bf16.
-                let av: __m512bh =
-                    unsafe { core::mem::transmute(_mm512_set1_epi32(row.add(t).read_unaligned() as i32)) };
-                acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
-                acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
-            }
-        }
+        // SAFETY: the caller's guarantee.
+        unsafe { super::steps::<Bf16, MI>(&a, panel, 0..pairs, &mut acc) };
         acc
     }
 
@@ -447,7 +582,7 @@ mod avx512 {
         let ptrs: [*const u32; MI] = core::array::from_fn(|ii| a[(i + ii) * kp..].as_ptr().cast::<u32>());
         // SAFETY: forwarded from the caller.
         let acc = unsafe { micro::<MI>(ptrs, packed[panel * pairs * PANEL..].as_ptr(), pairs) };
-        store(&acc, i, cols, width, out);
+        super::store_rows(acc.iter().map(|v| lanes(v)), i, cols, width, out);
     }
 
     /// Rows of A per register tile of the block-scaled kernel (12 block accumulators and
@@ -473,19 +608,8 @@ mod avx512 {
         let half = bs / 2;
         for kb in 0..k / bs {
             let mut blk = [[_mm512_setzero_ps(); 2]; MI];
-            for t in kb * half..(kb + 1) * half {
-                // SAFETY: t < k / 2; the caller guarantees the extents.
-                let (b0, b1) = unsafe {
-                    let p = panel.add(t * PANEL);
-                    (bh(_mm512_loadu_si512(p.cast())), bh(_mm512_loadu_si512(p.add(16).cast())))
-                };
-                for (row, acc) in a.iter().zip(blk.iter_mut()) {
-                    // SAFETY: t < k / 2, within the row.
-                    let av = bh(_mm512_set1_epi32(unsafe { row.add(t).read_unaligned() } as i32));
-                    acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
-                    acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
-                }
-            }
+            // SAFETY: t < k / 2; the caller guarantees the extents.
+            unsafe { super::steps::<Bf16, MI>(&a, panel, kb * half..(kb + 1) * half, &mut blk) };
             // SAFETY: kb < k / bs; the caller guarantees the extents.
             let (s0, s1) = unsafe {
                 let p = scales.add(kb * PANEL);
@@ -517,56 +641,38 @@ mod avx512 {
         out: &mut [f32],
     ) {
         let (mt, width, nb) = (a.len() / k, j1 - j0, k / bs);
-        let mut jc = j0;
-        while jc < j1 {
-            let cols = (jc - j0)..((jc + PANEL).min(j1) - j0);
-            let panel = jc / PANEL;
+        super::for_each_tile(mt, (j0, j1), PANEL, MR_SCALED, |panel, cols, i, ih| {
             let bp = packed[panel * (k / 2) * PANEL..].as_ptr();
             let sp = packed_scales[panel * nb * PANEL..].as_ptr();
-            let mut i = 0;
-            while i < mt {
-                let ih = (mt - i).min(MR_SCALED);
-                macro_rules! go {
-                    ($($mi:literal)*) => {
-                        match ih {
-                            $($mi => {
-                                let ap: [*const u32; $mi] = core::array::from_fn(|ii| a[(i + ii) * k..].as_ptr().cast::<u32>());
-                                let sap: [*const f32; $mi] = core::array::from_fn(|ii| sa[(i + ii) * nb..].as_ptr());
-                                // SAFETY: rows i..i + ih exist; the panel and its scales are covered.
-                                let acc = unsafe { micro_scaled::<$mi>(ap, sap, bp, sp, k, bs) };
-                                store(&acc, i, cols.clone(), width, out);
-                            })*
-                            _ => unreachable!("1..=MR_SCALED rows"),
-                        }
-                    };
-                }
-                go!(6 5 4 3 2 1);
-                i += ih;
+            macro_rules! go {
+                ($($mi:literal)*) => {
+                    match ih {
+                        $($mi => {
+                            let ap: [*const u32; $mi] = core::array::from_fn(|ii| a[(i + ii) * k..].as_ptr().cast::<u32>());
+                            let sap: [*const f32; $mi] = core::array::from_fn(|ii| sa[(i + ii) * nb..].as_ptr());
+                            // SAFETY: rows i..i + ih exist; the panel and its scales are covered.
+                            let acc = unsafe { micro_scaled::<$mi>(ap, sap, bp, sp, k, bs) };
+                            super::store_rows(acc.iter().map(|v| lanes(v)), i, cols, width, out);
+                        })*
+                        _ => unreachable!("1..=MR_SCALED rows"),
+                    }
+                };
             }
-            jc += PANEL;
-        }
+            go!(6 5 4 3 2 1);
+        });
     }
 
-    /// Writes register rows to `out` rows `i..`, columns `cols`.
+    /// The 32 floats of two 16-lane vectors.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    fn store<const MI: usize>(
-        acc: &[[__m512; 2]; MI],
-        i: usize,
-        cols: core::ops::Range<usize>,
-        width: usize,
-        out: &mut [f32],
-    ) {
-        for (ii, v) in acc.iter().enumerate() {
-            let mut lanes = [0f32; PANEL];
-            // SAFETY: `lanes` holds 32 f32, two 16-lane vectors.
-            unsafe {
-                _mm512_storeu_ps(lanes.as_mut_ptr(), v[0]);
-                _mm512_storeu_ps(lanes.as_mut_ptr().add(16), v[1]);
-            }
-            let dst = &mut out[(i + ii) * width..][cols.clone()];
-            dst.copy_from_slice(&lanes[..dst.len()]);
+    fn lanes(v: &[__m512; 2]) -> [f32; PANEL] {
+        let mut lanes = [0f32; PANEL];
+        // SAFETY: `lanes` holds 32 f32, two 16-lane vectors.
+        unsafe {
+            _mm512_storeu_ps(lanes.as_mut_ptr(), v[0]);
+            _mm512_storeu_ps(lanes.as_mut_ptr().add(16), v[1]);
         }
+        lanes
     }
 
     /// # Safety
@@ -575,26 +681,17 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
     pub(super) unsafe fn bf16_tile(a: &[u16], packed: &[u32], kp: usize, j0: usize, j1: usize, out: &mut [f32]) {
         let (mt, width) = (a.len() / kp, j1 - j0);
-        let mut jc = j0;
-        while jc < j1 {
-            let cols = (jc - j0)..((jc + PANEL).min(j1) - j0);
-            let panel = jc / PANEL;
-            let mut i = 0;
-            while i < mt {
-                let ih = (mt - i).min(MR);
-                macro_rules! go {
-                    ($($mi:literal)*) => {
-                        match ih {
-                            // SAFETY: rows i..i + ih exist; the panel is covered.
-                            $($mi => unsafe { rows::<$mi>(a, packed, kp, i, panel, cols.clone(), width, out) },)*
-                            _ => unreachable!("1..=MR rows"),
-                        }
-                    };
-                }
-                go!(8 7 6 5 4 3 2 1);
-                i += ih;
+        super::for_each_tile(mt, (j0, j1), PANEL, MR, |panel, cols, i, ih| {
+            macro_rules! go {
+                ($($mi:literal)*) => {
+                    match ih {
+                        // SAFETY: rows i..i + ih exist; the panel is covered.
+                        $($mi => unsafe { rows::<$mi>(a, packed, kp, i, panel, cols.clone(), width, out) },)*
+                        _ => unreachable!("1..=MR rows"),
+                    }
+                };
             }
-            jc += PANEL;
-        }
+            go!(8 7 6 5 4 3 2 1);
+        });
     }
 }

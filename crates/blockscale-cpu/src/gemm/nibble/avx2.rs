@@ -125,6 +125,22 @@ struct Tile<'s, const NR: usize> {
     m: usize,
 }
 
+impl<const NR: usize> Tile<'_, NR> {
+    /// Writes the tile's totals: `out[j * m + i] = vscale * (sum of the lanes of acc[i][j])`.
+    ///
+    /// # Safety
+    /// `out` writable at `j * m + i` for `i < MR`, `j < NR`.
+    #[inline(always)]
+    unsafe fn store<const MR: usize>(&self, acc: &[[__m256; NR]; MR]) {
+        for (i, a) in acc.iter().enumerate() {
+            for (j, &v) in a.iter().enumerate() {
+                // SAFETY: the caller guarantees `out[j * m + i]` is writable.
+                unsafe { *self.out.add(j * self.m + i) = hsum8(v) * self.vscale };
+            }
+        }
+    }
+}
+
 /// Checks what every kernel reads; returns the number of output rows.
 fn check(w: &NibbleWeights, x_len: usize, m: usize, n0: usize, out_len: usize) -> usize {
     assert!(m > 0 && out_len.is_multiple_of(m));
@@ -214,166 +230,198 @@ fn table(values: &[i8; 16]) -> __m256i {
     _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(values.as_ptr().cast()) })
 }
 
-/// Exact mode, one tile: `out[j * m + i] = vscale * Σ ...` for activation rows
-/// `x + i * k` (permuted) and weight rows `wp + j * k / 2`.
-///
-/// # Safety
-/// `x` readable for `MR` rows of `k` f32, `wp` for `NR` rows of `k / 2` bytes, `sc`
-/// valid for the same rows, `out` writable at `j * m + i` for `i < MR`, `j < NR`;
-/// `k` a multiple of `BLOCK`, and of 32 unless `BLOCK` is 16.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn exact_tile<const BLOCK: usize, const MR: usize, const NR: usize, const F16: bool>(
-    x: *const f32,
-    wv: *const i8,
-    t: &Tile<'_, NR>,
-) {
-    let Tile { k, sc, vscale, out, m, .. } = *t;
-    let chunks = k / 32;
-    let mut acc = [[_mm256_setzero_ps(); NR]; MR];
-    for c in 0..chunks {
-        for j in 0..NR {
-            // SAFETY (this block): 16 * c + 16 <= kh bytes of row j; 32 * c + 32 <= k f32 of
-            // row i; (j, kb) inside the tile.
-            unsafe {
-                let p = wv.add(j * k + 32 * c);
-                let w0 = widen_at(p);
-                let w1 = widen_at(p.add(8));
-                let w2 = widen_at(p.add(16));
-                let w3 = widen_at(p.add(24));
-                if BLOCK == 32 {
-                    let s = _mm256_set1_ps(sc.get::<F16>(j, c));
-                    for (i, a) in acc.iter_mut().enumerate() {
-                        let xp = x.add(i * k + 32 * c);
-                        let pa =
-                            _mm256_fmadd_ps(w2, _mm256_loadu_ps(xp.add(16)), _mm256_mul_ps(w0, _mm256_loadu_ps(xp)));
-                        let pb = _mm256_fmadd_ps(
-                            w3,
-                            _mm256_loadu_ps(xp.add(24)),
-                            _mm256_mul_ps(w1, _mm256_loadu_ps(xp.add(8))),
-                        );
-                        a[j] = _mm256_fmadd_ps(_mm256_add_ps(pa, pb), s, a[j]);
-                    }
-                } else {
-                    let sa = _mm256_set1_ps(sc.get::<F16>(j, 2 * c));
-                    let sb = _mm256_set1_ps(sc.get::<F16>(j, 2 * c + 1));
-                    for (i, a) in acc.iter_mut().enumerate() {
-                        let xp = x.add(i * k + 32 * c);
-                        let pa =
-                            _mm256_fmadd_ps(w2, _mm256_loadu_ps(xp.add(16)), _mm256_mul_ps(w0, _mm256_loadu_ps(xp)));
-                        let pb = _mm256_fmadd_ps(
-                            w3,
-                            _mm256_loadu_ps(xp.add(24)),
-                            _mm256_mul_ps(w1, _mm256_loadu_ps(xp.add(8))),
-                        );
-                        a[j] = _mm256_fmadd_ps(pb, sb, _mm256_fmadd_ps(pa, sa, a[j]));
-                    }
-                }
-            }
-        }
-    }
-    if !k.is_multiple_of(32) {
-        // A last 16-element block (BLOCK 16 only): 8 bytes, 16 activations [even | odd].
-        for j in 0..NR {
-            // SAFETY: 16 * chunks + 8 == kh bytes of row j; 32 * chunks + 16 == k f32.
-            unsafe {
-                let p = wv.add(j * k + 32 * chunks);
-                let w0 = widen_at(p);
-                let w2 = widen_at(p.add(8));
-                let s = _mm256_set1_ps(sc.get::<F16>(j, 2 * chunks));
-                for (i, a) in acc.iter_mut().enumerate() {
-                    let xp = x.add(i * k + 32 * chunks);
-                    let p = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xp.add(8)), _mm256_mul_ps(w0, _mm256_loadu_ps(xp)));
-                    a[j] = _mm256_fmadd_ps(p, s, a[j]);
-                }
-            }
-        }
-    }
-    for (i, a) in acc.iter().enumerate() {
-        for (j, &v) in a.iter().enumerate() {
-            // SAFETY: the caller guarantees `out[j * m + i]` is writable.
-            unsafe { *out.add(j * m + i) = hsum8(v) * vscale };
-        }
-    }
-}
-
-/// Int8 mode, one tile: as [`exact_tile`] with `q` (permuted i8 activations, rows of
-/// `k`) and `d` (their block factors, rows of `k.div_ceil(32)`).
-///
-/// # Safety
-/// As [`exact_tile`], with `q` readable for `MR` rows of `k` bytes and `d` for `MR`
-/// rows of `k.div_ceil(32)` f32.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn int8_tile<const BLOCK: usize, const MR: usize, const NR: usize, const F16: bool>(
-    q: *const i8,
-    d: *const f32,
-    t: &Tile<'_, NR>,
-) {
-    let Tile { k, wp, sc, tbl, vscale, out, m } = *t;
-    let kh = k / 2;
-    let chunks = k / 32;
-    let xb = k.div_ceil(XBLOCK);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [[_mm256_setzero_ps(); NR]; MR];
-    for c in 0..chunks {
-        for j in 0..NR {
-            // SAFETY (this block): 16 * c + 16 <= kh bytes of weight row j, 32 * c + 32 <= k
-            // bytes of activation row i, c < xb factors of row i; (j, kb) inside the tile.
-            unsafe {
-                let v = decode32(wp.add(j * kh + 16 * c), tbl);
-                let va = _mm256_abs_epi8(v);
-                let s = if BLOCK == 32 {
-                    _mm256_set1_ps(sc.get::<F16>(j, c))
-                } else {
-                    // i32 lanes after madd: [A A B B | A A B B].
-                    let sa = _mm256_set1_ps(sc.get::<F16>(j, 2 * c));
-                    let sb = _mm256_set1_ps(sc.get::<F16>(j, 2 * c + 1));
-                    _mm256_blend_ps::<0b1100_1100>(sa, sb)
-                };
-                for (i, a) in acc.iter_mut().enumerate() {
-                    let qv = _mm256_loadu_si256(q.add(i * k + 32 * c).cast());
-                    let dv = _mm256_set1_ps(*d.add(i * xb + c));
-                    // |w| * (q * sign(w)): u8 x i8 pairs, |sum| <= 2 * 127 * 128 fits i16.
-                    let prod = _mm256_maddubs_epi16(va, _mm256_sign_epi8(qv, v));
-                    let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(prod, ones));
-                    a[j] = _mm256_fmadd_ps(dot, _mm256_mul_ps(s, dv), a[j]);
-                }
-            }
-        }
-    }
-    if !k.is_multiple_of(32) {
-        for j in 0..NR {
-            // SAFETY: 16 * chunks + 8 == kh bytes of row j, 32 * chunks + 16 == k bytes
-            // of activation row i, chunks == xb - 1.
-            unsafe {
-                let v = decode16(wp.add(j * kh + 16 * chunks), tbl);
-                let va = _mm_abs_epi8(v);
-                let s = sc.get::<F16>(j, 2 * chunks);
-                for (i, a) in acc.iter_mut().enumerate() {
-                    let qv = _mm_loadu_si128(q.add(i * k + 32 * chunks).cast());
-                    let c = _mm_set1_ps(s * *d.add(i * xb + chunks));
-                    let prod = _mm_maddubs_epi16(va, _mm_sign_epi8(qv, v));
-                    let dot = _mm_cvtepi32_ps(_mm_madd_epi16(prod, _mm256_castsi256_si128(ones)));
-                    let lo = _mm_fmadd_ps(dot, c, _mm256_castps256_ps128(a[j]));
-                    a[j] = _mm256_insertf128_ps::<0>(a[j], lo);
-                }
-            }
-        }
-    }
-    for (i, a) in acc.iter().enumerate() {
-        for (j, &v) in a.iter().enumerate() {
-            // SAFETY: the caller guarantees `out[j * m + i]` is writable.
-            unsafe { *out.add(j * m + i) = hsum8(v) * vscale };
-        }
-    }
-}
-
 /// Weight rows per tile when there is a single activation row (more independent
 /// accumulators); with several activation rows a tile takes one weight row and up to
 /// four activation rows.
 const NR1: usize = 4;
 const MR: usize = 4;
+
+/// The activations of one mode as its tiles read them: what [`task`], the loop over a
+/// task's weight rows and activation rows written once for both modes, asks of a mode.
+trait Acts {
+    /// Readies weight rows `wp` (`nr` rows of `k / 2` bytes) for the tiles.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C present; `wp` readable for `nr <= NR1` rows.
+    unsafe fn ready(&mut self, wp: *const u8, k: usize, nr: usize, tbl: __m256i);
+
+    /// One tile: `out[j * m + i] = vscale * Σ ...` for activation rows `i0..i0 + MR`
+    /// and the tile's `NR` weight rows (the rows last readied).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C present; activation rows `i0..i0 + MR` exist, the weight rows
+    /// of `t` (`NR` rows of `k / 2` bytes at `t.wp`, and their scales `t.sc`) too, `out`
+    /// is writable at `j * m + i` for `i < MR`, `j < NR`; `k` a multiple of `BLOCK`,
+    /// and of 32 unless `BLOCK` is 16.
+    unsafe fn tile<const BLOCK: usize, const MR: usize, const NR: usize, const F16: bool>(
+        &self,
+        i0: usize,
+        t: &Tile<'_, NR>,
+    );
+}
+
+/// Exact mode: permuted f32 activations, weight rows decoded once into `wv` (room for
+/// [`NR1`] rows).
+struct Exact<'a> {
+    xp: &'a [f32],
+    wv: Vec<i8>,
+}
+
+impl Acts for Exact<'_> {
+    #[inline(always)]
+    unsafe fn ready(&mut self, wp: *const u8, k: usize, nr: usize, tbl: __m256i) {
+        // SAFETY: the caller's guarantee for `wp`; `wv` holds `NR1 * k >= nr * k` bytes.
+        unsafe { decode_rows(wp, k, nr, tbl, self.wv.as_mut_ptr()) };
+    }
+
+    /// Weight rows `wv` (decoded by `ready`) widened to f32 per 8, FMAs with the
+    /// activations per block half, one FMA per block into the totals.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile<const BLOCK: usize, const MR: usize, const NR: usize, const F16: bool>(
+        &self,
+        i0: usize,
+        t: &Tile<'_, NR>,
+    ) {
+        let Tile { k, sc, .. } = *t;
+        let (x, wv) = (self.xp[i0 * k..].as_ptr(), self.wv.as_ptr());
+        let chunks = k / 32;
+        let mut acc = [[_mm256_setzero_ps(); NR]; MR];
+        for c in 0..chunks {
+            for j in 0..NR {
+                // SAFETY (this block): 16 * c + 16 <= kh bytes of row j; 32 * c + 32 <= k f32 of
+                // row i; (j, kb) inside the tile.
+                unsafe {
+                    let p = wv.add(j * k + 32 * c);
+                    let w0 = widen_at(p);
+                    let w1 = widen_at(p.add(8));
+                    let w2 = widen_at(p.add(16));
+                    let w3 = widen_at(p.add(24));
+                    // A 32-block's scale, or the scales of the chunk's two 16-blocks.
+                    let (sa, sb) = if BLOCK == 32 {
+                        let s = _mm256_set1_ps(sc.get::<F16>(j, c));
+                        (s, s)
+                    } else {
+                        (_mm256_set1_ps(sc.get::<F16>(j, 2 * c)), _mm256_set1_ps(sc.get::<F16>(j, 2 * c + 1)))
+                    };
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let xp = x.add(i * k + 32 * c);
+                        // Block A's elements (quarters 0 and 2) and block B's (quarters 1 and 3).
+                        let pa =
+                            _mm256_fmadd_ps(w2, _mm256_loadu_ps(xp.add(16)), _mm256_mul_ps(w0, _mm256_loadu_ps(xp)));
+                        let pb = _mm256_fmadd_ps(
+                            w3,
+                            _mm256_loadu_ps(xp.add(24)),
+                            _mm256_mul_ps(w1, _mm256_loadu_ps(xp.add(8))),
+                        );
+                        a[j] = if BLOCK == 32 {
+                            _mm256_fmadd_ps(_mm256_add_ps(pa, pb), sa, a[j])
+                        } else {
+                            _mm256_fmadd_ps(pb, sb, _mm256_fmadd_ps(pa, sa, a[j]))
+                        };
+                    }
+                }
+            }
+        }
+        if !k.is_multiple_of(32) {
+            // A last 16-element block (BLOCK 16 only): 8 bytes, 16 activations [even | odd].
+            for j in 0..NR {
+                // SAFETY: 16 * chunks + 8 == kh bytes of row j; 32 * chunks + 16 == k f32.
+                unsafe {
+                    let p = wv.add(j * k + 32 * chunks);
+                    let w0 = widen_at(p);
+                    let w2 = widen_at(p.add(8));
+                    let s = _mm256_set1_ps(sc.get::<F16>(j, 2 * chunks));
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let xp = x.add(i * k + 32 * chunks);
+                        let p = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xp.add(8)), _mm256_mul_ps(w0, _mm256_loadu_ps(xp)));
+                        a[j] = _mm256_fmadd_ps(p, s, a[j]);
+                    }
+                }
+            }
+        }
+        // SAFETY: the caller guarantees the tile's outputs are writable.
+        unsafe { t.store(&acc) };
+    }
+}
+
+/// Int8 mode: permuted i8 activations `qp` and their factors `d` (`xb` per row).
+struct Int8<'a> {
+    qp: &'a [i8],
+    d: &'a [f32],
+    xb: usize,
+}
+
+impl Acts for Int8<'_> {
+    /// Nothing to ready: the tiles decode the weights in registers.
+    #[inline(always)]
+    unsafe fn ready(&mut self, _: *const u8, _: usize, _: usize, _: __m256i) {}
+
+    /// `maddubs` with the abs/sign trick on the weights decoded in registers, one
+    /// i32-to-f32 conversion per 32 elements.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile<const BLOCK: usize, const MR: usize, const NR: usize, const F16: bool>(
+        &self,
+        i0: usize,
+        t: &Tile<'_, NR>,
+    ) {
+        let Tile { k, wp, sc, tbl, .. } = *t;
+        let kh = k / 2;
+        let chunks = k / 32;
+        let xb = self.xb;
+        let (q, d) = (self.qp[i0 * k..].as_ptr(), self.d[i0 * xb..].as_ptr());
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); NR]; MR];
+        for c in 0..chunks {
+            for j in 0..NR {
+                // SAFETY (this block): 16 * c + 16 <= kh bytes of weight row j, 32 * c + 32 <= k
+                // bytes of activation row i, c < xb factors of row i; (j, kb) inside the tile.
+                unsafe {
+                    let v = decode32(wp.add(j * kh + 16 * c), tbl);
+                    let va = _mm256_abs_epi8(v);
+                    let s = if BLOCK == 32 {
+                        _mm256_set1_ps(sc.get::<F16>(j, c))
+                    } else {
+                        // i32 lanes after madd: [A A B B | A A B B].
+                        let sa = _mm256_set1_ps(sc.get::<F16>(j, 2 * c));
+                        let sb = _mm256_set1_ps(sc.get::<F16>(j, 2 * c + 1));
+                        _mm256_blend_ps::<0b1100_1100>(sa, sb)
+                    };
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let qv = _mm256_loadu_si256(q.add(i * k + 32 * c).cast());
+                        let dv = _mm256_set1_ps(*d.add(i * xb + c));
+                        // |w| * (q * sign(w)): u8 x i8 pairs, |sum| <= 2 * 127 * 128 fits i16.
+                        let prod = _mm256_maddubs_epi16(va, _mm256_sign_epi8(qv, v));
+                        let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(prod, ones));
+                        a[j] = _mm256_fmadd_ps(dot, _mm256_mul_ps(s, dv), a[j]);
+                    }
+                }
+            }
+        }
+        if !k.is_multiple_of(32) {
+            for j in 0..NR {
+                // SAFETY: 16 * chunks + 8 == kh bytes of row j, 32 * chunks + 16 == k bytes
+                // of activation row i, chunks == xb - 1.
+                unsafe {
+                    let v = decode16(wp.add(j * kh + 16 * chunks), tbl);
+                    let va = _mm_abs_epi8(v);
+                    let s = sc.get::<F16>(j, 2 * chunks);
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let qv = _mm_loadu_si128(q.add(i * k + 32 * chunks).cast());
+                        let c = _mm_set1_ps(s * *d.add(i * xb + chunks));
+                        let prod = _mm_maddubs_epi16(va, _mm_sign_epi8(qv, v));
+                        let dot = _mm_cvtepi32_ps(_mm_madd_epi16(prod, _mm256_castsi256_si128(ones)));
+                        let lo = _mm_fmadd_ps(dot, c, _mm256_castps256_ps128(a[j]));
+                        a[j] = _mm256_insertf128_ps::<0>(a[j], lo);
+                    }
+                }
+            }
+        }
+        // SAFETY: the caller guarantees the tile's outputs are writable.
+        unsafe { t.store(&acc) };
+    }
+}
 
 /// Exact mode for rows `n0..n0 + out_t.len() / m` of the output, `out_t` being
 /// `[rows, m]`; `xp` holds the `m x k` activations permuted by
@@ -384,16 +432,9 @@ const MR: usize = 4;
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn exact_rows(xp: &[f32], m: usize, w: &NibbleWeights, n0: usize, out_t: &mut [f32]) {
     let rows = check(w, xp.len(), m, n0, out_t.len());
-    let f16 = matches!(w.scales, Scales::F16 { .. });
-    // SAFETY: `check` verified every length the tiles read and write.
-    unsafe {
-        match (w.block, f16) {
-            (16, false) => exact_task::<16, false>(xp, m, w, n0, rows, out_t),
-            (16, true) => exact_task::<16, true>(xp, m, w, n0, rows, out_t),
-            (_, false) => exact_task::<32, false>(xp, m, w, n0, rows, out_t),
-            (_, true) => exact_task::<32, true>(xp, m, w, n0, rows, out_t),
-        }
-    }
+    // SAFETY: `check` verified every length the tiles read and write; the caller
+    // guarantees the features this function enables for the inlined loops.
+    unsafe { dispatch(Exact { xp, wv: vec![0; NR1 * w.k] }, m, w, n0, rows, out_t) }
 }
 
 /// Int8 mode for rows `n0..`: `qp` holds the `m x k` quantized activations permuted
@@ -404,24 +445,40 @@ pub(super) unsafe fn exact_rows(xp: &[f32], m: usize, w: &NibbleWeights, n0: usi
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn int8_rows(qp: &[i8], d: &[f32], m: usize, w: &NibbleWeights, n0: usize, out_t: &mut [f32]) {
     let rows = check(w, qp.len(), m, n0, out_t.len());
-    assert!(d.len() >= m * w.k.div_ceil(XBLOCK));
+    let xb = w.k.div_ceil(XBLOCK);
+    assert!(d.len() >= m * xb);
+    // SAFETY: as in `exact_rows`.
+    unsafe { dispatch(Int8 { qp, d, xb }, m, w, n0, rows, out_t) }
+}
+
+/// [`task`] with the block size and scale kind of `w` as const parameters.
+///
+/// # Safety
+/// As [`exact_rows`], with the lengths checked, inlined into a function that enables
+/// AVX2, FMA and F16C.
+#[inline(always)]
+unsafe fn dispatch<A: Acts>(mut acts: A, m: usize, w: &NibbleWeights, n0: usize, rows: usize, out_t: &mut [f32]) {
     let f16 = matches!(w.scales, Scales::F16 { .. });
-    // SAFETY: `check` verified every length the tiles read and write.
+    // SAFETY: the caller's guarantee.
     unsafe {
         match (w.block, f16) {
-            (16, false) => int8_task::<16, false>(qp, d, m, w, n0, rows, out_t),
-            (16, true) => int8_task::<16, true>(qp, d, m, w, n0, rows, out_t),
-            (_, false) => int8_task::<32, false>(qp, d, m, w, n0, rows, out_t),
-            (_, true) => int8_task::<32, true>(qp, d, m, w, n0, rows, out_t),
+            (16, false) => task::<A, 16, false>(&mut acts, m, w, n0, rows, out_t),
+            (16, true) => task::<A, 16, true>(&mut acts, m, w, n0, rows, out_t),
+            (_, false) => task::<A, 32, false>(&mut acts, m, w, n0, rows, out_t),
+            (_, true) => task::<A, 32, true>(&mut acts, m, w, n0, rows, out_t),
         }
     }
 }
 
+/// Output rows `n0..n0 + rows` for every activation row: four weight rows at a time
+/// against a single activation row, else one weight row against up to [`MR`]
+/// activation rows at a time.
+///
 /// # Safety
-/// As [`exact_rows`], with the lengths checked.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn exact_task<const BLOCK: usize, const F16: bool>(
-    xp: &[f32],
+/// As [`dispatch`].
+#[inline(always)]
+unsafe fn task<A: Acts, const BLOCK: usize, const F16: bool>(
+    acts: &mut A,
     m: usize,
     w: &NibbleWeights,
     n0: usize,
@@ -429,9 +486,9 @@ unsafe fn exact_task<const BLOCK: usize, const F16: bool>(
     out_t: &mut [f32],
 ) {
     let k = w.k;
-    let tbl = table(&w.values);
+    // SAFETY: the caller guarantees the features.
+    let tbl = unsafe { table(&w.values) };
     let mut task = Task { w, n0, f16_buf: Vec::new() };
-    let mut wv = vec![0i8; NR1 * k];
     let mut r = 0;
     while r < rows {
         let wp = w.data[(n0 + r) * (k / 2)..].as_ptr();
@@ -442,71 +499,21 @@ unsafe fn exact_task<const BLOCK: usize, const F16: bool>(
             if m == 1 && rows - r >= NR1 {
                 let sc = task.scales::<NR1>(r);
                 let t = Tile { k, wp, sc: &sc, tbl, vscale: w.vscale, out: o, m };
-                decode_rows(wp, k, NR1, tbl, wv.as_mut_ptr());
-                exact_tile::<BLOCK, 1, NR1, F16>(xp.as_ptr(), wv.as_ptr(), &t);
+                acts.ready(wp, k, NR1, tbl);
+                acts.tile::<BLOCK, 1, NR1, F16>(0, &t);
                 r += NR1;
                 continue;
             }
             let sc = task.scales::<1>(r);
-            decode_rows(wp, k, 1, tbl, wv.as_mut_ptr());
-            let wv = wv.as_ptr();
+            acts.ready(wp, k, 1, tbl);
             let mut i = 0;
             while i < m {
-                let x = xp[i * k..].as_ptr();
                 let t = Tile { k, wp, sc: &sc, tbl, vscale: w.vscale, out: o.add(i), m };
                 match (m - i).min(MR) {
-                    1 => exact_tile::<BLOCK, 1, 1, F16>(x, wv, &t),
-                    2 => exact_tile::<BLOCK, 2, 1, F16>(x, wv, &t),
-                    3 => exact_tile::<BLOCK, 3, 1, F16>(x, wv, &t),
-                    _ => exact_tile::<BLOCK, MR, 1, F16>(x, wv, &t),
-                }
-                i += MR;
-            }
-        }
-        r += 1;
-    }
-}
-
-/// # Safety
-/// As [`int8_rows`], with the lengths checked.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn int8_task<const BLOCK: usize, const F16: bool>(
-    qp: &[i8],
-    d: &[f32],
-    m: usize,
-    w: &NibbleWeights,
-    n0: usize,
-    rows: usize,
-    out_t: &mut [f32],
-) {
-    let k = w.k;
-    let xb = k.div_ceil(XBLOCK);
-    let tbl = table(&w.values);
-    let mut task = Task { w, n0, f16_buf: Vec::new() };
-    let mut r = 0;
-    while r < rows {
-        let wp = w.data[(n0 + r) * (k / 2)..].as_ptr();
-        let o = out_t[r * m..].as_mut_ptr();
-        // SAFETY: as in `exact_task`.
-        unsafe {
-            if m == 1 && rows - r >= NR1 {
-                let sc = task.scales::<NR1>(r);
-                let t = Tile { k, wp, sc: &sc, tbl, vscale: w.vscale, out: o, m };
-                int8_tile::<BLOCK, 1, NR1, F16>(qp.as_ptr(), d.as_ptr(), &t);
-                r += NR1;
-                continue;
-            }
-            let sc = task.scales::<1>(r);
-            let mut i = 0;
-            while i < m {
-                let q = qp[i * k..].as_ptr();
-                let di = d[i * xb..].as_ptr();
-                let t = Tile { k, wp, sc: &sc, tbl, vscale: w.vscale, out: o.add(i), m };
-                match (m - i).min(MR) {
-                    1 => int8_tile::<BLOCK, 1, 1, F16>(q, di, &t),
-                    2 => int8_tile::<BLOCK, 2, 1, F16>(q, di, &t),
-                    3 => int8_tile::<BLOCK, 3, 1, F16>(q, di, &t),
-                    _ => int8_tile::<BLOCK, MR, 1, F16>(q, di, &t),
+                    1 => acts.tile::<BLOCK, 1, 1, F16>(i, &t),
+                    2 => acts.tile::<BLOCK, 2, 1, F16>(i, &t),
+                    3 => acts.tile::<BLOCK, 3, 1, F16>(i, &t),
+                    _ => acts.tile::<BLOCK, MR, 1, F16>(i, &t),
                 }
                 i += MR;
             }

@@ -13,13 +13,11 @@
 
 use core::arch::x86_64::*;
 
-use super::{ActRows, F16, PanelScales, Panels, ROWS, UE4M3, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, check_kernel_inputs};
+use super::drive::{self, Run, Tiles};
+use super::{ActRows, PanelScales, Panels, ROWS, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN};
 
-/// Activation rows per pass over the task's panels (64 rows of K = 4096 int8: 256 KiB).
-const ROW_BLOCK: usize = 64;
-
-/// Activation rows per tile: each decoded block serves up to this many.
-const MR: usize = 4;
+/// The AVX2 tiles (see [`Tiles`]).
+pub(super) struct Avx2;
 
 /// Int8 mode for panels `p0..p1` and the `m` activation rows of `a`, as
 /// `super::portable::rows` (which gives the same bits).
@@ -28,93 +26,45 @@ const MR: usize = 4;
 /// The CPU has AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
-    let block = p.block;
-    let (stride, kind) = check_kernel_inputs(a, m, p, p0, p1, buf);
-    let run = Run { a, p, p0, stride, buf: buf.as_mut_ptr() };
-    // SAFETY: every length the tiles read and write was checked above.
+    // SAFETY: the caller guarantees the features, which this function enables for the
+    // driver inlined into it.
+    unsafe { drive::rows::<Avx2>(a, m, p, p0, p1, buf, (1, 0)) }
+}
+
+/// The 16 scales at scale index `at` as two vectors (rows 0..8, 8..16).
+///
+/// # Safety
+/// 16 scales readable at `at`, of the kind `SC` says.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales<const SC: u8>(p: &Panels, at: usize) -> [__m256; 2] {
+    // SAFETY: the caller guarantees 16 scales at `at`.
     unsafe {
-        match (block, kind) {
-            (16, UE4M3) => run.panels::<16, UE4M3>(m, p1),
-            (16, UE4M3_PLAIN) => run.panels::<16, UE4M3_PLAIN>(m, p1),
-            (16, UE8M0) => run.panels::<16, UE8M0>(m, p1),
-            (16, UE8M0_PLAIN) => run.panels::<16, UE8M0_PLAIN>(m, p1),
-            (16, _) => run.panels::<16, F16>(m, p1),
-            (_, UE4M3) => run.panels::<32, UE4M3>(m, p1),
-            (_, UE4M3_PLAIN) => run.panels::<32, UE4M3_PLAIN>(m, p1),
-            (_, UE8M0) => run.panels::<32, UE8M0>(m, p1),
-            (_, UE8M0_PLAIN) => run.panels::<32, UE8M0_PLAIN>(m, p1),
-            _ => run.panels::<32, F16>(m, p1),
+        match &p.scales {
+            PanelScales::F16(data) => {
+                let h = data.as_ptr().add(at).cast::<__m128i>();
+                [_mm256_cvtph_ps(_mm_loadu_si128(h)), _mm256_cvtph_ps(_mm_loadu_si128(h.add(1)))]
+            }
+            PanelScales::Bytes { data, .. } => {
+                let c = data.as_ptr().add(at).cast::<i64>();
+                [bytes8::<SC>(c.read_unaligned()), bytes8::<SC>(c.add(1).read_unaligned())]
+            }
         }
     }
 }
 
-/// One task's inputs and output.
-struct Run<'a> {
-    a: &'a ActRows<'a>,
-    p: &'a Panels,
-    p0: usize,
-    /// Floats per activation row of `buf`.
-    stride: usize,
-    buf: *mut f32,
-}
-
-impl Run<'_> {
-    /// # Safety
-    /// As [`rows`], with the lengths checked.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn panels<const BLOCK: usize, const SC: u8>(&self, m: usize, p1: usize) {
-        // Blocks of activation rows small enough to stay in cache while every panel
-        // of the task passes over them.
-        for i0 in (0..m).step_by(ROW_BLOCK) {
-            let i1 = (i0 + ROW_BLOCK).min(m);
-            for pi in self.p0..p1 {
-                let mut i = i0;
-                while i < i1 {
-                    // SAFETY: rows i..i1 of the activations exist; the caller checked the rest.
-                    unsafe {
-                        match (i1 - i).min(MR) {
-                            1 => self.tile::<BLOCK, SC, 1>(pi, i),
-                            2 => self.tile::<BLOCK, SC, 2>(pi, i),
-                            3 => self.tile::<BLOCK, SC, 3>(pi, i),
-                            _ => self.tile::<BLOCK, SC, MR>(pi, i),
-                        }
-                    }
-                    i += MR;
-                }
-            }
-        }
-    }
-
-    /// The 16 scales at scale index `at` as two vectors (rows 0..8, 8..16).
-    ///
-    /// # Safety
-    /// 16 scales readable at `at`, of the kind `SC` says.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales<const SC: u8>(&self, at: usize) -> [__m256; 2] {
-        // SAFETY: the caller guarantees 16 scales at `at`.
-        unsafe {
-            match &self.p.scales {
-                PanelScales::F16(data) => {
-                    let h = data.as_ptr().add(at).cast::<__m128i>();
-                    [_mm256_cvtph_ps(_mm_loadu_si128(h)), _mm256_cvtph_ps(_mm_loadu_si128(h.add(1)))]
-                }
-                PanelScales::Bytes { data, .. } => {
-                    let c = data.as_ptr().add(at).cast::<i64>();
-                    [bytes8::<SC>(c.read_unaligned()), bytes8::<SC>(c.add(1).read_unaligned())]
-                }
-            }
-        }
-    }
+impl Tiles for Avx2 {
+    /// Four rows: two vectors of accumulators each.
+    const MR: usize = 4;
 
     /// Panel `pi` times activation rows `i0..i0 + TR`.
     ///
     /// # Safety
-    /// `i0 + TR <= m`, and the lengths [`rows`] checks.
+    /// As [`Tiles::tile`].
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(&self, pi: usize, i0: usize) {
-        let (a, p) = (self.a, self.p);
+    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
+        let (a, p) = (run.a, run.p);
         let k = p.k;
         let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(a.dblock));
         // SAFETY (this function): as the AVX-512 kernel's `tile`.
@@ -122,13 +72,13 @@ impl Run<'_> {
             let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.unsigned.as_ptr().cast()));
             let low = _mm256_set1_epi8(0x0f);
             let ones = _mm256_set1_epi16(1);
-            let wbase = p.codes.as_ptr().add(pi * (k / 8) * 64);
+            let wbase = run.codes(pi);
             let mut accf = [[_mm256_setzero_ps(); 2]; TR];
             // Decoded block: [group][half] low and high nibbles' values.
             let mut lo = [[_mm256_setzero_si256(); 2]; 4];
             let mut hi = [[_mm256_setzero_si256(); 2]; 4];
             for b in 0..cols {
-                let s = self.scales::<SC>((pi * cols + b) * ROWS);
+                let s = scales::<SC>(p, (pi * cols + b) * ROWS);
                 for g in 0..groups {
                     let w = wbase.add((b * groups + g) * 64);
                     for h in 0..2 {
@@ -167,7 +117,7 @@ impl Run<'_> {
             }
             let vscale = _mm256_set1_ps(p.vscale);
             for (r, acc_f) in accf.iter().enumerate() {
-                let o = self.buf.add((i0 + r) * self.stride + (pi - self.p0) * ROWS);
+                let o = run.out(i0 + r, pi);
                 _mm256_storeu_ps(o, _mm256_mul_ps(acc_f[0], vscale));
                 _mm256_storeu_ps(o.add(8), _mm256_mul_ps(acc_f[1], vscale));
             }
@@ -205,6 +155,8 @@ fn bytes8<const SC: u8>(codes: i64) -> __m256 {
 /// [`bytes8`] on 16 codes of scale kind `kind`, for the tests.
 #[cfg(test)]
 pub(super) fn decode_bytes(kind: u8, codes: &[u8; 16]) -> [f32; 16] {
+    use super::UE4M3;
+
     assert!(crate::avx2_available());
     let mut out = [0f32; 16];
     for (half, o) in codes.chunks_exact(8).zip(out.chunks_exact_mut(8)) {

@@ -21,13 +21,11 @@
 
 use core::arch::x86_64::*;
 
-use super::{ActRows, F16, PanelScales, Panels, ROWS, UE4M3, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, check_kernel_inputs};
+use super::drive::{self, Run, Tiles};
+use super::{ActRows, PanelScales, Panels, ROWS, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN};
 
-/// Activation rows per pass over the task's panels (64 rows of K = 4096 int8: 256 KiB).
-const ROW_BLOCK: usize = 64;
-
-/// Activation rows per tile: each decoded block serves up to this many.
-const MR: usize = 8;
+/// The AVX-512 VNNI tiles (see [`Tiles`]).
+pub(super) struct Avx512Vnni;
 
 /// Int8 mode for panels `p0..p1` and the `m` activation rows of `a`, as
 /// `super::portable::rows` (which gives the same bits).
@@ -54,97 +52,23 @@ pub(super) unsafe fn rows_walking(
     buf: &mut [f32],
     walk: (usize, usize),
 ) {
-    let block = p.block;
-    let (stride, kind) = check_kernel_inputs(a, m, p, p0, p1, buf);
-    let run = Run { a, p, p0, stride, buf: buf.as_mut_ptr(), walk };
-    // SAFETY: every length the tiles read and write was checked above.
-    unsafe {
-        match (block, kind) {
-            (16, UE4M3) => run.panels::<16, UE4M3>(m, p1),
-            (16, UE4M3_PLAIN) => run.panels::<16, UE4M3_PLAIN>(m, p1),
-            (16, UE8M0) => run.panels::<16, UE8M0>(m, p1),
-            (16, UE8M0_PLAIN) => run.panels::<16, UE8M0_PLAIN>(m, p1),
-            (16, _) => run.panels::<16, F16>(m, p1),
-            (_, UE4M3) => run.panels::<32, UE4M3>(m, p1),
-            (_, UE4M3_PLAIN) => run.panels::<32, UE4M3_PLAIN>(m, p1),
-            (_, UE8M0) => run.panels::<32, UE8M0>(m, p1),
-            (_, UE8M0_PLAIN) => run.panels::<32, UE8M0_PLAIN>(m, p1),
-            _ => run.panels::<32, F16>(m, p1),
-        }
-    }
+    // SAFETY: the caller guarantees the features, which this function enables for the
+    // driver inlined into it.
+    unsafe { drive::rows::<Avx512Vnni>(a, m, p, p0, p1, buf, walk) }
 }
 
-/// One task's inputs and output.
-struct Run<'a> {
-    a: &'a ActRows<'a>,
-    p: &'a Panels,
-    p0: usize,
-    /// Floats per activation row of `buf`.
-    stride: usize,
-    buf: *mut f32,
-    /// Panels side by side and prefetch distance of the single-row tiles ([`walk`]).
-    walk: (usize, usize),
-}
+impl Tiles for Avx512Vnni {
+    /// Eight rows: one vector of accumulators each.
+    const MR: usize = 8;
 
-impl Run<'_> {
-    /// # Safety
-    /// As [`rows`], with the lengths checked.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn panels<const BLOCK: usize, const SC: u8>(&self, m: usize, p1: usize) {
-        // Blocks of activation rows small enough to stay in cache while every panel
-        // of the task passes over them.
-        let np = self.walk.0;
-        if m == 1 && np > 1 {
-            let mut pi = self.p0;
-            // SAFETY: row 0 exists; the caller checked the rest.
-            unsafe {
-                while pi + np <= p1 {
-                    match np {
-                        2 => self.tile1::<BLOCK, SC, 2>(pi),
-                        3 => self.tile1::<BLOCK, SC, 3>(pi),
-                        _ => self.tile1::<BLOCK, SC, 4>(pi),
-                    }
-                    pi += np;
-                }
-                while pi < p1 {
-                    self.tile1::<BLOCK, SC, 1>(pi);
-                    pi += 1;
-                }
-            }
-            return;
-        }
-        for i0 in (0..m).step_by(ROW_BLOCK) {
-            let i1 = (i0 + ROW_BLOCK).min(m);
-            for pi in self.p0..p1 {
-                let mut i = i0;
-                while i < i1 {
-                    // SAFETY: rows i..i1 of the activations exist; the caller checked the rest.
-                    unsafe {
-                        match (i1 - i).min(MR) {
-                            1 => self.tile::<BLOCK, SC, 1>(pi, i),
-                            2 => self.tile::<BLOCK, SC, 2>(pi, i),
-                            3 => self.tile::<BLOCK, SC, 3>(pi, i),
-                            4 => self.tile::<BLOCK, SC, 4>(pi, i),
-                            5 => self.tile::<BLOCK, SC, 5>(pi, i),
-                            6 => self.tile::<BLOCK, SC, 6>(pi, i),
-                            7 => self.tile::<BLOCK, SC, 7>(pi, i),
-                            _ => self.tile::<BLOCK, SC, MR>(pi, i),
-                        }
-                    }
-                    i += MR;
-                }
-            }
-        }
-    }
-
-    /// Panel `pi` times activation rows `i0..i0 + MR`.
+    /// Panel `pi` times activation rows `i0..i0 + TR`.
     ///
     /// # Safety
-    /// `i0 + MR <= m`, and the lengths [`rows`] checks.
+    /// As [`Tiles::tile`].
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile<const BLOCK: usize, const SC: u8, const MR: usize>(&self, pi: usize, i0: usize) {
-        let (a, p) = (self.a, self.p);
+    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
+        let (a, p) = (run.a, run.p);
         let k = p.k;
         let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(a.dblock));
         // SAFETY (this function): group (pi, g) is 64 bytes inside `codes`; (pi, b, r)
@@ -153,8 +77,8 @@ impl Run<'_> {
         unsafe {
             let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(p.unsigned.as_ptr().cast()));
             let low = _mm512_set1_epi8(0x0f);
-            let wbase = p.codes.as_ptr().add(pi * (k / 8) * 64);
-            let mut accf = [_mm512_setzero_ps(); MR];
+            let wbase = run.codes(pi);
+            let mut accf = [_mm512_setzero_ps(); TR];
             let mut lo = [_mm512_setzero_si512(); 4];
             let mut hi = [_mm512_setzero_si512(); 4];
             for b in 0..cols {
@@ -178,60 +102,32 @@ impl Run<'_> {
             }
             let vscale = _mm512_set1_ps(p.vscale);
             for (r, acc_f) in accf.iter().enumerate() {
-                let o = self.buf.add((i0 + r) * self.stride + (pi - self.p0) * ROWS);
+                let o = run.out(i0 + r, pi);
                 _mm512_storeu_ps(o, _mm512_mul_ps(*acc_f, vscale));
             }
         }
     }
-}
 
-/// How the single-row kernel walks the panels here: how many panels side by side per
-/// pass over a block's activation bytes (1: the general tile), and how far ahead (bytes)
-/// it prefetches each panel's codes (0: not at all). Intel's cores stream the codes
-/// faster with two panels and a prefetch 512 bytes ahead (the Xeon host of the GPU
-/// machine: MXFP4 4096 x 4096 0.19-0.24 ms against 0.22-0.26, 16384 x 2048 0.35-0.37
-/// against 0.46-0.68; docs/BENCHMARKS.md); AMD's Zen 4 measured the same or up to 3%
-/// slower with them and keeps one panel. Decided once from the CPU's vendor;
-/// `BLOCKSCALE_PANEL_WALK=panels,prefetch` overrides it (for measurements).
-fn walk() -> (usize, usize) {
-    static S: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
-    *S.get_or_init(|| {
-        let set = std::env::var("BLOCKSCALE_PANEL_WALK").ok().and_then(|v| {
-            let (a, b) = v.split_once(',')?;
-            Some((a.trim().parse::<usize>().ok()?.clamp(1, 4), b.trim().parse::<usize>().ok()?.min(4096)))
-        });
-        set.unwrap_or(if intel() { (2, 512) } else { (1, 0) })
-    })
-}
-
-/// Whether the CPU's vendor string is Intel's.
-fn intel() -> bool {
-    let id = __cpuid(0);
-    let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
-    vendor == b"GenuineIntel"
-}
-
-impl Run<'_> {
     /// Panels `pi..pi + NP` times activation row 0 (the GEMV): each block's activation
     /// bytes broadcast once for the NP panels, whose codes stream side by side, each
     /// `walk.1` bytes ahead in the prefetcher. The same operations per panel as
     /// [`Self::tile`] with one row, in the same order: the same bits.
     ///
     /// # Safety
-    /// `pi + NP <= p1`, and the lengths [`rows`] checks.
+    /// As [`Tiles::tile1`].
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(&self, pi: usize) {
-        let (a, p) = (self.a, self.p);
+    unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(run: &Run<'_>, pi: usize) {
+        let (a, p) = (run.a, run.p);
         let k = p.k;
         let (cols, groups) = (k / BLOCK, BLOCK / 8);
-        let pf = self.walk.1;
+        let pf = run.walk.1;
         // SAFETY (this function): as `tile` with one activation row, for each of the NP
         // panels; a prefetch is a hint, valid for any address.
         unsafe {
             let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(p.unsigned.as_ptr().cast()));
             let low = _mm512_set1_epi8(0x0f);
-            let wbase: [*const u8; NP] = core::array::from_fn(|j| p.codes.as_ptr().add((pi + j) * (k / 8) * 64));
+            let wbase: [*const u8; NP] = core::array::from_fn(|j| run.codes(pi + j));
             let mut accf = [_mm512_setzero_ps(); NP];
             let mut bq = [_mm512_setzero_si512(); 8];
             for b in 0..cols {
@@ -262,11 +158,37 @@ impl Run<'_> {
             }
             let vscale = _mm512_set1_ps(p.vscale);
             for (j, acc_f) in accf.iter().enumerate() {
-                let o = self.buf.add((pi + j - self.p0) * ROWS);
+                let o = run.out(0, pi + j);
                 _mm512_storeu_ps(o, _mm512_mul_ps(*acc_f, vscale));
             }
         }
     }
+}
+
+/// How the single-row kernel walks the panels here: how many panels side by side per
+/// pass over a block's activation bytes (1: the general tile), and how far ahead (bytes)
+/// it prefetches each panel's codes (0: not at all). Intel's cores stream the codes
+/// faster with two panels and a prefetch 512 bytes ahead (the Xeon host of the GPU
+/// machine: MXFP4 4096 x 4096 0.19-0.24 ms against 0.22-0.26, 16384 x 2048 0.35-0.37
+/// against 0.46-0.68; docs/BENCHMARKS.md); AMD's Zen 4 measured the same or up to 3%
+/// slower with them and keeps one panel. Decided once from the CPU's vendor;
+/// `BLOCKSCALE_PANEL_WALK=panels,prefetch` overrides it (for measurements).
+fn walk() -> (usize, usize) {
+    static S: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        let set = std::env::var("BLOCKSCALE_PANEL_WALK").ok().and_then(|v| {
+            let (a, b) = v.split_once(',')?;
+            Some((a.trim().parse::<usize>().ok()?.clamp(1, 4), b.trim().parse::<usize>().ok()?.min(4096)))
+        });
+        set.unwrap_or(if intel() { (2, 512) } else { (1, 0) })
+    })
+}
+
+/// Whether the CPU's vendor string is Intel's.
+fn intel() -> bool {
+    let id = __cpuid(0);
+    let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
+    vendor == b"GenuineIntel"
 }
 
 /// The 16 scales of (panel, block) starting at scale index `at`, as f32.
@@ -322,6 +244,8 @@ fn bytes16<const SC: u8>(codes: __m128i) -> __m512 {
 /// [`bytes16`] on 16 codes of scale kind `kind`, for the tests.
 #[cfg(test)]
 pub(super) fn decode_bytes(kind: u8, codes: &[u8; 16]) -> [f32; 16] {
+    use super::UE4M3;
+
     assert!(super::vnni_available());
     let mut out = [0f32; 16];
     // SAFETY: the CPU has the features (asserted); 16 bytes in, 16 f32 out.

@@ -35,6 +35,8 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod drive;
 mod portable;
 #[cfg(test)]
 mod tests;
