@@ -5,11 +5,11 @@
 //! config.json declares `quant_method: fp8` with `weight_block_size: [128, 128]` and,
 //! for DeepSeek-V3.1, `scale_fmt: "ue8m0"` (every scale a power of two).
 
-use blockscale_formats::{Fp8Tile, GlobalScale, ScaleLayout, Scheme};
+use blockscale_formats::{Fp8Tile, QuantShape, Scheme};
 use safetensors::Dtype;
 
-use super::{Convention, Detect, Plan, Writes, layer_prefix};
-use crate::{CheckpointError, Configs, Decode, Found, PlannedTensor, TensorEntry};
+use super::{Convention, Detect, Holds, Part, ToStore, Writes, layer_prefix};
+use crate::{CheckpointError, Configs, Decode, Found, TensorEntry};
 
 /// The one scheme the layout holds.
 pub const SCHEME: Scheme = Scheme::Fp8Block(Fp8Tile::Tile128x128);
@@ -117,41 +117,23 @@ impl Convention for Deepseek {
 }
 
 impl Writes for Deepseek {
-    fn plan(
-        &self,
-        scheme: Scheme,
-        _layout: ScaleLayout,
-        name: &str,
-        (rows, k): (usize, usize),
-        _input_scale: bool,
-    ) -> Result<Plan, CheckpointError> {
-        if scheme != SCHEME {
-            return Err(CheckpointError::Unsupported(format!(
-                "the deepseek convention stores fp8-block (E4M3 with an f32 scale per 128x128 tile) only, not {scheme}; \
-                 use --convention native for other schemes"
-            )));
-        }
-        scheme.shape(rows, k).map_err(|e| CheckpointError::Invalid(format!("{name}: {e}")))?;
-        let p = layer_prefix(name);
-        Ok((
+    fn parts(&self, w: &ToStore<'_>) -> Option<Vec<Part>> {
+        let (p, QuantShape { scheme, rows, k, .. }) = (layer_prefix(w.name), w.shape);
+        (scheme == SCHEME).then(|| {
             vec![
-                PlannedTensor::new(format!("{p}.weight"), Dtype::F8_E4M3, vec![rows, k]),
-                PlannedTensor::new(format!("{p}.weight_scale_inv"), Dtype::F32, vec![rows.div_ceil(128), k / 128]),
-            ],
-            vec![],
-        ))
+                Part::new(format!("{p}.weight"), Dtype::F8_E4M3, vec![rows, k], Holds::Codes),
+                Part::new(
+                    format!("{p}.weight_scale_inv"),
+                    Dtype::F32,
+                    vec![rows.div_ceil(128), k / 128],
+                    Holds::Scales,
+                ),
+            ]
+        })
     }
 
-    /// The codes and the tile scales are all there is.
-    fn encode_rest(
-        &self,
-        _scheme: Scheme,
-        _name: &str,
-        _shape: (usize, usize),
-        _global: Option<GlobalScale>,
-        _input: Option<GlobalScale>,
-    ) -> Vec<(String, Vec<u8>)> {
-        Vec::new()
+    fn stores(&self) -> &'static str {
+        "the deepseek convention stores fp8-block (E4M3 with an f32 scale per 128x128 tile) only"
     }
 
     /// DeepSeek-V3's `quantization_config` (dynamic 1x128 activation scales at run time),
@@ -181,6 +163,8 @@ impl Writes for Deepseek {
 
 #[cfg(test)]
 mod tests {
+    use blockscale_formats::ScaleLayout;
+
     use super::*;
 
     #[test]

@@ -21,7 +21,7 @@ mod shared;
 
 use std::collections::HashSet;
 
-use blockscale_formats::{GlobalScale, QuantizedMatrix, ScaleData, ScaleLayout, Scheme};
+use blockscale_formats::{GlobalScale, QuantShape, QuantizedMatrix, ScaleData, ScaleLayout, Scheme};
 use safetensors::Dtype;
 
 use crate::dtypes::scale_bytes;
@@ -94,36 +94,71 @@ pub type Plan = (Vec<PlannedTensor>, Vec<(String, String)>);
 
 /// Writing a convention: the tensors of a quantized weight (known from its shape alone,
 /// before any data is computed, so that a file's header can be written first), their
-/// bytes and the configs declaring them.
+/// bytes and the configs declaring them. A convention describes each tensor of a weight
+/// once ([`Writes::parts`]: name, dtype, shape and what it holds); the planned header
+/// ([`Writes::plan`]) and the bytes after the codes and scales ([`Writes::encode_rest`])
+/// both follow from that description.
 pub trait Writes: Sync {
+    /// The tensors of weight `w`, the codes first and the block scales second, each with
+    /// what it holds; `None` for a scheme the convention cannot store.
+    fn parts(&self, w: &ToStore<'_>) -> Option<Vec<Part>>;
+
+    /// What it stores, for the refusal of another scheme (`"the deepseek convention
+    /// stores fp8-block (...) only"`).
+    fn stores(&self) -> &'static str;
+
+    /// The metadata entries the file carries for weight `w` (none but the native
+    /// convention's).
+    fn metadata(&self, w: &ToStore<'_>) -> Vec<(String, String)> {
+        let _ = w;
+        Vec::new()
+    }
+
     /// The output tensors of weight `name` (`rows x k`), the weight's codes first and
     /// its block scales second, and the metadata entries the file carries for it.
     /// `shape`: `(rows, k)`.
     /// `input_scale`: whether calibration gives the layer an activation scale.
     ///
     /// # Errors
-    /// [`CheckpointError::Unsupported`] for a scheme the convention cannot store,
-    /// [`CheckpointError::Invalid`] for a shape the scheme cannot hold.
+    /// [`CheckpointError::Invalid`] for a shape the scheme cannot hold,
+    /// [`CheckpointError::Unsupported`] for a scheme the convention cannot store.
     fn plan(
         &self,
         scheme: Scheme,
         layout: ScaleLayout,
         name: &str,
-        shape: (usize, usize),
+        (rows, k): (usize, usize),
         input_scale: bool,
-    ) -> Result<Plan, CheckpointError>;
+    ) -> Result<Plan, CheckpointError> {
+        let shape = scheme.shape(rows, k).map_err(|e| CheckpointError::Invalid(format!("{name}: {e}")))?;
+        let w = ToStore { name, shape, layout, input_scale };
+        let Some(parts) = self.parts(&w) else {
+            return Err(CheckpointError::Unsupported(format!(
+                "{}, not {scheme}; use --convention native for other schemes",
+                self.stores()
+            )));
+        };
+        Ok((parts.into_iter().map(|p| p.tensor).collect(), self.metadata(&w)))
+    }
 
     /// The tensors after a weight's codes and scales (every convention stores those
     /// exactly as a [`QuantizedMatrix`] holds them), from its shape, its per-tensor
-    /// scale and a calibrated layer's activation scale.
+    /// scale and a calibrated layer's activation scale: those [`Writes::plan`] plans
+    /// (none for a shape or scheme it refuses).
     fn encode_rest(
         &self,
         scheme: Scheme,
         name: &str,
-        shape: (usize, usize),
+        (rows, k): (usize, usize),
         global: Option<GlobalScale>,
         input: Option<GlobalScale>,
-    ) -> Vec<(String, Vec<u8>)>;
+    ) -> Vec<(String, Vec<u8>)> {
+        let Ok(shape) = scheme.shape(rows, k) else { return Vec::new() };
+        // The layout changes the scales' shape only, which is not among these tensors.
+        let w = ToStore { name, shape, layout: ScaleLayout::Linear, input_scale: input.is_some() };
+        let parts = self.parts(&w).unwrap_or_default();
+        parts.into_iter().filter_map(|p| Some((p.tensor.name, p.holds.bytes((rows, k), global, input)?))).collect()
+    }
 
     /// The configs declaring `scheme` (`calibrated`: the layers carry activation
     /// scales; `ignore`: the layers left unquantized).
@@ -144,6 +179,76 @@ pub trait Writes: Sync {
     /// error (DeepSeek's layout allows any K).
     fn k_note(&self) -> Option<&'static str> {
         None
+    }
+}
+
+/// A weight to store, as far as its tensors' names, dtypes and shapes go.
+#[derive(Clone, Copy, Debug)]
+pub struct ToStore<'a> {
+    /// Its name (`a.b.weight`).
+    pub name: &'a str,
+    /// Its scheme, logical shape and scale matrix (checked).
+    pub shape: QuantShape,
+    /// The layout of its scales.
+    pub layout: ScaleLayout,
+    /// Whether calibration gives the layer an activation scale.
+    pub input_scale: bool,
+}
+
+/// One tensor of a stored weight: as the header plans it, and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// Its name, dtype and shape.
+    pub tensor: PlannedTensor,
+    /// What it holds.
+    pub holds: Holds,
+}
+
+impl Part {
+    /// Tensor `name` (`dtype`, `shape`) holding `holds`.
+    pub fn new(name: String, dtype: Dtype, shape: Vec<usize>, holds: Holds) -> Self {
+        Self { tensor: PlannedTensor::new(name, dtype, shape), holds }
+    }
+}
+
+/// What a tensor of a stored weight holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// The codes, as the [`QuantizedMatrix`] holds them.
+    Codes,
+    /// The block scales, as the [`QuantizedMatrix`] holds them.
+    Scales,
+    /// The per-tensor encode scale, one f32 (1 without one; compressed-tensors'
+    /// "divisor" semantics, the native `global_encode`).
+    GlobalEncode,
+    /// The per-tensor decode scale, one f32: the encode scale's reciprocal (1 without one).
+    GlobalDecode,
+    /// The activation scale calibration gives the layer, as an encode scale.
+    InputEncode,
+    /// The activation scale calibration gives the layer, as a decode scale.
+    InputDecode,
+    /// The logical `[rows, k]`, as two i64.
+    Dims,
+}
+
+impl Holds {
+    /// The bytes of a tensor after the codes and scales (`None` for those two, and for
+    /// an activation scale the layer lacks).
+    fn bytes(
+        self,
+        (rows, k): (usize, usize),
+        global: Option<GlobalScale>,
+        input: Option<GlobalScale>,
+    ) -> Option<Vec<u8>> {
+        let f32_bytes = |x: f32| Some(x.to_le_bytes().to_vec());
+        match self {
+            Self::Codes | Self::Scales => None,
+            Self::GlobalEncode => f32_bytes(global.map_or(1.0, |g| g.encode())),
+            Self::GlobalDecode => f32_bytes(global.map_or(1.0, |g| g.decode())),
+            Self::InputEncode => f32_bytes(input?.encode()),
+            Self::InputDecode => f32_bytes(input?.decode()),
+            Self::Dims => Some([rows as i64, k as i64].iter().flat_map(|d| d.to_le_bytes()).collect()),
+        }
     }
 }
 
