@@ -29,48 +29,42 @@ use crate::{CheckpointError, Configs, Declared, Decode, Found, GlobalSource, Ten
 const NAME: &str = "compressed-tensors";
 
 /// The compressed-tensors convention.
-pub struct CompressedTensors;
+pub static COMPRESSED_TENSORS: Convention = Convention::new(
+    NAME,
+    "compressed-tensors nvfp4-pack-quantized, mxfp4-pack-quantized, pack-quantized (INT4) and float-quantized (FP8)",
+    detect,
+)
+.writing(&CompressedTensors);
 
-impl Convention for CompressedTensors {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn reads(&self) -> &'static str {
-        "compressed-tensors nvfp4-pack-quantized, mxfp4-pack-quantized, pack-quantized (INT4) and float-quantized (FP8)"
-    }
-
-    /// I32 `weight_packed` (INT4 pack-quantized), U8 FP4 pairs with `weight_global_scale`
-    /// (nvfp4-pack-quantized) or without (mxfp4-pack-quantized); FP8 `weight` +
-    /// `weight_scale` when the checkpoint declares a compressed-tensors config.
-    fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
-        let name = t.name.as_str();
-        let Some(p) = name.strip_suffix(".weight_packed") else {
-            return match scaled_fp8_prefix(cx, t) {
-                Some(p) if cx.ct.is_some() => scaled_fp8(cx, t, p, NAME).map(Some),
-                _ => Ok(None),
-            };
+/// I32 `weight_packed` (INT4 pack-quantized), U8 FP4 pairs with `weight_global_scale`
+/// (nvfp4-pack-quantized) or without (mxfp4-pack-quantized); FP8 `weight` +
+/// `weight_scale` when the checkpoint declares a compressed-tensors config.
+fn detect(cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix(".weight_packed") else {
+        return match scaled_fp8_prefix(cx, t) {
+            Some(p) if cx.ct.is_some() => scaled_fp8(cx, t, p, NAME).map(Some),
+            _ => Ok(None),
         };
-        if t.dtype == Dtype::I32 {
-            return packed_int4(cx, t, p).map(Some);
-        }
-        if t.dtype != Dtype::U8 {
-            return Err(
-                cx.err(name, format!("is {:?}, expected U8 (FP4 pairs) or I32 (pack-quantized INT4 words)", t.dtype))
-            );
-        }
-        let (scales, g) = (format!("{p}.weight_scale"), format!("{p}.weight_global_scale"));
-        if !cx.has(&g) {
-            return mxfp4_packed(cx, t, p).map(Some);
-        }
-        let output = (NAME, format!("{p}.weight"));
-        nvfp4_found(cx, t, output, (scales, g, format!("{p}.input_global_scale")), GlobalSource::EncodeTensor).map(Some)
+    };
+    if t.dtype == Dtype::I32 {
+        return packed_int4(cx, t, p).map(Some);
     }
-
-    fn writes(&self) -> Option<&dyn Writes> {
-        Some(self)
+    if t.dtype != Dtype::U8 {
+        return Err(
+            cx.err(name, format!("is {:?}, expected U8 (FP4 pairs) or I32 (pack-quantized INT4 words)", t.dtype))
+        );
     }
+    let (scales, g) = (format!("{p}.weight_scale"), format!("{p}.weight_global_scale"));
+    if !cx.has(&g) {
+        return mxfp4_packed(cx, t, p).map(Some);
+    }
+    let output = (NAME, format!("{p}.weight"));
+    nvfp4_found(cx, t, output, (scales, g, format!("{p}.input_global_scale")), GlobalSource::EncodeTensor).map(Some)
 }
+
+/// How blockscale writes the compressed-tensors convention.
+pub struct CompressedTensors;
 
 impl Writes for CompressedTensors {
     /// NVFP4, MXFP4, INT4-G32, INT4-G128 and FP8 128x128 blocks.

@@ -1,7 +1,8 @@
-//! The on-disk conventions for quantized weights. Each is one file implementing
-//! [`Convention`] (how its weights are recognised and, where blockscale writes it,
-//! [`Writes`]: how a quantized weight is stored and which configs declare it), listed
-//! once in [`CONVENTIONS`]. Adding a convention is one new file and one line there.
+//! The on-disk conventions for quantized weights. Each is one file filling in a
+//! [`Convention`] (its name, what it reads, how its weights are recognised and, where
+//! blockscale writes it, [`Writes`]: how a quantized weight is stored and which configs
+//! declare it), listed once in [`CONVENTIONS`]. Adding a convention is one new file and
+//! one line there.
 //!
 //! | convention | reads | writes |
 //! |---|---|---|
@@ -33,16 +34,16 @@ pub use coverage::check_coverage;
 /// Every convention, in the order detection asks them about a tensor (the first that
 /// claims it decides). Their tensor names are disjoint but for `.weight`, where the
 /// side tensors tell them apart.
-pub static CONVENTIONS: &[&dyn Convention] = &[
-    &native::Native,
-    &modelopt::Modelopt,
-    &compressed_tensors::CompressedTensors,
-    &gpt_oss::GptOss,
-    &deepseek::Deepseek,
+pub static CONVENTIONS: &[&Convention] = &[
+    &native::NATIVE,
+    &modelopt::MODELOPT,
+    &compressed_tensors::COMPRESSED_TENSORS,
+    &gpt_oss::GPT_OSS,
+    &deepseek::DEEPSEEK,
 ];
 
 /// The convention named `name` (`"modelopt"`, `"compressed-tensors"`, ...).
-pub fn by_name(name: &str) -> Option<&'static dyn Convention> {
+pub fn by_name(name: &str) -> Option<&'static Convention> {
     CONVENTIONS.iter().copied().find(|c| c.name() == name)
 }
 
@@ -56,13 +57,51 @@ pub fn supported() -> String {
     CONVENTIONS.iter().map(|c| c.reads()).collect::<Vec<_>>().join(", ")
 }
 
-/// One way of storing quantized weights in safetensors files.
-pub trait Convention: Sync {
+/// How a convention recognises its weights ([`Convention::detect`]).
+pub type Detector = fn(&Detect<'_>, &TensorEntry) -> Result<Option<Found>, CheckpointError>;
+
+/// How a convention checks what its config declares ([`Convention::check_declared`]).
+pub type DeclaredCheck = fn(&Detect<'_>, &[Found]) -> Result<(), CheckpointError>;
+
+/// One way of storing quantized weights in safetensors files: its name, what it reads,
+/// how it recognises its weights and, where blockscale writes it, how. Each
+/// convention's file fills one in ([`Convention::new`]).
+pub struct Convention {
+    name: &'static str,
+    reads: &'static str,
+    detect: Detector,
+    check_declared: Option<DeclaredCheck>,
+    writes: Option<&'static dyn Writes>,
+}
+
+impl Convention {
+    /// The convention `name` (as reports and `--convention` spell it), reading `reads`
+    /// (a few words, for messages), whose weights `detect` recognises; blockscale
+    /// writes none and no declaration is checked until [`Convention::writing`] and
+    /// [`Convention::checking`] say otherwise.
+    pub const fn new(name: &'static str, reads: &'static str, detect: Detector) -> Self {
+        Self { name, reads, detect, check_declared: None, writes: None }
+    }
+
+    /// The convention, written by `writes`.
+    pub const fn writing(self, writes: &'static dyn Writes) -> Self {
+        Self { writes: Some(writes), ..self }
+    }
+
+    /// The convention, checking what its config declares with `check`.
+    pub const fn checking(self, check: DeclaredCheck) -> Self {
+        Self { check_declared: Some(check), ..self }
+    }
+
     /// Its stable name, as reports and `--convention` spell it.
-    fn name(&self) -> &'static str;
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
 
     /// What it reads, in a few words, for messages.
-    fn reads(&self) -> &'static str;
+    pub fn reads(&self) -> &'static str {
+        self.reads
+    }
 
     /// If `t` is the main (element-data) tensor of a weight of this convention, the
     /// weight: its parts and how it decodes; `None` if `t` is not one of its tensors.
@@ -70,7 +109,9 @@ pub trait Convention: Sync {
     /// # Errors
     /// [`CheckpointError::Tensor`] naming a companion with the wrong dtype or shape;
     /// [`CheckpointError::Unsupported`] for a variant of the convention that is not read.
-    fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError>;
+    pub fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
+        (self.detect)(cx, t)
+    }
 
     /// Checks what the checkpoint's config declares against the weights found (run
     /// once after detection).
@@ -78,14 +119,13 @@ pub trait Convention: Sync {
     /// # Errors
     /// [`CheckpointError::Unsupported`] or [`CheckpointError::Tensor`], as the
     /// convention decides.
-    fn check_declared(&self, cx: &Detect<'_>, found: &[Found]) -> Result<(), CheckpointError> {
-        let _ = (cx, found);
-        Ok(())
+    pub fn check_declared(&self, cx: &Detect<'_>, found: &[Found]) -> Result<(), CheckpointError> {
+        self.check_declared.map_or(Ok(()), |check| check(cx, found))
     }
 
     /// How blockscale writes it, if it does.
-    fn writes(&self) -> Option<&dyn Writes> {
-        None
+    pub fn writes(&self) -> Option<&'static dyn Writes> {
+        self.writes
     }
 }
 
@@ -378,6 +418,13 @@ impl Detect<'_> {
             return Err(self.err(name, format!("has shape {:?}, expected {s:?} to match its weight", t.shape)));
         }
         Ok(())
+    }
+
+    /// If `t` is named `{p}{suffix}` and the checkpoint holds `{p}{companion}` (a main
+    /// tensor and the companion that tells its convention): `p` and the companion's name.
+    pub fn with_companion<'t>(&self, t: &'t TensorEntry, suffix: &str, companion: &str) -> Option<(&'t str, String)> {
+        let p = t.name.strip_suffix(suffix)?;
+        Some((p, self.optional(format!("{p}{companion}"))?))
     }
 
     /// `name` when the checkpoint holds it: an optional companion (an activation scale).

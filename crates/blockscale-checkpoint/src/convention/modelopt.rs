@@ -19,39 +19,29 @@ use super::{Convention, Detect, Holds, Part, ToStore, Writes, layer_prefix};
 use crate::{CheckpointError, Configs, Found, GlobalSource, TensorEntry};
 
 /// The ModelOpt convention.
-pub struct Modelopt;
+pub static MODELOPT: Convention =
+    Convention::new("modelopt", "ModelOpt NVFP4 and FP8 per tensor", detect).writing(&Modelopt);
 
-impl Convention for Modelopt {
-    fn name(&self) -> &'static str {
-        "modelopt"
+/// NVFP4: U8 `weight` + `weight_scale` + `weight_scale_2`; FP8: F8_E4M3 `weight` +
+/// `weight_scale` when no compressed-tensors config claims it.
+fn detect(cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix(".weight") else {
+        return Ok(None);
+    };
+    if t.dtype == Dtype::U8 && cx.has(&format!("{p}.weight_scale_2")) {
+        let tensors = (format!("{p}.weight_scale"), format!("{p}.weight_scale_2"), format!("{p}.input_scale"));
+        let output = (MODELOPT.name(), name.to_owned());
+        return nvfp4_found(cx, t, output, tensors, GlobalSource::DecodeTensor).map(Some);
     }
-
-    fn reads(&self) -> &'static str {
-        "ModelOpt NVFP4 and FP8 per tensor"
-    }
-
-    /// NVFP4: U8 `weight` + `weight_scale` + `weight_scale_2`; FP8: F8_E4M3 `weight` +
-    /// `weight_scale` when no compressed-tensors config claims it.
-    fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
-        let name = t.name.as_str();
-        let Some(p) = name.strip_suffix(".weight") else {
-            return Ok(None);
-        };
-        if t.dtype == Dtype::U8 && cx.has(&format!("{p}.weight_scale_2")) {
-            let tensors = (format!("{p}.weight_scale"), format!("{p}.weight_scale_2"), format!("{p}.input_scale"));
-            let output = (self.name(), name.to_owned());
-            return nvfp4_found(cx, t, output, tensors, GlobalSource::DecodeTensor).map(Some);
-        }
-        match scaled_fp8_prefix(cx, t) {
-            Some(p) if cx.ct.is_none() => scaled_fp8(cx, t, p, self.name()).map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    fn writes(&self) -> Option<&dyn Writes> {
-        Some(self)
+    match scaled_fp8_prefix(cx, t) {
+        Some(p) if cx.ct.is_none() => scaled_fp8(cx, t, p, MODELOPT.name()).map(Some),
+        _ => Ok(None),
     }
 }
+
+/// How blockscale writes the ModelOpt convention.
+pub struct Modelopt;
 
 impl Writes for Modelopt {
     /// Decode scales: the reciprocals of the encode scales quantization used.

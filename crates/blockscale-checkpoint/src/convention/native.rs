@@ -11,58 +11,47 @@ use crate::dtypes::{codes_dtype, parse_layout, scale_dtype, scale_shape};
 use crate::{CheckpointError, Configs, Found, GlobalSource, TensorEntry};
 
 /// The native convention.
-pub struct Native;
+pub static NATIVE: Convention = Convention::new("native", "native (blockscale)", detect).writing(&Native);
 
-impl Convention for Native {
-    fn name(&self) -> &'static str {
-        "native"
-    }
-
-    fn reads(&self) -> &'static str {
-        "native (blockscale)"
-    }
-
-    /// `{p}.codes` with `{p}.scheme` metadata.
-    fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
-        let name = t.name.as_str();
-        let Some(p) = name.strip_suffix(".codes") else {
-            return Ok(None);
-        };
-        let Some(scheme) = cx.catalog.meta(&format!("{p}.scheme")) else {
-            return Ok(None);
-        };
-        let meta = |key: &str| {
-            cx.catalog.meta(&format!("{p}.{key}")).ok_or_else(|| cx.err(name, format!("metadata {p}.{key} is missing")))
-        };
-        let scheme: Scheme = scheme.parse().map_err(|_| cx.err(name, format!("unknown scheme {scheme:?}")))?;
-        let parse = |key: &str| -> Result<usize, CheckpointError> {
-            meta(key)?.parse().map_err(|_| cx.err(name, format!("metadata {p}.{key} is not a number")))
-        };
-        let (rows, k) = (parse("rows")?, parse("k")?);
-        let shape = scheme.shape(rows, k).map_err(|e| cx.err(name, e.to_string()))?;
-        let layout_name = meta("scale_layout")?;
-        let layout =
-            parse_layout(layout_name).ok_or_else(|| cx.err(name, format!("unknown scale layout {layout_name:?}")))?;
-        let (cd, cs) = codes_dtype(scheme, rows, k);
-        cx.expect(name, cd, Some(&cs))?;
-        let scales = format!("{p}.scales");
-        cx.expect(&scales, scale_dtype(scheme), Some(&scale_shape(&shape, layout)))?;
-        let mut parts = vec![name.to_owned(), scales.clone()];
-        let global_name = format!("{p}.global_encode");
-        let global = if scheme.has_global_scale() {
-            cx.scalar_f32(&global_name)?;
-            parts.push(global_name.clone());
-            GlobalSource::EncodeTensor(global_name)
-        } else {
-            GlobalSource::None
-        };
-        Ok(Some(Found::matrix(self.name(), p.to_owned(), parts, scheme, (rows, k), (scales, layout, global))))
-    }
-
-    fn writes(&self) -> Option<&dyn Writes> {
-        Some(self)
-    }
+/// `{p}.codes` with `{p}.scheme` metadata.
+fn detect(cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix(".codes") else {
+        return Ok(None);
+    };
+    let Some(scheme) = cx.catalog.meta(&format!("{p}.scheme")) else {
+        return Ok(None);
+    };
+    let meta = |key: &str| {
+        cx.catalog.meta(&format!("{p}.{key}")).ok_or_else(|| cx.err(name, format!("metadata {p}.{key} is missing")))
+    };
+    let scheme: Scheme = scheme.parse().map_err(|_| cx.err(name, format!("unknown scheme {scheme:?}")))?;
+    let parse = |key: &str| -> Result<usize, CheckpointError> {
+        meta(key)?.parse().map_err(|_| cx.err(name, format!("metadata {p}.{key} is not a number")))
+    };
+    let (rows, k) = (parse("rows")?, parse("k")?);
+    let shape = scheme.shape(rows, k).map_err(|e| cx.err(name, e.to_string()))?;
+    let layout_name = meta("scale_layout")?;
+    let layout =
+        parse_layout(layout_name).ok_or_else(|| cx.err(name, format!("unknown scale layout {layout_name:?}")))?;
+    let (cd, cs) = codes_dtype(scheme, rows, k);
+    cx.expect(name, cd, Some(&cs))?;
+    let scales = format!("{p}.scales");
+    cx.expect(&scales, scale_dtype(scheme), Some(&scale_shape(&shape, layout)))?;
+    let mut parts = vec![name.to_owned(), scales.clone()];
+    let global_name = format!("{p}.global_encode");
+    let global = if scheme.has_global_scale() {
+        cx.scalar_f32(&global_name)?;
+        parts.push(global_name.clone());
+        GlobalSource::EncodeTensor(global_name)
+    } else {
+        GlobalSource::None
+    };
+    Ok(Some(Found::matrix(NATIVE.name(), p.to_owned(), parts, scheme, (rows, k), (scales, layout, global))))
 }
+
+/// How blockscale writes the native convention.
+pub struct Native;
 
 impl Writes for Native {
     fn parts(&self, w: &ToStore<'_>) -> Option<Vec<Part>> {
