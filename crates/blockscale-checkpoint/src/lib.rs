@@ -15,7 +15,7 @@
 //!   ([`CONVENTIONS`]: one file each under [`convention`]) and hands them out one at a
 //!   time as [`Weight`]s, with bounded memory (memory maps, pages released as weights
 //!   are taken); [`Reader::plain_tensors`] gives the rest.
-//! - Conventions: [`Convention`] (detection, and for those blockscale writes,
+//! - Conventions: [`Convention`] (name, detection, and for those blockscale writes,
 //!   [`Writes`]: planned tensors, their bytes, the configs declaring them).
 //! - The safetensors layer: [`Shard`] (one mapped file), [`Checkpoint`] (the shards,
 //!   index and side files of a folder), [`Catalog`] (tensors by name across shards),

@@ -232,12 +232,26 @@ impl ShardWriter {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_claimed_slot_is_written_from_another_thread_and_counts_as_written() {
+    /// A writer of the U8 tensors `planned` (name, length) into a new file, the folder
+    /// holding it (removed when dropped) and the file's path.
+    fn create(planned: &[(&str, usize)]) -> (tempfile::TempDir, PathBuf, ShardWriter) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.safetensors");
-        let planned = [PlannedTensor::new("a", Dtype::U8, vec![3]), PlannedTensor::new("b", Dtype::U8, vec![2])];
-        let mut w = ShardWriter::create(&path, &planned, &BTreeMap::new()).unwrap();
+        let planned: Vec<_> =
+            planned.iter().map(|&(name, len)| PlannedTensor::new(name, Dtype::U8, vec![len])).collect();
+        let w = ShardWriter::create(&path, &planned, &BTreeMap::new()).unwrap();
+        (dir, path, w)
+    }
+
+    /// The bytes of tensor `name` in the written file at `path`.
+    fn data(path: &Path, name: &str) -> Vec<u8> {
+        let bytes = std::fs::read(path).unwrap();
+        safetensors::SafeTensors::deserialize(&bytes).unwrap().tensor(name).unwrap().data().to_vec()
+    }
+
+    #[test]
+    fn a_claimed_slot_is_written_from_another_thread_and_counts_as_written() {
+        let (_dir, path, mut w) = create(&[("a", 3), ("b", 2)]);
         // Refused as write refuses: a wrong length, an unknown name; nothing is claimed.
         assert!(w.claim("a", 4).unwrap_err().to_string().contains("4 bytes, the header says 3"));
         assert!(w.claim("c", 1).unwrap_err().to_string().contains("not in the planned header"));
@@ -247,19 +261,14 @@ mod tests {
         std::thread::spawn(move || slot.write(&[7, 8, 9]).unwrap()).join().unwrap();
         w.write("b", &[1, 2]).unwrap();
         w.finish().unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        assert_eq!(st.tensor("a").unwrap().data(), [7, 8, 9]);
-        assert_eq!(st.tensor("b").unwrap().data(), [1, 2]);
+        assert_eq!(data(&path, "a"), [7, 8, 9]);
+        assert_eq!(data(&path, "b"), [1, 2]);
     }
 
     #[test]
     fn a_mapped_slot_is_written_in_place_and_counts_as_written() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.safetensors");
         // A slot that starts past the first page and spans two, and a small one.
-        let planned = [PlannedTensor::new("a", Dtype::U8, vec![5000]), PlannedTensor::new("b", Dtype::U8, vec![3])];
-        let mut w = ShardWriter::create(&path, &planned, &BTreeMap::new()).unwrap();
+        let (_dir, path, mut w) = create(&[("a", 5000), ("b", 3)]);
         assert!(w.claim_mapped("a", 4999).unwrap_err().to_string().contains("4999 bytes, the header says 5000"));
         let mut b = w.claim_mapped("b", 3).unwrap();
         b.bytes_mut().copy_from_slice(&[7, 8, 9]);
@@ -270,19 +279,14 @@ mod tests {
         assert!(w.write("a", &[0; 5000]).unwrap_err().to_string().contains("written twice"));
         drop((a, b));
         w.finish().unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        assert_eq!(st.tensor("b").unwrap().data(), [7, 8, 9]);
+        assert_eq!(data(&path, "b"), [7, 8, 9]);
         let a: Vec<u8> = (0..5000).map(|i| (i % 251) as u8).collect();
-        assert_eq!(st.tensor("a").unwrap().data(), &a[..]);
+        assert_eq!(data(&path, "a"), a);
     }
 
     #[test]
     fn a_slot_neither_written_nor_claimed_is_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.safetensors");
-        let planned = [PlannedTensor::new("a", Dtype::U8, vec![3])];
-        let w = ShardWriter::create(&path, &planned, &BTreeMap::new()).unwrap();
+        let (_dir, _, w) = create(&[("a", 3)]);
         assert!(w.finish().unwrap_err().to_string().contains("planned but never written"));
     }
 }

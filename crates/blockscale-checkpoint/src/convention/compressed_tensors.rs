@@ -18,135 +18,92 @@
 //! `float-quantized` FP8 weight from ModelOpt's (the same tensor names), to know the
 //! block of an FP8 `block` strategy, and to refuse what blockscale does not decode.
 
-use blockscale_formats::{Fp8Tile, GlobalScale, ScaleLayout, Scheme};
+use blockscale_formats::{Fp8Tile, QuantShape, ScaleLayout, Scheme};
 use safetensors::Dtype;
 
 use super::shared::{nvfp4_found, scaled_fp8, scaled_fp8_prefix};
-use super::{Convention, Detect, Plan, Writes, layer_prefix};
-use crate::{CheckpointError, Configs, Declared, Decode, Found, GlobalSource, PlannedTensor, TensorEntry};
+use super::{Convention, Detect, Holds, Part, ToStore, Writes, layer_prefix};
+use crate::{CheckpointError, Configs, Declared, Decode, Found, GlobalSource, TensorEntry};
 
 /// The convention's name.
 const NAME: &str = "compressed-tensors";
 
 /// The compressed-tensors convention.
-pub struct CompressedTensors;
+pub static COMPRESSED_TENSORS: Convention = Convention::new(
+    NAME,
+    "compressed-tensors nvfp4-pack-quantized, mxfp4-pack-quantized, pack-quantized (INT4) and float-quantized (FP8)",
+    detect,
+)
+.writing(&CompressedTensors);
 
-impl Convention for CompressedTensors {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn reads(&self) -> &'static str {
-        "compressed-tensors nvfp4-pack-quantized, mxfp4-pack-quantized, pack-quantized (INT4) and float-quantized (FP8)"
-    }
-
-    /// I32 `weight_packed` (INT4 pack-quantized), U8 FP4 pairs with `weight_global_scale`
-    /// (nvfp4-pack-quantized) or without (mxfp4-pack-quantized); FP8 `weight` +
-    /// `weight_scale` when the checkpoint declares a compressed-tensors config.
-    fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
-        let name = t.name.as_str();
-        let Some(p) = name.strip_suffix(".weight_packed") else {
-            return match scaled_fp8_prefix(cx, t) {
-                Some(p) if cx.ct.is_some() => scaled_fp8(cx, t, p, NAME).map(Some),
-                _ => Ok(None),
-            };
+/// I32 `weight_packed` (INT4 pack-quantized), U8 FP4 pairs with `weight_global_scale`
+/// (nvfp4-pack-quantized) or without (mxfp4-pack-quantized); FP8 `weight` +
+/// `weight_scale` when the checkpoint declares a compressed-tensors config.
+fn detect(cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix(".weight_packed") else {
+        return match scaled_fp8_prefix(cx, t) {
+            Some(p) if cx.ct.is_some() => scaled_fp8(cx, t, p, NAME).map(Some),
+            _ => Ok(None),
         };
-        if t.dtype == Dtype::I32 {
-            return packed_int4(cx, t, p).map(Some);
-        }
-        if t.dtype != Dtype::U8 {
-            return Err(
-                cx.err(name, format!("is {:?}, expected U8 (FP4 pairs) or I32 (pack-quantized INT4 words)", t.dtype))
-            );
-        }
-        let (scales, g) = (format!("{p}.weight_scale"), format!("{p}.weight_global_scale"));
-        if !cx.has(&g) {
-            return mxfp4_packed(cx, t, p).map(Some);
-        }
-        let output = (NAME, format!("{p}.weight"));
-        nvfp4_found(cx, t, output, (scales, g, format!("{p}.input_global_scale")), GlobalSource::EncodeTensor).map(Some)
+    };
+    if t.dtype == Dtype::I32 {
+        return packed_int4(cx, t, p).map(Some);
     }
-
-    fn writes(&self) -> Option<&dyn Writes> {
-        Some(self)
+    if t.dtype != Dtype::U8 {
+        return Err(
+            cx.err(name, format!("is {:?}, expected U8 (FP4 pairs) or I32 (pack-quantized INT4 words)", t.dtype))
+        );
     }
+    let (scales, g) = (format!("{p}.weight_scale"), format!("{p}.weight_global_scale"));
+    if !cx.has(&g) {
+        return mxfp4_packed(cx, t, p).map(Some);
+    }
+    let output = (NAME, format!("{p}.weight"));
+    nvfp4_found(cx, t, output, (scales, g, format!("{p}.input_global_scale")), GlobalSource::EncodeTensor).map(Some)
 }
+
+/// How blockscale writes the compressed-tensors convention.
+pub struct CompressedTensors;
 
 impl Writes for CompressedTensors {
     /// NVFP4, MXFP4, INT4-G32, INT4-G128 and FP8 128x128 blocks.
-    fn plan(
-        &self,
-        scheme: Scheme,
-        _layout: ScaleLayout,
-        name: &str,
-        (rows, k): (usize, usize),
-        input_scale: bool,
-    ) -> Result<Plan, CheckpointError> {
-        let shape = scheme.shape(rows, k).map_err(|e| CheckpointError::Invalid(format!("{name}: {e}")))?;
-        let p = layer_prefix(name);
-        let tensors = match scheme {
+    fn parts(&self, w: &ToStore<'_>) -> Option<Vec<Part>> {
+        let (p, QuantShape { scheme, rows, k, scale_rows, scale_cols, .. }) = (layer_prefix(w.name), w.shape);
+        let codes =
+            |suffix: &str, dtype, cols| Part::new(format!("{p}.{suffix}"), dtype, vec![rows, cols], Holds::Codes);
+        let scales = |dtype, shape| Part::new(format!("{p}.weight_scale"), dtype, shape, Holds::Scales);
+        Some(match scheme {
             Scheme::NvFp4 => {
+                // Encode scales ("divisor" semantics).
                 let mut v = vec![
-                    PlannedTensor::new(format!("{p}.weight_packed"), Dtype::U8, vec![rows, k / 2]),
-                    PlannedTensor::new(format!("{p}.weight_scale"), Dtype::F8_E4M3, vec![rows, k / 16]),
-                    PlannedTensor::new(format!("{p}.weight_global_scale"), Dtype::F32, vec![1]),
+                    codes("weight_packed", Dtype::U8, k / 2),
+                    scales(Dtype::F8_E4M3, vec![rows, k / 16]),
+                    Part::new(format!("{p}.weight_global_scale"), Dtype::F32, vec![1], Holds::GlobalEncode),
                 ];
-                if input_scale {
-                    v.push(PlannedTensor::new(format!("{p}.input_global_scale"), Dtype::F32, vec![1]));
+                if w.input_scale {
+                    v.push(Part::new(format!("{p}.input_global_scale"), Dtype::F32, vec![1], Holds::InputEncode));
                 }
                 v
             }
-            Scheme::MxFp4 => vec![
-                PlannedTensor::new(format!("{p}.weight_packed"), Dtype::U8, vec![rows, k / 2]),
-                PlannedTensor::new(format!("{p}.weight_scale"), Dtype::U8, vec![rows, k / 32]),
-            ],
+            Scheme::MxFp4 => vec![codes("weight_packed", Dtype::U8, k / 2), scales(Dtype::U8, vec![rows, k / 32])],
             // The offset-8 nibbles, even element low, are pack-quantized's int32 words
             // (element i in bits 4i..4i+4) read little-endian: codes packed two to a byte
             // are stored as they are.
             Scheme::Int4G32 | Scheme::Int4G128 => vec![
-                PlannedTensor::new(format!("{p}.weight_packed"), Dtype::I32, vec![rows, k / 8]),
-                PlannedTensor::new(format!("{p}.weight_scale"), Dtype::F16, vec![rows, k / scheme.block_size()]),
-                PlannedTensor::new(format!("{p}.weight_shape"), Dtype::I64, vec![2]),
+                codes("weight_packed", Dtype::I32, k / 8),
+                scales(Dtype::F16, vec![rows, k / scheme.block_size()]),
+                Part::new(format!("{p}.weight_shape"), Dtype::I64, vec![2], Holds::Dims),
             ],
-            Scheme::Fp8Block(Fp8Tile::Tile128x128) => vec![
-                PlannedTensor::new(format!("{p}.weight"), Dtype::F8_E4M3, vec![rows, k]),
-                PlannedTensor::new(format!("{p}.weight_scale"), Dtype::F32, vec![shape.scale_rows, shape.scale_cols]),
-            ],
-            _ => {
-                return Err(CheckpointError::Unsupported(format!(
-                    "the compressed-tensors convention stores nvfp4, mxfp4, int4-g32, int4-g128 and fp8-block \
-                     (128x128), not {scheme}; use --convention native for other schemes"
-                )));
+            Scheme::Fp8Block(Fp8Tile::Tile128x128) => {
+                vec![codes("weight", Dtype::F8_E4M3, k), scales(Dtype::F32, vec![scale_rows, scale_cols])]
             }
-        };
-        Ok((tensors, vec![]))
+            _ => return None,
+        })
     }
 
-    fn encode_rest(
-        &self,
-        scheme: Scheme,
-        name: &str,
-        (rows, k): (usize, usize),
-        global: Option<GlobalScale>,
-        input: Option<GlobalScale>,
-    ) -> Vec<(String, Vec<u8>)> {
-        let p = layer_prefix(name);
-        let f32b = |x: f32| x.to_le_bytes().to_vec();
-        match scheme {
-            Scheme::NvFp4 => {
-                // Encode scales ("divisor" semantics).
-                let mut v = vec![(format!("{p}.weight_global_scale"), f32b(global.map_or(1.0, |g| g.encode())))];
-                if let Some(i) = input {
-                    v.push((format!("{p}.input_global_scale"), f32b(i.encode())));
-                }
-                v
-            }
-            Scheme::Int4G32 | Scheme::Int4G128 => {
-                let dims = [rows as i64, k as i64];
-                vec![(format!("{p}.weight_shape"), dims.iter().flat_map(|d| d.to_le_bytes()).collect())]
-            }
-            _ => vec![],
-        }
+    fn stores(&self) -> &'static str {
+        "the compressed-tensors convention stores nvfp4, mxfp4, int4-g32, int4-g128 and fp8-block (128x128)"
     }
 
     fn configs(&self, scheme: Scheme, calibrated: bool, ignore: &[String]) -> Configs {

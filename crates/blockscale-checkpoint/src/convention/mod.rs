@@ -1,7 +1,8 @@
-//! The on-disk conventions for quantized weights. Each is one file implementing
-//! [`Convention`] (how its weights are recognised and, where blockscale writes it,
-//! [`Writes`]: how a quantized weight is stored and which configs declare it), listed
-//! once in [`CONVENTIONS`]. Adding a convention is one new file and one line there.
+//! The on-disk conventions for quantized weights. Each is one file filling in a
+//! [`Convention`] (its name, what it reads, how its weights are recognised and, where
+//! blockscale writes it, [`Writes`]: how a quantized weight is stored and which configs
+//! declare it), listed once in [`CONVENTIONS`]. Adding a convention is one new file and
+//! one line there.
 //!
 //! | convention | reads | writes |
 //! |---|---|---|
@@ -21,7 +22,7 @@ mod shared;
 
 use std::collections::HashSet;
 
-use blockscale_formats::{GlobalScale, QuantizedMatrix, ScaleData, ScaleLayout, Scheme};
+use blockscale_formats::{GlobalScale, QuantShape, QuantizedMatrix, ScaleData, ScaleLayout, Scheme};
 use safetensors::Dtype;
 
 use crate::dtypes::scale_bytes;
@@ -33,16 +34,16 @@ pub use coverage::check_coverage;
 /// Every convention, in the order detection asks them about a tensor (the first that
 /// claims it decides). Their tensor names are disjoint but for `.weight`, where the
 /// side tensors tell them apart.
-pub static CONVENTIONS: &[&dyn Convention] = &[
-    &native::Native,
-    &modelopt::Modelopt,
-    &compressed_tensors::CompressedTensors,
-    &gpt_oss::GptOss,
-    &deepseek::Deepseek,
+pub static CONVENTIONS: &[&Convention] = &[
+    &native::NATIVE,
+    &modelopt::MODELOPT,
+    &compressed_tensors::COMPRESSED_TENSORS,
+    &gpt_oss::GPT_OSS,
+    &deepseek::DEEPSEEK,
 ];
 
 /// The convention named `name` (`"modelopt"`, `"compressed-tensors"`, ...).
-pub fn by_name(name: &str) -> Option<&'static dyn Convention> {
+pub fn by_name(name: &str) -> Option<&'static Convention> {
     CONVENTIONS.iter().copied().find(|c| c.name() == name)
 }
 
@@ -56,13 +57,51 @@ pub fn supported() -> String {
     CONVENTIONS.iter().map(|c| c.reads()).collect::<Vec<_>>().join(", ")
 }
 
-/// One way of storing quantized weights in safetensors files.
-pub trait Convention: Sync {
+/// How a convention recognises its weights ([`Convention::detect`]).
+pub type Detector = fn(&Detect<'_>, &TensorEntry) -> Result<Option<Found>, CheckpointError>;
+
+/// How a convention checks what its config declares ([`Convention::check_declared`]).
+pub type DeclaredCheck = fn(&Detect<'_>, &[Found]) -> Result<(), CheckpointError>;
+
+/// One way of storing quantized weights in safetensors files: its name, what it reads,
+/// how it recognises its weights and, where blockscale writes it, how. Each
+/// convention's file fills one in ([`Convention::new`]).
+pub struct Convention {
+    name: &'static str,
+    reads: &'static str,
+    detect: Detector,
+    check_declared: Option<DeclaredCheck>,
+    writes: Option<&'static dyn Writes>,
+}
+
+impl Convention {
+    /// The convention `name` (as reports and `--convention` spell it), reading `reads`
+    /// (a few words, for messages), whose weights `detect` recognises; blockscale
+    /// writes none and no declaration is checked until [`Convention::writing`] and
+    /// [`Convention::checking`] say otherwise.
+    pub const fn new(name: &'static str, reads: &'static str, detect: Detector) -> Self {
+        Self { name, reads, detect, check_declared: None, writes: None }
+    }
+
+    /// The convention, written by `writes`.
+    pub const fn writing(self, writes: &'static dyn Writes) -> Self {
+        Self { writes: Some(writes), ..self }
+    }
+
+    /// The convention, checking what its config declares with `check`.
+    pub const fn checking(self, check: DeclaredCheck) -> Self {
+        Self { check_declared: Some(check), ..self }
+    }
+
     /// Its stable name, as reports and `--convention` spell it.
-    fn name(&self) -> &'static str;
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
 
     /// What it reads, in a few words, for messages.
-    fn reads(&self) -> &'static str;
+    pub fn reads(&self) -> &'static str {
+        self.reads
+    }
 
     /// If `t` is the main (element-data) tensor of a weight of this convention, the
     /// weight: its parts and how it decodes; `None` if `t` is not one of its tensors.
@@ -70,7 +109,9 @@ pub trait Convention: Sync {
     /// # Errors
     /// [`CheckpointError::Tensor`] naming a companion with the wrong dtype or shape;
     /// [`CheckpointError::Unsupported`] for a variant of the convention that is not read.
-    fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError>;
+    pub fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
+        (self.detect)(cx, t)
+    }
 
     /// Checks what the checkpoint's config declares against the weights found (run
     /// once after detection).
@@ -78,14 +119,13 @@ pub trait Convention: Sync {
     /// # Errors
     /// [`CheckpointError::Unsupported`] or [`CheckpointError::Tensor`], as the
     /// convention decides.
-    fn check_declared(&self, cx: &Detect<'_>, found: &[Found]) -> Result<(), CheckpointError> {
-        let _ = (cx, found);
-        Ok(())
+    pub fn check_declared(&self, cx: &Detect<'_>, found: &[Found]) -> Result<(), CheckpointError> {
+        self.check_declared.map_or(Ok(()), |check| check(cx, found))
     }
 
     /// How blockscale writes it, if it does.
-    fn writes(&self) -> Option<&dyn Writes> {
-        None
+    pub fn writes(&self) -> Option<&'static dyn Writes> {
+        self.writes
     }
 }
 
@@ -94,36 +134,71 @@ pub type Plan = (Vec<PlannedTensor>, Vec<(String, String)>);
 
 /// Writing a convention: the tensors of a quantized weight (known from its shape alone,
 /// before any data is computed, so that a file's header can be written first), their
-/// bytes and the configs declaring them.
+/// bytes and the configs declaring them. A convention describes each tensor of a weight
+/// once ([`Writes::parts`]: name, dtype, shape and what it holds); the planned header
+/// ([`Writes::plan`]) and the bytes after the codes and scales ([`Writes::encode_rest`])
+/// both follow from that description.
 pub trait Writes: Sync {
+    /// The tensors of weight `w`, the codes first and the block scales second, each with
+    /// what it holds; `None` for a scheme the convention cannot store.
+    fn parts(&self, w: &ToStore<'_>) -> Option<Vec<Part>>;
+
+    /// What it stores, for the refusal of another scheme (`"the deepseek convention
+    /// stores fp8-block (...) only"`).
+    fn stores(&self) -> &'static str;
+
+    /// The metadata entries the file carries for weight `w` (none but the native
+    /// convention's).
+    fn metadata(&self, w: &ToStore<'_>) -> Vec<(String, String)> {
+        let _ = w;
+        Vec::new()
+    }
+
     /// The output tensors of weight `name` (`rows x k`), the weight's codes first and
     /// its block scales second, and the metadata entries the file carries for it.
     /// `shape`: `(rows, k)`.
     /// `input_scale`: whether calibration gives the layer an activation scale.
     ///
     /// # Errors
-    /// [`CheckpointError::Unsupported`] for a scheme the convention cannot store,
-    /// [`CheckpointError::Invalid`] for a shape the scheme cannot hold.
+    /// [`CheckpointError::Invalid`] for a shape the scheme cannot hold,
+    /// [`CheckpointError::Unsupported`] for a scheme the convention cannot store.
     fn plan(
         &self,
         scheme: Scheme,
         layout: ScaleLayout,
         name: &str,
-        shape: (usize, usize),
+        (rows, k): (usize, usize),
         input_scale: bool,
-    ) -> Result<Plan, CheckpointError>;
+    ) -> Result<Plan, CheckpointError> {
+        let shape = scheme.shape(rows, k).map_err(|e| CheckpointError::Invalid(format!("{name}: {e}")))?;
+        let w = ToStore { name, shape, layout, input_scale };
+        let Some(parts) = self.parts(&w) else {
+            return Err(CheckpointError::Unsupported(format!(
+                "{}, not {scheme}; use --convention native for other schemes",
+                self.stores()
+            )));
+        };
+        Ok((parts.into_iter().map(|p| p.tensor).collect(), self.metadata(&w)))
+    }
 
     /// The tensors after a weight's codes and scales (every convention stores those
     /// exactly as a [`QuantizedMatrix`] holds them), from its shape, its per-tensor
-    /// scale and a calibrated layer's activation scale.
+    /// scale and a calibrated layer's activation scale: those [`Writes::plan`] plans
+    /// (none for a shape or scheme it refuses).
     fn encode_rest(
         &self,
         scheme: Scheme,
         name: &str,
-        shape: (usize, usize),
+        (rows, k): (usize, usize),
         global: Option<GlobalScale>,
         input: Option<GlobalScale>,
-    ) -> Vec<(String, Vec<u8>)>;
+    ) -> Vec<(String, Vec<u8>)> {
+        let Ok(shape) = scheme.shape(rows, k) else { return Vec::new() };
+        // The layout changes the scales' shape only, which is not among these tensors.
+        let w = ToStore { name, shape, layout: ScaleLayout::Linear, input_scale: input.is_some() };
+        let parts = self.parts(&w).unwrap_or_default();
+        parts.into_iter().filter_map(|p| Some((p.tensor.name, p.holds.bytes((rows, k), global, input)?))).collect()
+    }
 
     /// The configs declaring `scheme` (`calibrated`: the layers carry activation
     /// scales; `ignore`: the layers left unquantized).
@@ -144,6 +219,76 @@ pub trait Writes: Sync {
     /// error (DeepSeek's layout allows any K).
     fn k_note(&self) -> Option<&'static str> {
         None
+    }
+}
+
+/// A weight to store, as far as its tensors' names, dtypes and shapes go.
+#[derive(Clone, Copy, Debug)]
+pub struct ToStore<'a> {
+    /// Its name (`a.b.weight`).
+    pub name: &'a str,
+    /// Its scheme, logical shape and scale matrix (checked).
+    pub shape: QuantShape,
+    /// The layout of its scales.
+    pub layout: ScaleLayout,
+    /// Whether calibration gives the layer an activation scale.
+    pub input_scale: bool,
+}
+
+/// One tensor of a stored weight: as the header plans it, and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// Its name, dtype and shape.
+    pub tensor: PlannedTensor,
+    /// What it holds.
+    pub holds: Holds,
+}
+
+impl Part {
+    /// Tensor `name` (`dtype`, `shape`) holding `holds`.
+    pub fn new(name: String, dtype: Dtype, shape: Vec<usize>, holds: Holds) -> Self {
+        Self { tensor: PlannedTensor::new(name, dtype, shape), holds }
+    }
+}
+
+/// What a tensor of a stored weight holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// The codes, as the [`QuantizedMatrix`] holds them.
+    Codes,
+    /// The block scales, as the [`QuantizedMatrix`] holds them.
+    Scales,
+    /// The per-tensor encode scale, one f32 (1 without one; compressed-tensors'
+    /// "divisor" semantics, the native `global_encode`).
+    GlobalEncode,
+    /// The per-tensor decode scale, one f32: the encode scale's reciprocal (1 without one).
+    GlobalDecode,
+    /// The activation scale calibration gives the layer, as an encode scale.
+    InputEncode,
+    /// The activation scale calibration gives the layer, as a decode scale.
+    InputDecode,
+    /// The logical `[rows, k]`, as two i64.
+    Dims,
+}
+
+impl Holds {
+    /// The bytes of a tensor after the codes and scales (`None` for those two, and for
+    /// an activation scale the layer lacks).
+    fn bytes(
+        self,
+        (rows, k): (usize, usize),
+        global: Option<GlobalScale>,
+        input: Option<GlobalScale>,
+    ) -> Option<Vec<u8>> {
+        let f32_bytes = |x: f32| Some(x.to_le_bytes().to_vec());
+        match self {
+            Self::Codes | Self::Scales => None,
+            Self::GlobalEncode => f32_bytes(global.map_or(1.0, |g| g.encode())),
+            Self::GlobalDecode => f32_bytes(global.map_or(1.0, |g| g.decode())),
+            Self::InputEncode => f32_bytes(input?.encode()),
+            Self::InputDecode => f32_bytes(input?.decode()),
+            Self::Dims => Some([rows as i64, k as i64].iter().flat_map(|d| d.to_le_bytes()).collect()),
+        }
     }
 }
 
@@ -273,6 +418,13 @@ impl Detect<'_> {
             return Err(self.err(name, format!("has shape {:?}, expected {s:?} to match its weight", t.shape)));
         }
         Ok(())
+    }
+
+    /// If `t` is named `{p}{suffix}` and the checkpoint holds `{p}{companion}` (a main
+    /// tensor and the companion that tells its convention): `p` and the companion's name.
+    pub fn with_companion<'t>(&self, t: &'t TensorEntry, suffix: &str, companion: &str) -> Option<(&'t str, String)> {
+        let p = t.name.strip_suffix(suffix)?;
+        Some((p, self.optional(format!("{p}{companion}"))?))
     }
 
     /// `name` when the checkpoint holds it: an optional companion (an activation scale).

@@ -11,91 +11,58 @@
 //!   `quant_algo: FP8`. Read per channel too (`weight_scale` `[N]` or `[N, 1]`). The
 //!   scheme exists only in this convention: the library's schemes are block-scaled.
 
-use blockscale_formats::{GlobalScale, ScaleLayout, Scheme};
+use blockscale_formats::{QuantShape, Scheme};
 use safetensors::Dtype;
 
 use super::shared::{nvfp4_found, scaled_fp8, scaled_fp8_prefix};
-use super::{Convention, Detect, Plan, Writes, layer_prefix};
-use crate::{CheckpointError, Configs, Found, GlobalSource, PlannedTensor, TensorEntry};
+use super::{Convention, Detect, Holds, Part, ToStore, Writes, layer_prefix};
+use crate::{CheckpointError, Configs, Found, GlobalSource, TensorEntry};
 
 /// The ModelOpt convention.
-pub struct Modelopt;
+pub static MODELOPT: Convention =
+    Convention::new("modelopt", "ModelOpt NVFP4 and FP8 per tensor", detect).writing(&Modelopt);
 
-impl Convention for Modelopt {
-    fn name(&self) -> &'static str {
-        "modelopt"
+/// NVFP4: U8 `weight` + `weight_scale` + `weight_scale_2`; FP8: F8_E4M3 `weight` +
+/// `weight_scale` when no compressed-tensors config claims it.
+fn detect(cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix(".weight") else {
+        return Ok(None);
+    };
+    if t.dtype == Dtype::U8 && cx.has(&format!("{p}.weight_scale_2")) {
+        let tensors = (format!("{p}.weight_scale"), format!("{p}.weight_scale_2"), format!("{p}.input_scale"));
+        let output = (MODELOPT.name(), name.to_owned());
+        return nvfp4_found(cx, t, output, tensors, GlobalSource::DecodeTensor).map(Some);
     }
-
-    fn reads(&self) -> &'static str {
-        "ModelOpt NVFP4 and FP8 per tensor"
-    }
-
-    /// NVFP4: U8 `weight` + `weight_scale` + `weight_scale_2`; FP8: F8_E4M3 `weight` +
-    /// `weight_scale` when no compressed-tensors config claims it.
-    fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
-        let name = t.name.as_str();
-        let Some(p) = name.strip_suffix(".weight") else {
-            return Ok(None);
-        };
-        if t.dtype == Dtype::U8 && cx.has(&format!("{p}.weight_scale_2")) {
-            let tensors = (format!("{p}.weight_scale"), format!("{p}.weight_scale_2"), format!("{p}.input_scale"));
-            let output = (self.name(), name.to_owned());
-            return nvfp4_found(cx, t, output, tensors, GlobalSource::DecodeTensor).map(Some);
-        }
-        match scaled_fp8_prefix(cx, t) {
-            Some(p) if cx.ct.is_none() => scaled_fp8(cx, t, p, self.name()).map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    fn writes(&self) -> Option<&dyn Writes> {
-        Some(self)
+    match scaled_fp8_prefix(cx, t) {
+        Some(p) if cx.ct.is_none() => scaled_fp8(cx, t, p, MODELOPT.name()).map(Some),
+        _ => Ok(None),
     }
 }
 
+/// How blockscale writes the ModelOpt convention.
+pub struct Modelopt;
+
 impl Writes for Modelopt {
-    fn plan(
-        &self,
-        scheme: Scheme,
-        _layout: ScaleLayout,
-        name: &str,
-        (rows, k): (usize, usize),
-        input_scale: bool,
-    ) -> Result<Plan, CheckpointError> {
+    /// Decode scales: the reciprocals of the encode scales quantization used.
+    fn parts(&self, w: &ToStore<'_>) -> Option<Vec<Part>> {
+        let (p, QuantShape { scheme, rows, k, .. }) = (layer_prefix(w.name), w.shape);
         if scheme != Scheme::NvFp4 {
-            return Err(CheckpointError::Unsupported(format!(
-                "the modelopt convention stores NVFP4 and (with --scheme fp8-per-tensor) FP8 per tensor, not {scheme}; \
-                 use --convention native for other schemes"
-            )));
+            return None;
         }
-        scheme.shape(rows, k).map_err(|e| CheckpointError::Invalid(format!("{name}: {e}")))?;
-        let p = layer_prefix(name);
         let mut v = vec![
-            PlannedTensor::new(format!("{p}.weight"), Dtype::U8, vec![rows, k / 2]),
-            PlannedTensor::new(format!("{p}.weight_scale"), Dtype::F8_E4M3, vec![rows, k / 16]),
-            PlannedTensor::new(format!("{p}.weight_scale_2"), Dtype::F32, vec![]),
+            Part::new(format!("{p}.weight"), Dtype::U8, vec![rows, k / 2], Holds::Codes),
+            Part::new(format!("{p}.weight_scale"), Dtype::F8_E4M3, vec![rows, k / 16], Holds::Scales),
+            Part::new(format!("{p}.weight_scale_2"), Dtype::F32, vec![], Holds::GlobalDecode),
         ];
-        if input_scale {
-            v.push(PlannedTensor::new(format!("{p}.input_scale"), Dtype::F32, vec![]));
+        if w.input_scale {
+            v.push(Part::new(format!("{p}.input_scale"), Dtype::F32, vec![], Holds::InputDecode));
         }
-        Ok((v, vec![]))
+        Some(v)
     }
 
-    fn encode_rest(
-        &self,
-        _scheme: Scheme,
-        name: &str,
-        _shape: (usize, usize),
-        global: Option<GlobalScale>,
-        input: Option<GlobalScale>,
-    ) -> Vec<(String, Vec<u8>)> {
-        let p = layer_prefix(name);
-        // Decode scales: the reciprocal of the encode scale quantization used.
-        let mut tensors = vec![(format!("{p}.weight_scale_2"), f32_bytes(global.map_or(1.0, |g| g.decode())))];
-        if let Some(i) = input {
-            tensors.push((format!("{p}.input_scale"), f32_bytes(i.decode())));
-        }
-        tensors
+    fn stores(&self) -> &'static str {
+        "the modelopt convention stores NVFP4 and (with --scheme fp8-per-tensor) FP8 per tensor"
     }
 
     fn configs(&self, _scheme: Scheme, _calibrated: bool, ignore: &[String]) -> Configs {
@@ -125,10 +92,6 @@ impl Writes for Modelopt {
     fn stores_input_scale(&self, scheme: Scheme) -> bool {
         scheme == Scheme::NvFp4
     }
-}
-
-fn f32_bytes(x: f32) -> Vec<u8> {
-    x.to_le_bytes().to_vec()
 }
 
 /// ModelOpt's FP8 per-tensor layout as `quantize --scheme fp8-per-tensor --convention
@@ -186,6 +149,8 @@ pub mod fp8_per_tensor {
 
 #[cfg(test)]
 mod tests {
+    use blockscale_formats::ScaleLayout;
+
     use super::*;
 
     #[test]

@@ -3,103 +3,82 @@
 //! metadata entries `{name}.scheme`, `.rows`, `.k` and `.scale_layout`. Every scheme,
 //! either scale layout; the golden files store matrices the same way.
 
-use blockscale_formats::{GlobalScale, ScaleLayout, Scheme};
+use blockscale_formats::{ScaleLayout, Scheme};
 use safetensors::Dtype;
 
-use super::{Convention, Detect, Plan, Writes};
+use super::{Convention, Detect, Holds, Part, ToStore, Writes};
 use crate::dtypes::{codes_dtype, parse_layout, scale_dtype, scale_shape};
-use crate::{CheckpointError, Configs, Found, GlobalSource, PlannedTensor, TensorEntry};
+use crate::{CheckpointError, Configs, Found, GlobalSource, TensorEntry};
 
 /// The native convention.
-pub struct Native;
+pub static NATIVE: Convention = Convention::new("native", "native (blockscale)", detect).writing(&Native);
 
-impl Convention for Native {
-    fn name(&self) -> &'static str {
-        "native"
-    }
-
-    fn reads(&self) -> &'static str {
-        "native (blockscale)"
-    }
-
-    /// `{p}.codes` with `{p}.scheme` metadata.
-    fn detect(&self, cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
-        let name = t.name.as_str();
-        let Some(p) = name.strip_suffix(".codes") else {
-            return Ok(None);
-        };
-        let Some(scheme) = cx.catalog.meta(&format!("{p}.scheme")) else {
-            return Ok(None);
-        };
-        let meta = |key: &str| {
-            cx.catalog.meta(&format!("{p}.{key}")).ok_or_else(|| cx.err(name, format!("metadata {p}.{key} is missing")))
-        };
-        let scheme: Scheme = scheme.parse().map_err(|_| cx.err(name, format!("unknown scheme {scheme:?}")))?;
-        let parse = |key: &str| -> Result<usize, CheckpointError> {
-            meta(key)?.parse().map_err(|_| cx.err(name, format!("metadata {p}.{key} is not a number")))
-        };
-        let (rows, k) = (parse("rows")?, parse("k")?);
-        let shape = scheme.shape(rows, k).map_err(|e| cx.err(name, e.to_string()))?;
-        let layout_name = meta("scale_layout")?;
-        let layout =
-            parse_layout(layout_name).ok_or_else(|| cx.err(name, format!("unknown scale layout {layout_name:?}")))?;
-        let (cd, cs) = codes_dtype(scheme, rows, k);
-        cx.expect(name, cd, Some(&cs))?;
-        let scales = format!("{p}.scales");
-        cx.expect(&scales, scale_dtype(scheme), Some(&scale_shape(&shape, layout)))?;
-        let mut parts = vec![name.to_owned(), scales.clone()];
-        let global_name = format!("{p}.global_encode");
-        let global = if scheme.has_global_scale() {
-            cx.scalar_f32(&global_name)?;
-            parts.push(global_name.clone());
-            GlobalSource::EncodeTensor(global_name)
-        } else {
-            GlobalSource::None
-        };
-        Ok(Some(Found::matrix(self.name(), p.to_owned(), parts, scheme, (rows, k), (scales, layout, global))))
-    }
-
-    fn writes(&self) -> Option<&dyn Writes> {
-        Some(self)
-    }
+/// `{p}.codes` with `{p}.scheme` metadata.
+fn detect(cx: &Detect<'_>, t: &TensorEntry) -> Result<Option<Found>, CheckpointError> {
+    let name = t.name.as_str();
+    let Some(p) = name.strip_suffix(".codes") else {
+        return Ok(None);
+    };
+    let Some(scheme) = cx.catalog.meta(&format!("{p}.scheme")) else {
+        return Ok(None);
+    };
+    let meta = |key: &str| {
+        cx.catalog.meta(&format!("{p}.{key}")).ok_or_else(|| cx.err(name, format!("metadata {p}.{key} is missing")))
+    };
+    let scheme: Scheme = scheme.parse().map_err(|_| cx.err(name, format!("unknown scheme {scheme:?}")))?;
+    let parse = |key: &str| -> Result<usize, CheckpointError> {
+        meta(key)?.parse().map_err(|_| cx.err(name, format!("metadata {p}.{key} is not a number")))
+    };
+    let (rows, k) = (parse("rows")?, parse("k")?);
+    let shape = scheme.shape(rows, k).map_err(|e| cx.err(name, e.to_string()))?;
+    let layout_name = meta("scale_layout")?;
+    let layout =
+        parse_layout(layout_name).ok_or_else(|| cx.err(name, format!("unknown scale layout {layout_name:?}")))?;
+    let (cd, cs) = codes_dtype(scheme, rows, k);
+    cx.expect(name, cd, Some(&cs))?;
+    let scales = format!("{p}.scales");
+    cx.expect(&scales, scale_dtype(scheme), Some(&scale_shape(&shape, layout)))?;
+    let mut parts = vec![name.to_owned(), scales.clone()];
+    let global_name = format!("{p}.global_encode");
+    let global = if scheme.has_global_scale() {
+        cx.scalar_f32(&global_name)?;
+        parts.push(global_name.clone());
+        GlobalSource::EncodeTensor(global_name)
+    } else {
+        GlobalSource::None
+    };
+    Ok(Some(Found::matrix(NATIVE.name(), p.to_owned(), parts, scheme, (rows, k), (scales, layout, global))))
 }
 
+/// How blockscale writes the native convention.
+pub struct Native;
+
 impl Writes for Native {
-    fn plan(
-        &self,
-        scheme: Scheme,
-        layout: ScaleLayout,
-        name: &str,
-        (rows, k): (usize, usize),
-        _input_scale: bool,
-    ) -> Result<Plan, CheckpointError> {
-        let shape = scheme.shape(rows, k).map_err(|e| CheckpointError::Invalid(format!("{name}: {e}")))?;
-        let (cd, cs) = codes_dtype(scheme, rows, k);
+    fn parts(&self, w: &ToStore<'_>) -> Option<Vec<Part>> {
+        let (name, s) = (w.name, &w.shape);
+        let (cd, cs) = codes_dtype(s.scheme, s.rows, s.k);
         let mut v = vec![
-            PlannedTensor::new(format!("{name}.codes"), cd, cs),
-            PlannedTensor::new(format!("{name}.scales"), scale_dtype(scheme), scale_shape(&shape, layout)),
+            Part::new(format!("{name}.codes"), cd, cs, Holds::Codes),
+            Part::new(format!("{name}.scales"), scale_dtype(s.scheme), scale_shape(s, w.layout), Holds::Scales),
         ];
-        if scheme.has_global_scale() {
-            v.push(PlannedTensor::new(format!("{name}.global_encode"), Dtype::F32, vec![1]));
+        if s.scheme.has_global_scale() {
+            v.push(Part::new(format!("{name}.global_encode"), Dtype::F32, vec![1], Holds::GlobalEncode));
         }
-        let meta = vec![
-            (format!("{name}.scheme"), scheme.name().to_owned()),
-            (format!("{name}.rows"), rows.to_string()),
-            (format!("{name}.k"), k.to_string()),
-            (format!("{name}.scale_layout"), layout.name().to_owned()),
-        ];
-        Ok((v, meta))
+        Some(v)
     }
 
-    fn encode_rest(
-        &self,
-        _scheme: Scheme,
-        name: &str,
-        _shape: (usize, usize),
-        global: Option<GlobalScale>,
-        _input: Option<GlobalScale>,
-    ) -> Vec<(String, Vec<u8>)> {
-        global.map(|g| (format!("{name}.global_encode"), g.encode().to_le_bytes().to_vec())).into_iter().collect()
+    fn stores(&self) -> &'static str {
+        "the native convention stores every scheme"
+    }
+
+    fn metadata(&self, w: &ToStore<'_>) -> Vec<(String, String)> {
+        let (name, s) = (w.name, &w.shape);
+        vec![
+            (format!("{name}.scheme"), s.scheme.name().to_owned()),
+            (format!("{name}.rows"), s.rows.to_string()),
+            (format!("{name}.k"), s.k.to_string()),
+            (format!("{name}.scale_layout"), w.layout.name().to_owned()),
+        ]
     }
 
     fn configs(&self, scheme: Scheme, _calibrated: bool, ignore: &[String]) -> Configs {
