@@ -106,6 +106,21 @@ fn operand(
 }
 
 /// `sum_k a[i, k] * b[j, k]` and `sum_k |a[i, k] * b[j, k]|`, in f64.
+/// Random weights of `scheme` (row-major, scales in `layout`) and f32 activations from
+/// `seed`, with the oracle's exact sums and sums of magnitudes of their product.
+fn random_product(
+    scheme: Scheme,
+    (m, n, k): (usize, usize, usize),
+    layout: ScaleLayout,
+    seed: u64,
+) -> (Operand, Vec<f32>, (Vec<f64>, Vec<f64>)) {
+    let w = operand(scheme, n, k, layout, DataLayout::RowMajor, false, seed);
+    let xs = activations(m, k, false, seed + 1);
+    let xv: Vec<f64> = xs.iter().map(|&v| v as f64).collect();
+    let sums = oracle(&xv, &w.values, m, n, k);
+    (w, xs, sums)
+}
+
 fn oracle(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>) {
     let mut sum = vec![0f64; m * n];
     let mut abs = vec![0f64; m * n];
@@ -389,10 +404,7 @@ fn weight_only_meets_its_bounds_on_random_inputs() {
     for scheme in Scheme::ALL {
         for (m, n, k) in [(1, 64, 1024), (4, 33, 512), (20, 9, 256)] {
             seed += 2;
-            let w = operand(scheme, n, k, *layouts(scheme).last().unwrap(), DataLayout::RowMajor, false, seed);
-            let xs = activations(m, k, false, seed + 1);
-            let xv: Vec<f64> = xs.iter().map(|&v| v as f64).collect();
-            let (sum, abs) = oracle(&xv, &w.values, m, n, k);
+            let (w, xs, (sum, abs)) = random_product(scheme, (m, n, k), *layouts(scheme).last().unwrap(), seed);
             let x = ArrayView2::from_shape((m, k), &xs[..]).unwrap();
             let reference = gemm_weight_only_reference::<f32, f32>(x, &w.q, &Epilogue::default()).unwrap();
             for (&r, (&s, &t)) in reference.iter().zip(sum.iter().zip(&abs)) {
@@ -416,7 +428,7 @@ fn weight_only_meets_its_bounds_on_random_inputs() {
                     let mut q_err = 0.0;
                     for blk in 0..k / 32 {
                         let span = i * k + blk * 32..i * k + blk * 32 + 32;
-                        let d = xv[span.clone()].iter().fold(0f64, |a, v| a.max(v.abs())) / 127.0;
+                        let d = xs[span.clone()].iter().fold(0f64, |a, &v| a.max(f64::from(v).abs())) / 127.0;
                         let wabs: f64 = (blk * 32..blk * 32 + 32).map(|t| w.values[j * k + t].abs()).sum();
                         q_err += d / 2.0 * wabs * (1.0 + 1e-6);
                     }
@@ -446,10 +458,7 @@ fn streamed_minifloat_weights_are_the_same_on_every_path() {
         for (m, n, k) in [(1, 37, 1024), (3, 20, 256), (8, 17, 384), (13, 9, 512), (16, 140, 128)] {
             for sl in layouts(scheme) {
                 seed += 2;
-                let w = operand(scheme, n, k, sl, DataLayout::RowMajor, false, seed);
-                let xs = activations(m, k, false, seed + 1);
-                let xv: Vec<f64> = xs.iter().map(|&v| v as f64).collect();
-                let (sum, abs) = oracle(&xv, &w.values, m, n, k);
+                let (w, xs, (sum, abs)) = random_product(scheme, (m, n, k), sl, seed);
                 let x = ArrayView2::from_shape((m, k), &xs[..]).unwrap();
                 let bs = scheme.block_size();
                 let nu = (bs / 16 + k / bs + 7) as f64 * 2f64.powi(-24);
@@ -531,10 +540,7 @@ fn panel_weights_meet_the_int8_bound_with_the_epilogue() {
         for (m, n, k) in [(1, 64, 1024), (5, 33, 512), (17, 40, 256)] {
             for layout in layouts(scheme) {
                 seed += 2;
-                let w = operand(scheme, n, k, layout, DataLayout::RowMajor, false, seed);
-                let xs = activations(m, k, false, seed + 1);
-                let xv: Vec<f64> = xs.iter().map(|&v| v as f64).collect();
-                let (_, abs) = oracle(&xv, &w.values, m, n, k);
+                let (w, xs, (_, abs)) = random_product(scheme, (m, n, k), layout, seed);
                 let x = ArrayView2::from_shape((m, k), &xs[..]).unwrap();
                 let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.25 - 3.0).collect();
                 let ep = Epilogue::default().with_alpha(0.75).with_bias(&bias);
@@ -550,7 +556,7 @@ fn panel_weights_meet_the_int8_bound_with_the_epilogue() {
                         let mut q_err = 0.0;
                         for blk in 0..k / 32 {
                             let span = i * k + blk * 32..i * k + blk * 32 + 32;
-                            let d = xv[span].iter().fold(0f64, |a, v| a.max(v.abs())) / 127.0;
+                            let d = xs[span].iter().fold(0f64, |a, &v| a.max(f64::from(v).abs())) / 127.0;
                             let wabs: f64 = (blk * 32..blk * 32 + 32).map(|t| w.values[j * k + t].abs()).sum();
                             q_err += d / 2.0 * wabs * (1.0 + 1e-6);
                         }

@@ -317,6 +317,21 @@ fn exact_random_within_bound() {
     }
 }
 
+/// Every path and scale layout in `mode` gives exactly the f64 reference (inputs whose
+/// every partial sum is exact).
+fn assert_bit_identical(p: &Problem, x: &[f32], m: usize, mode: ActMode, what: &str) {
+    let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    let reference = p.reference(&xs, m);
+    for isa in paths() {
+        for layout in ScaleLayout::ALL {
+            let out = p.run(isa, layout, x, m, mode, true);
+            for (i, (&o, &(v, _))) in out.iter().zip(&reference).enumerate() {
+                assert_eq!(f64::from(o), v, "{what} {isa:?} {layout} out[{i}]");
+            }
+        }
+    }
+}
+
 #[test]
 fn exact_integer_inputs_bit_identical() {
     let mut rng = SplitMix64::new(2);
@@ -324,16 +339,7 @@ fn exact_integer_inputs_bit_identical() {
         for (m, n, k) in shapes(kind) {
             let p = Problem::new(kind, n, k, Draw::PowersOfTwo, &mut rng);
             let x: Vec<f32> = (0..m * k).map(|_| rng.below(17) as f32 - 8.0).collect();
-            let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
-            let reference = p.reference(&xs, m);
-            for isa in paths() {
-                for layout in ScaleLayout::ALL {
-                    let out = p.run(isa, layout, &x, m, ActMode::Exact, true);
-                    for (i, (&o, &(v, _))) in out.iter().zip(&reference).enumerate() {
-                        assert_eq!(f64::from(o), v, "{kind:?} {m}x{n}x{k} {isa:?} {layout} out[{i}]");
-                    }
-                }
-            }
+            assert_bit_identical(&p, &x, m, ActMode::Exact, &format!("{kind:?} {m}x{n}x{k}"));
         }
     }
 }
@@ -352,16 +358,7 @@ fn int8_integer_inputs_bit_identical() {
                     blk[j] = if rng.below(2) == 0 { 127.0 } else { -127.0 };
                 }
             }
-            let xs: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
-            let reference = p.reference(&xs, m);
-            for isa in paths() {
-                for layout in ScaleLayout::ALL {
-                    let out = p.run(isa, layout, &x, m, ActMode::Int8, true);
-                    for (i, (&o, &(v, _))) in out.iter().zip(&reference).enumerate() {
-                        assert_eq!(f64::from(o), v, "{kind:?} {m}x{n}x{k} {isa:?} {layout} out[{i}]");
-                    }
-                }
-            }
+            assert_bit_identical(&p, &x, m, ActMode::Int8, &format!("{kind:?} {m}x{n}x{k}"));
         }
     }
 }
