@@ -809,7 +809,7 @@ pub(crate) fn scale_add(scheme: Scheme, shift: i32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use blockscale_formats::{DataLayout, Fp8Tile, QuantizeOptions, ScaleLayout, Scheme};
+    use blockscale_formats::{DataLayout, QuantizeOptions, ScaleLayout, Scheme};
     use half::bf16;
 
     use super::*;
