@@ -1,16 +1,61 @@
 //! Every tensor of a checkpoint by name, across its shards (a quantized weight's scale
 //! tensors may sit in another shard than its data).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::CheckpointError;
 use crate::{Shard, TensorEntry};
 
+/// Where each tensor of a checkpoint sits, by name: its shard and its place in that
+/// shard's tensor list; and which shard's `__metadata__` holds each key (the last one
+/// that has it). Built once per checkpoint (a [`crate::Reader`] keeps it, so a lookup
+/// by name does not index every shard again: the native convention writes metadata
+/// entries per weight, so both grow with the model).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TensorIndex {
+    by_name: HashMap<String, (usize, usize)>,
+    metadata: HashMap<String, usize>,
+}
+
+impl TensorIndex {
+    /// Indexes `shards`.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Tensor`] for a name present in two shards.
+    pub(crate) fn new(shards: &[Shard]) -> Result<Self, CheckpointError> {
+        let mut by_name = HashMap::with_capacity(shards.iter().map(|s| s.tensors().len()).sum());
+        let mut metadata = HashMap::new();
+        for (i, s) in shards.iter().enumerate() {
+            metadata.extend(s.metadata().keys().map(|k| (k.clone(), i)));
+            for (j, t) in s.tensors().iter().enumerate() {
+                if let Some((other, _)) = by_name.insert(t.name.clone(), (i, j)) {
+                    return Err(CheckpointError::tensor(
+                        s.path(),
+                        &t.name,
+                        format!("also present in {}", shards[other].path().display()),
+                    ));
+                }
+            }
+        }
+        Ok(Self { by_name, metadata })
+    }
+
+    /// The shard and tensor entry of `name` in `shards` (the ones indexed).
+    pub(crate) fn get<'s>(&self, shards: &'s [Shard], name: &str) -> Option<(usize, &'s TensorEntry)> {
+        self.by_name.get(name).map(|&(i, j)| (i, &shards[i].tensors()[j]))
+    }
+
+    /// The `__metadata__` entry `key` in `shards` (the ones indexed).
+    fn meta<'s>(&self, shards: &'s [Shard], key: &str) -> Option<&'s str> {
+        self.metadata.get(key).and_then(|&i| shards[i].metadata().get(key)).map(String::as_str)
+    }
+}
+
 /// Tensors by name across the shards of one checkpoint.
 pub struct Catalog<'c> {
     shards: &'c [Shard],
-    by_name: HashMap<&'c str, (usize, &'c TensorEntry)>,
-    metadata: HashMap<&'c str, &'c str>,
+    index: Cow<'c, TensorIndex>,
 }
 
 impl<'c> Catalog<'c> {
@@ -19,23 +64,12 @@ impl<'c> Catalog<'c> {
     /// # Errors
     /// [`CheckpointError::Tensor`] for a name present in two shards.
     pub fn new(shards: &'c [Shard]) -> Result<Self, CheckpointError> {
-        let mut by_name = HashMap::new();
-        let mut metadata = HashMap::new();
-        for (i, s) in shards.iter().enumerate() {
-            for t in s.tensors() {
-                if let Some((j, _)) = by_name.insert(t.name.as_str(), (i, t)) {
-                    return Err(CheckpointError::tensor(
-                        s.path(),
-                        &t.name,
-                        format!("also present in {}", shards[j].path().display()),
-                    ));
-                }
-            }
-            for (k, v) in s.metadata() {
-                metadata.insert(k.as_str(), v.as_str());
-            }
-        }
-        Ok(Self { shards, by_name, metadata })
+        Ok(Self { shards, index: Cow::Owned(TensorIndex::new(shards)?) })
+    }
+
+    /// A catalog of `shards` on their index, built before (no tensor is indexed again).
+    pub(crate) fn with_index(shards: &'c [Shard], index: &'c TensorIndex) -> Self {
+        Self { shards, index: Cow::Borrowed(index) }
     }
 
     /// The shards.
@@ -45,7 +79,7 @@ impl<'c> Catalog<'c> {
 
     /// The tensor `name`, with the index of its shard.
     pub fn get(&self, name: &str) -> Option<(usize, &'c TensorEntry)> {
-        self.by_name.get(name).copied()
+        self.index.get(self.shards, name)
     }
 
     /// The bytes of tensor `name` (which must exist).
@@ -62,7 +96,7 @@ impl<'c> Catalog<'c> {
 
     /// A `__metadata__` entry of any shard.
     pub fn meta(&self, key: &str) -> Option<&'c str> {
-        self.metadata.get(key).copied()
+        self.index.meta(self.shards, key)
     }
 
     /// The file holding tensor `name` (for error messages), or the first shard.

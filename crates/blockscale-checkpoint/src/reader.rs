@@ -8,10 +8,11 @@ use std::path::Path;
 
 use safetensors::Dtype;
 
+use crate::catalog::TensorIndex;
 use crate::convention::recognise;
 use crate::decode::weight;
 use crate::values::{FloatValues, from_le_bytes};
-use crate::{Catalog, Checkpoint, CheckpointError, Found, Shard, Weight};
+use crate::{Catalog, Checkpoint, CheckpointError, Found, Shard, TensorEntry, Weight};
 
 /// An open checkpoint: a safetensors file, or a folder of shards with or without an
 /// index, its weights recognised ([`crate::CONVENTIONS`]) and checked against what its
@@ -33,6 +34,8 @@ use crate::{Catalog, Checkpoint, CheckpointError, Found, Shard, Weight};
 pub struct Reader {
     files: Checkpoint,
     shards: Vec<Shard>,
+    /// Every tensor by name, built once: lookups by name do not index the shards again.
+    index: TensorIndex,
     found: Vec<Found>,
     consumed: HashSet<String>,
     by_output: HashMap<String, usize>,
@@ -63,7 +66,12 @@ pub struct PlainTensor<'r> {
     pub bytes: &'r [u8],
 }
 
-impl PlainTensor<'_> {
+impl<'r> PlainTensor<'r> {
+    /// Tensor `t` of shard `s`.
+    fn of(s: &'r Shard, t: &'r TensorEntry) -> Self {
+        Self { name: &t.name, dtype: t.dtype, shape: &t.shape, bytes: s.bytes(t) }
+    }
+
     /// Its values if it is a BF16, F16 or F32 tensor (borrowed when aligned).
     pub fn values(&self) -> Option<FloatValues<'_>> {
         from_le_bytes(self.dtype, self.bytes)
@@ -83,9 +91,10 @@ impl Reader {
     pub fn open(path: &Path) -> Result<Self, CheckpointError> {
         let files = Checkpoint::open(path)?;
         let shards = files.open_shards()?;
-        let (found, consumed) = recognise(&Catalog::new(&shards)?, &files.others)?;
+        let index = TensorIndex::new(&shards)?;
+        let (found, consumed) = recognise(&Catalog::with_index(&shards, &index), &files.others)?;
         let by_output = found.iter().enumerate().map(|(i, f)| (f.output.clone(), i)).collect();
-        Ok(Self { files, shards, found, consumed, by_output })
+        Ok(Self { files, shards, index, found, consumed, by_output })
     }
 
     /// The files: shards, index, side files.
@@ -101,7 +110,7 @@ impl Reader {
     /// The weights in file order, shard by shard, each read when the iterator reaches
     /// it (its pages released afterwards).
     pub fn weights(&self) -> impl Iterator<Item = Result<Loaded, CheckpointError>> + '_ {
-        let catalog = Catalog::new(&self.shards).expect("checked when the reader opened");
+        let catalog = self.catalog();
         self.found.iter().map(move |f| Self::take(&catalog, f))
     }
 
@@ -112,8 +121,12 @@ impl Reader {
     /// As [`crate::weight`].
     pub fn weight(&self, name: &str) -> Option<Result<Loaded, CheckpointError>> {
         let f = &self.found[*self.by_output.get(name)?];
-        let catalog = Catalog::new(&self.shards).expect("checked when the reader opened");
-        Some(Self::take(&catalog, f))
+        Some(Self::take(&self.catalog(), f))
+    }
+
+    /// The catalog of the shards, on the index built when the reader opened.
+    fn catalog(&self) -> Catalog<'_> {
+        Catalog::with_index(&self.shards, &self.index)
     }
 
     fn take(catalog: &Catalog<'_>, f: &Found) -> Result<Loaded, CheckpointError> {
@@ -127,17 +140,17 @@ impl Reader {
     /// Every tensor no quantized weight consumes, in file order.
     pub fn plain_tensors(&self) -> impl Iterator<Item = PlainTensor<'_>> {
         self.shards.iter().flat_map(move |s| {
-            s.tensors().iter().filter(|t| !self.consumed.contains(&t.name)).map(move |t| PlainTensor {
-                name: &t.name,
-                dtype: t.dtype,
-                shape: &t.shape,
-                bytes: s.bytes(t),
-            })
+            s.tensors().iter().filter(|t| !self.consumed.contains(&t.name)).map(move |t| PlainTensor::of(s, t))
         })
     }
 
-    /// The plain tensor `name`, if the checkpoint holds one.
+    /// The plain tensor `name`, if the checkpoint holds one (found by the reader's
+    /// index, not by a walk over every tensor).
     pub fn plain_tensor(&self, name: &str) -> Option<PlainTensor<'_>> {
-        self.plain_tensors().find(|t| t.name == name)
+        if self.consumed.contains(name) {
+            return None;
+        }
+        let (i, t) = self.index.get(&self.shards, name)?;
+        Some(PlainTensor::of(&self.shards[i], t))
     }
 }

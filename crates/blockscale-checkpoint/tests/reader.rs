@@ -90,6 +90,11 @@ fn every_written_pair_reads_back_as_the_quantized_matrix() {
         assert_eq!((norm_back.dtype, norm_back.shape, norm_back.bytes), (Dtype::BF16, &[16][..], &norm[..]), "{what}");
         assert_eq!(norm_back.values().unwrap().to_f32()[3], 3.0);
         assert_eq!(reader.plain_tensors().count(), 1, "{what}");
+        // A weight's own tensors are not plain ones, and a name the file lacks is none.
+        for part in reader.found().iter().flat_map(|f| &f.parts) {
+            assert!(reader.plain_tensor(part).is_none(), "{what}: {part} is part of a weight");
+        }
+        assert!(reader.plain_tensor("model.missing.weight").is_none(), "{what}");
     }
 }
 
