@@ -1,5 +1,8 @@
-// Kernel parameter structs, mirrored field for field by #[repr(C)] structs in
-// crates/blockscale-cuda/src/params.rs (which asserts the same sizes).
+// Kernel parameter structs, mirrored by #[repr(C)] structs in
+// crates/blockscale-cuda/src/ffi/params.rs (which asserts the same sizes): field for
+// field, except that the Rust side nests the run rows (n), k, scale_cols, swizzled,
+// interleaved of QuantParams, DequantParams and GemvParams as one MatrixFields (five
+// 4-byte fields, the same bytes).
 #pragma once
 
 #include <stdint.h>
@@ -7,7 +10,7 @@
 namespace bs {
 
 // Scheme codes of the kernels' templates (CUDA only: the host picks a kernel by name,
-// crates/blockscale-cuda/src/quantize.rs `scheme_name`).
+// crates/blockscale-cuda/src/ffi/names.rs `scheme_name`).
 enum SchemeCode : uint32_t {
     NVFP4 = 0,
     MXFP4 = 1,
