@@ -531,12 +531,9 @@ pub fn gemm_weight_only_prepared_host<I: GemvInput, O: DeviceElement>(
     w: &PreparedWeights,
     epilogue: &Epilogue<'_>,
 ) -> Result<Array2<O>, CudaError> {
-    let (m, k) = x.dim();
-    let (n, wk) = w.shape();
-    let (dx, stride) = crate::gemv::upload(dev, x, wk)?;
-    let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
-    let y = on_device(dev, epilogue, |epi| gemm_weight_only_prepared::<I, O>(dev, xm, w, epi))?;
-    to_host(dev, &y, m, n)
+    crate::gemv::on_host_rows(dev, x, w.shape(), |xm| {
+        on_device(dev, epilogue, |epi| gemm_weight_only_prepared::<I, O>(dev, xm, w, epi))
+    })
 }
 
 /// Where a quantized pair on prepared weights runs.

@@ -605,13 +605,11 @@ pub fn gemv_host<I: GemvInput, O: DeviceElement>(
     w: &QuantizedMatrix,
     epilogue: &Epilogue<'_>,
 ) -> Result<Array2<O>, CudaError> {
-    let (m, k) = x.dim();
-    check_rows(m)?;
-    let (dx, stride) = upload(dev, x, w.k())?;
-    let dw = DeviceQuantized::from_host(dev, w)?;
-    let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
-    let y = on_device(dev, epilogue, |epi| gemv::<I, O>(dev, xm, &dw, epi))?;
-    to_host(dev, &y, m, w.rows())
+    check_rows(x.nrows())?;
+    on_host_rows(dev, x, (w.rows(), w.k()), |xm| {
+        let dw = DeviceQuantized::from_host(dev, w)?;
+        on_device(dev, epilogue, |epi| gemv::<I, O>(dev, xm, &dw, epi))
+    })
 }
 
 /// Host convenience for [`gemv`] on weights already prepared on the device: copies `x`
@@ -626,13 +624,8 @@ pub fn gemv_prepared_host<I: GemvInput, O: DeviceElement>(
     w: &PreparedWeights,
     epilogue: &Epilogue<'_>,
 ) -> Result<Array2<O>, CudaError> {
-    let (m, k) = x.dim();
-    check_rows(m)?;
-    let (n, wk) = w.shape();
-    let (dx, stride) = upload(dev, x, wk)?;
-    let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
-    let y = on_device(dev, epilogue, |epi| gemv::<I, O>(dev, xm, w, epi))?;
-    to_host(dev, &y, m, n)
+    check_rows(x.nrows())?;
+    on_host_rows(dev, x, w.shape(), |xm| on_device(dev, epilogue, |epi| gemv::<I, O>(dev, xm, w, epi)))
 }
 
 /// Host convenience for [`gemv_gated`] on weights prepared on the device (both, of one
@@ -647,28 +640,27 @@ pub fn gemv_gated_prepared_host<I: GemvInput, O: DeviceElement>(
     (gate, gate_epilogue): (&PreparedWeights, &Epilogue<'_>),
     (up, up_epilogue): (&PreparedWeights, &Epilogue<'_>),
 ) -> Result<Array2<O>, CudaError> {
-    let (m, k) = x.dim();
-    check_rows(m)?;
-    let (n, wk) = gate.shape();
-    let (dx, stride) = upload(dev, x, wk)?;
-    let xm = DeviceMatrix { data: &dx, rows: m, k, row_stride: stride };
-    let y = on_device(dev, gate_epilogue, |ge| {
-        on_device(dev, up_epilogue, |ue| {
-            let w = GatedWeights { gate: gate.into(), gate_epilogue: *ge, up: up.into(), up_epilogue: *ue };
-            gemv_gated::<I, O>(dev, xm, &w)
+    check_rows(x.nrows())?;
+    on_host_rows(dev, x, gate.shape(), |xm| {
+        on_device(dev, gate_epilogue, |ge| {
+            on_device(dev, up_epilogue, |ue| {
+                let w = GatedWeights { gate: gate.into(), gate_epilogue: *ge, up: up.into(), up_epilogue: *ue };
+                gemv_gated::<I, O>(dev, xm, &w)
+            })
         })
-    })?;
-    to_host(dev, &y, m, n)
+    })
 }
 
-/// Copies host activations to the device with rows padded to 8 elements (16 bytes), as
-/// the kernel reads them, after checking their K against the weights'; returns the
-/// buffer and its row stride.
-pub(crate) fn upload<I: GemvInput>(
+/// What the host conveniences share: copies the host activations `x` to the device with
+/// rows padded to 8 elements (16 bytes), as the kernels read them, after checking their
+/// K against the weights' `(n, k)`; runs `f` on them and copies its M x N result back
+/// (waiting for it).
+pub(crate) fn on_host_rows<I: GemvInput, O: DeviceElement>(
     dev: &Device,
     x: ArrayView2<'_, I>,
-    weights_k: usize,
-) -> Result<(CudaSlice<I>, usize), CudaError> {
+    (n, weights_k): (usize, usize),
+    f: impl FnOnce(DeviceMatrix<'_, I>) -> Result<CudaSlice<O>, CudaError>,
+) -> Result<Array2<O>, CudaError> {
     let (m, k) = x.dim();
     if k != weights_k {
         return Err(CudaError::KMismatch { a: k, b: weights_k });
@@ -680,8 +672,9 @@ pub(crate) fn upload<I: GemvInput>(
             host[r * stride + c] = *v;
         }
     }
-    let d = dev.stream().clone_htod(&host).map_err(CudaError::alloc("the activations", host.len() * 2))?;
-    Ok((d, stride))
+    let dx = dev.stream().clone_htod(&host).map_err(CudaError::alloc("the activations", host.len() * 2))?;
+    let y = f(DeviceMatrix { data: &dx, rows: m, k, row_stride: stride })?;
+    to_host(dev, &y, m, n)
 }
 
 #[cfg(test)]
