@@ -170,14 +170,7 @@ pub trait Writes: Sync {
         (rows, k): (usize, usize),
         input_scale: bool,
     ) -> Result<Plan, CheckpointError> {
-        let shape = scheme.shape(rows, k).map_err(|e| CheckpointError::Invalid(format!("{name}: {e}")))?;
-        let w = ToStore { name, shape, layout, input_scale };
-        let Some(parts) = self.parts(&w) else {
-            return Err(CheckpointError::Unsupported(format!(
-                "{}, not {scheme}; use --convention native for other schemes",
-                self.stores()
-            )));
-        };
+        let (w, parts) = parts_of(self, scheme, layout, name, (rows, k), input_scale)?;
         Ok((parts.into_iter().map(|p| p.tensor).collect(), self.metadata(&w)))
     }
 
@@ -292,6 +285,30 @@ impl Holds {
     }
 }
 
+/// The parts `w` stores weight `name` (`rows x k` of `scheme`, scales in `layout`) in,
+/// with the weight they describe: what [`Writes::plan`] and [`encode`] start from.
+///
+/// # Errors
+/// As [`Writes::plan`].
+fn parts_of<'n, W: Writes + ?Sized>(
+    w: &W,
+    scheme: Scheme,
+    layout: ScaleLayout,
+    name: &'n str,
+    (rows, k): (usize, usize),
+    input_scale: bool,
+) -> Result<(ToStore<'n>, Vec<Part>), CheckpointError> {
+    let shape = scheme.shape(rows, k).map_err(|e| CheckpointError::Invalid(format!("{name}: {e}")))?;
+    let to_store = ToStore { name, shape, layout, input_scale };
+    match w.parts(&to_store) {
+        Some(parts) => Ok((to_store, parts)),
+        None => Err(CheckpointError::Unsupported(format!(
+            "{}, not {scheme}; use --convention native for other schemes",
+            w.stores()
+        ))),
+    }
+}
+
 /// The bytes of the tensors `w.plan` plans for the quantized weight `q` stored as
 /// `name`, in plan order, with a calibrated layer's activation scale `input`. The codes
 /// and byte scales are moved, not copied.
@@ -304,17 +321,25 @@ pub fn encode(
     q: QuantizedMatrix,
     input: Option<GlobalScale>,
 ) -> Result<Vec<(String, Vec<u8>)>, CheckpointError> {
-    let (planned, _) = w.plan(q.scheme(), q.scale_layout(), name, (q.rows(), q.k()), input.is_some())?;
-    let parts = q.into_parts();
-    let scales = match parts.scales {
+    let (_, stored) = parts_of(w, q.scheme(), q.scale_layout(), name, (q.rows(), q.k()), input.is_some())?;
+    let q = q.into_parts();
+    let (shape, global) = ((q.rows, q.k), q.global_scale);
+    let mut data = Some(q.data);
+    let mut scales = Some(match q.scales {
         ScaleData::Bytes(b) => b,
         other => scale_bytes(&other),
-    };
-    let shape = (parts.rows, parts.k);
-    let rest = w.encode_rest(parts.scheme, name, shape, parts.global_scale, input);
-    let mut names = planned.into_iter().map(|t| t.name);
-    let (data_name, scale_name) = (names.next().expect("codes planned"), names.next().expect("scales planned"));
-    Ok([(data_name, parts.data), (scale_name, scales)].into_iter().chain(rest).collect())
+    });
+    Ok(stored
+        .into_iter()
+        .filter_map(|p| {
+            let bytes = match p.holds {
+                Holds::Codes => data.take(),
+                Holds::Scales => scales.take(),
+                other => other.bytes(shape, global, input),
+            };
+            Some((p.tensor.name, bytes?))
+        })
+        .collect())
 }
 
 /// The layer prefix of a weight name (`a.b.weight` -> `a.b`).
