@@ -164,7 +164,7 @@ struct PgemvParams {
     uint32_t gated;                 // 1: two matrices, y = first * second
     uint32_t splits;                // CTAs along K (gridDim.y)
     uint32_t chunks_per_split;
-    uint32_t pad;
+    uint32_t early_dependents;      // 1: the grid is one wave; dependents may launch from the start
 };
 
 // Weight-only GEMM on prepared weights (kernels/gemm/pgemm.cu): y = act(alpha x W^T + bias).

@@ -451,6 +451,9 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
 template <bool HALF, class Load>
 __device__ __forceinline__ void acts(const PgemmParams& p, Load load) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    // The GEMM that reads the tiles may launch at once: its CTAs take SMs as this grid's
+    // leave and queue their first weights, then wait for this grid to finish.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const uint32_t S = p.slabs;
     const uint64_t rows = (uint64_t)(p.m + BM - 1) / BM * BM;
     const uint64_t items = rows * S * 8u;
@@ -484,7 +487,6 @@ __device__ __forceinline__ void acts(const PgemmParams& p, Load load) {
             *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
         }
     }
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 // bf16 activations: p.x, M x K with row stride p.x_stride.

@@ -171,12 +171,6 @@ __device__ __forceinline__ void store_tile(const PgemmParams& p, const float* su
     });
 }
 
-// Every thread of the cluster (those of warps at different places too: the non-aligned
-// form): arrive with release, wait with acquire semantics at cluster scope.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-
 // Eight f32 at shared address `saddr` of this CTA, read from the same place in CTA `rank`
 // of the cluster.
 __device__ __forceinline__ void load_peer8(uint32_t saddr, uint32_t rank, float (&v)[8]) {

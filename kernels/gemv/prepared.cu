@@ -26,7 +26,9 @@
 // their sums in warp order at the end. gridDim.y splits K further when the row tiles
 // leave the GPU or its last wave idle: each CTA writes its partial sums and the last
 // one of a tile to arrive (a counter, reset afterwards) adds them in split order and
-// runs the epilogue. The sums never depend on timing.
+// runs the epilogue; or, with two activation rows or more in one wave, the splits of a
+// tile are one cluster and add the same sums in the same order through distributed
+// shared memory. The sums never depend on timing.
 #include "prepared.cuh"
 
 namespace bs {
@@ -52,16 +54,29 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     const int g = lane >> 2, t = lane & 3;
     const bool gated = p.gated != 0;
     const int gout = gated ? G / 2 : G;
-    const uint32_t rg0 = blockIdx.x * (uint32_t)gout;
+    // The row tile and K split: blockIdx x and y, or y and x when the splits of a tile
+    // are one cluster (clusters run along x; rank = split).
+    uint32_t cluster;
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(cluster));
+    const bool clustered = cluster > 1;
+    const uint32_t tile = clustered ? blockIdx.y : blockIdx.x;
+    const uint32_t split = clustered ? blockIdx.x : blockIdx.y;
+    const uint32_t rg0 = tile * (uint32_t)gout;
 
     // The launch must give the shared memory this instantiation lays out (prepared.rs
     // mirrors the size; a mismatch would be silent corruption, so it is a fault).
     uint32_t dynamic_smem;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
     if (dynamic_smem < (uint32_t)(kWarps * depth<MT>() * stage_bytes<T, MT>())) __trap();
+    // When the whole grid is resident at once, the next kernel on the stream may launch
+    // now: its CTAs take the free slots and stream their own weights in while this one
+    // runs (it waits for this grid before reading anything this one writes). With more
+    // than a wave its CTAs would take slots this grid still needs: the trigger stays
+    // after the main loop then.
+    if (p.early_dependents) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
     // This warp's chunks: first + warp, first + warp + 4, ... below last.
-    const uint32_t first = blockIdx.y * p.chunks_per_split;
+    const uint32_t first = split * p.chunks_per_split;
     const uint32_t last = min(p.chunks, first + p.chunks_per_split);
     const int count = first + warp < last ? (int)((last - first - warp + kWarps - 1) / kWarps) : 0;
     const uint32_t slab0 = (first + warp) * kChunk;  // the first chunk's first slab
@@ -205,7 +220,8 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     // on this one; it waits for this grid before touching anything this one writes).
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     __syncthreads();  // every warp's copies have landed and been read: smem is free
-    static_assert(kWarps * G * MT * 32 * 4 * 4 <= kWarps * kDepth * kStage, "the reduction fits the ring");
+    static_assert((kWarps + 2) * G * MT * 32 * 4 * 4 <= kWarps * kDepth * kStage,
+                  "the reduction and the clustered splits' sums fit the ring");
 
     // The warps' sums, added in warp order (in the ring's shared memory).
     auto red = reinterpret_cast<float(*)[G][MT][32][4]>(smem);
@@ -220,6 +236,18 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     const uint32_t planes = (uint32_t)mats;
     const uint64_t plane = (uint64_t)p.m * p.n;
     const int outputs = gout * MT * 32 * 4;
+    // Clustered splits: this CTA's sums (then the up matrix's), for the peers to read.
+    float* sums = reinterpret_cast<float*>(smem) + kWarps * G * MT * 32 * 4;
+    // D fragment j of lane l: weight rows l/4 and l/4 + 8 of the group, activation rows
+    // 2 (l%4) + {0,1}.
+    auto row_of = [&](int e) {
+        const int gi = e / (MT * 128), l = (e / 4) % 32, j = e % 4;
+        return 16u * (rg0 + (uint32_t)gi) + (uint32_t)(l / 4) + 8u * (uint32_t)(j >> 1);
+    };
+    auto col_of = [&](int e) {
+        const int mt = (e / 128) % MT, l = (e / 4) % 32, j = e % 4;
+        return 8u * (uint32_t)mt + 2u * (uint32_t)(l % 4) + (uint32_t)(j & 1);
+    };
     for (int e = threadIdx.x; e < outputs; e += kThreads) {
         const int gi = e / (MT * 128), mt = (e / 128) % MT, l = (e / 4) % 32, j = e % 4;
         float v0 = 0.0f, v1 = 0.0f;
@@ -228,25 +256,50 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
             v0 = __fadd_rn(v0, red[w][gi][mt][l][j]);
             if (gated) v1 = __fadd_rn(v1, red[w][gi + G / 2][mt][l][j]);
         }
-        // D fragment j: weight rows l/4 and l/4 + 8 of the group, activation rows 2 (l%4) + {0,1}.
-        const uint32_t n = 16u * (rg0 + (uint32_t)gi) + (uint32_t)(l / 4) + 8u * (uint32_t)(j >> 1);
-        const uint32_t m = 8u * (uint32_t)mt + 2u * (uint32_t)(l % 4) + (uint32_t)(j & 1);
+        if (clustered) {
+            sums[e] = v0;
+            if (gated) sums[outputs + e] = v1;
+            continue;
+        }
+        const uint32_t n = row_of(e), m = col_of(e);
         if (n >= p.n || m >= p.m) continue;
         if (p.splits == 1) {
             gemv_write_output(p, m, n, v0, v1);
         } else {
-            float* part = p.partial + (uint64_t)blockIdx.y * planes * plane + (uint64_t)m * p.n + n;
+            float* part = p.partial + (uint64_t)split * planes * plane + (uint64_t)m * p.n + n;
             part[0] = v0;
             if (gated) part[plane] = v1;
         }
     }
     if (p.splits == 1) return;
 
+    if (clustered) {
+        // The splits of this tile are the cluster: once every CTA's sums are in its shared
+        // memory, CTA `split` adds its share of the outputs from all of them in split
+        // order (the order of the partials below: the same sums, bit for bit) through
+        // distributed shared memory, and none leaves before every peer has read it.
+        cluster_sync();
+        const int share = (outputs + (int)cluster - 1) / (int)cluster;
+        const int e1 = min(outputs, ((int)split + 1) * share);
+        for (int e = (int)split * share + threadIdx.x; e < e1; e += kThreads) {
+            const uint32_t n = row_of(e), m = col_of(e);
+            if (n >= p.n || m >= p.m) continue;
+            float v0 = 0.0f, v1 = 0.0f;
+            for (uint32_t sp = 0; sp < cluster; ++sp) {
+                v0 = __fadd_rn(v0, load_peer(smem_u32(sums + e), sp));
+                if (gated) v1 = __fadd_rn(v1, load_peer(smem_u32(sums + outputs + e), sp));
+            }
+            gemv_write_output(p, m, n, v0, v1);
+        }
+        cluster_sync();
+        return;
+    }
+
     // Split K: the last CTA of this row tile to finish adds the partials in split order.
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        const uint32_t done = atomicAdd(p.counters + blockIdx.x, 1u);
+        const uint32_t done = atomicAdd(p.counters + tile, 1u);
         last_flag = done == p.splits - 1 ? 1u : 0u;
     }
     __syncthreads();
@@ -264,7 +317,7 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
         }
         gemv_write_output(p, m, n, v0, v1);
     }
-    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0u;
+    if (threadIdx.x == 0) p.counters[tile] = 0u;
 }
 
 }  // namespace pgemv

@@ -195,6 +195,22 @@ __device__ __forceinline__ uint32_t scale_lane_offset(int lane) {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+// Every thread of the cluster (those of warps at different places too: the non-aligned
+// form): arrive with release, wait with acquire semantics at cluster scope.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// The f32 at shared address `saddr` of this CTA, read from the same place in CTA `rank`
+// of the cluster.
+__device__ __forceinline__ float load_peer(uint32_t saddr, uint32_t rank) {
+    uint32_t peer;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer) : "r"(saddr), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(peer) : "memory");
+    return v;
+}
+
 // A stage's barrier expecting `count` arrivals per phase.
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");

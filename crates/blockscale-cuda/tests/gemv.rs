@@ -245,8 +245,17 @@ fn of_shape(dev: &Device, scheme: Scheme, interleaved: bool, n: usize, k: usize,
     Held::new(dev, &weights(&mut Rng::new(1), (n, k), scheme, ScaleLayout::Linear, interleaved, false), prepared)
 }
 
-/// Long K with few rows takes the split-K path (partials reduced in split order); many
-/// rows with short K the single pass. Both, for every scheme.
+/// Whether a GEMV of two or more rows whose split K fits one wave keeps its partial sums in
+/// the workspace: not on prepared weights, which add them in a cluster (these tests' shapes
+/// are far from filling an H100), unless `BLOCKSCALE_GEMV_CLUSTERS=0` (run.sh runs these
+/// tests both ways).
+fn split_workspace(prepared: bool) -> bool {
+    !prepared || std::env::var("BLOCKSCALE_GEMV_CLUSTERS").is_ok_and(|v| v.trim() == "0")
+}
+
+/// Long K with few rows takes the split-K path (partials reduced in split order, through
+/// the workspace or, on prepared weights, in a cluster); many rows with short K the
+/// single pass. Both, for every scheme.
 #[test]
 fn split_k_and_single_pass() {
     let Some(dev) = device() else { return };
@@ -261,8 +270,12 @@ fn split_k_and_single_pass() {
                 ..Case::new((prepared, scheme, interleaved), (m, n, k), exact)
             };
             let held = of_shape(&dev, scheme, interleaved, n, k, prepared);
-            let split = gemv_workspace_size(&dev, m, held.get(), false).unwrap() > 0;
-            assert_eq!(split, n < 1000, "{scheme:?} {m}x{n}x{k}: split-K expected only for the short N");
+            let workspace = gemv_workspace_size(&dev, m, held.get(), false).unwrap() > 0;
+            assert_eq!(
+                workspace,
+                n < 1000 && split_workspace(prepared),
+                "{scheme:?} {m}x{n}x{k}: split-K partials expected only for the short N"
+            );
             if si % 2 == 0 {
                 run_case::<bf16, bf16>(&dev, &c, seed);
             } else {
@@ -409,7 +422,8 @@ fn results_do_not_change_from_run_to_run() {
     for prepared in [false, true] {
         let held = Held::new(&dev, &w, prepared);
         let dw = held.get();
-        assert!(gemv_workspace_size(&dev, m, dw, false).unwrap() > 0, "this shape splits K");
+        let ws = gemv_workspace_size(&dev, m, dw, false).unwrap();
+        assert_eq!(ws > 0, split_workspace(prepared), "this shape splits K");
         let xm = DeviceMatrix::new(&dx, m, k);
         let first =
             dev.stream().clone_dtoh(&gemv::<bf16, f32>(&dev, xm, dw, &DeviceEpilogue::default()).unwrap()).unwrap();
@@ -432,14 +446,19 @@ fn gemv_into_replays_in_a_cuda_graph() {
     let (m, n, k) = (2, 96, 4096);
     let (w, dx) = random_operands(&dev, 5, Scheme::NvFp4, (m, n, k));
     for prepared in [false, true] {
-        // Prepared: one launch whose last CTA per tile adds the partials (its counters
-        // must be back at zero for every replay).
+        // Prepared: one launch whose splits add their sums in a cluster, or (without
+        // clusters) whose last CTA per tile adds the partials (its counters must be back at
+        // zero for every replay).
         let held = Held::new(&dev, &w, prepared);
         let dw = held.get();
         let epi = DeviceEpilogue::default().with_activation(Activation::Silu);
         let xm = DeviceMatrix::new(&dx, m, k);
         let expect = dev.stream().clone_dtoh(&gemv::<bf16, bf16>(&dev, xm, dw, &epi).unwrap()).unwrap();
-        assert!(gemv_workspace_size(&dev, m, dw, false).unwrap() > 0, "this shape splits K");
+        assert_eq!(
+            gemv_workspace_size(&dev, m, dw, false).unwrap() > 0,
+            split_workspace(prepared),
+            "this shape splits K"
+        );
         dev.reserve_workspace(gemv_workspace_size(&dev, m, dw, false).unwrap()).unwrap();
         let mut d = poisoned::<bf16>(&dev, m, n);
         replay_in_graph(&dev, &mut d, |d| gemv_into(&dev, xm, dw, &epi, DeviceMatrixMut::new(d, m, n)), &expect);
@@ -563,4 +582,8 @@ fn gemv_sanitizer_smoke() {
     let c = Case { bias: true, ..Case::new((false, Scheme::MxFp8E4M3, false), (2, 40, 1024), false) };
     run_gated::<f16, f32>(&dev, &c, (Activation::Silu, Activation::Identity), 950);
     run_gated::<bf16, f32>(&dev, &Case { prepared: true, ..c }, (Activation::Silu, Activation::Identity), 951);
+    // Prepared weights with K split (in a cluster, or through the workspace).
+    let c = Case { bias: true, ..Case::new((true, Scheme::NvFp4, false), (3, 70, 4096), false) };
+    run_case::<bf16, bf16>(&dev, &c, 960);
+    run_gated::<bf16, f32>(&dev, &Case { m: 16, ..c }, (Activation::Silu, Activation::Identity), 961);
 }

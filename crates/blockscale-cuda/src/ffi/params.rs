@@ -167,7 +167,9 @@ pub(crate) struct PgemvParams {
     pub gated: u32,
     pub splits: u32,
     pub chunks_per_split: u32,
-    pub pad: u32,
+    /// 1: every CTA of the grid is resident at once, so the next kernel on the stream may
+    /// launch (and queue its weights) from this one's start.
+    pub early_dependents: u32,
 }
 
 /// `bs::PgemmParams`.

@@ -150,6 +150,22 @@ fn split_override() -> Option<usize> {
     *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMV_SPLITS").ok().and_then(|v| v.trim().parse().ok()))
 }
 
+/// Tuning switch for benchmarks: `BLOCKSCALE_GEMV_EARLY_LAUNCH=0` keeps a one-wave GEMV on
+/// prepared weights from letting the next kernel launch at its start (the trigger then
+/// follows its main loop, as for larger grids).
+fn early_launch() -> bool {
+    static E: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *E.get_or_init(|| std::env::var("BLOCKSCALE_GEMV_EARLY_LAUNCH").map_or(true, |v| v.trim() != "0"))
+}
+
+/// Tuning switch for benchmarks: `BLOCKSCALE_GEMV_CLUSTERS=0` makes a one-wave GEMV on
+/// prepared weights add its K splits through the workspace and the last CTA of each tile
+/// (as larger grids do) instead of in a cluster.
+fn gemv_clusters() -> bool {
+    static C: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *C.get_or_init(|| std::env::var("BLOCKSCALE_GEMV_CLUSTERS").map_or(true, |v| v.trim() != "0"))
+}
+
 /// How a GEMV is launched: tiles of rows x splits of K, and the split-K workspace.
 #[derive(Clone, Copy, Debug)]
 struct Plan {

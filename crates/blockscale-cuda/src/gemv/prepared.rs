@@ -5,7 +5,7 @@ use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::{GemvInput, check_request};
 use crate::buffer::{DeviceElement, DeviceQuantized};
-use crate::ffi::launch::{Kernel, Order};
+use crate::ffi::launch::{Kernel, MAX_CLUSTER, Order};
 use crate::ffi::names::KernelName;
 use crate::ffi::params::PgemvParams;
 use crate::gemm::{DeviceEpilogue, DeviceMatrixMut, check_output};
@@ -56,6 +56,21 @@ struct Plan {
     splits: usize,
     chunks_per_split: usize,
     workspace: usize,
+    /// Every CTA is resident at once (tiles x splits within the GPU's slots): the kernel
+    /// lets the next one on the stream launch from its start.
+    one_wave: bool,
+    /// The splits of a tile are one cluster (at least two activation rows, one wave of 2
+    /// to [`MAX_CLUSTER`] splits whose clusters the GPU holds all at once): they add their
+    /// sums through distributed shared memory, with no partials in the workspace and no
+    /// counters. The grid is then splits x tiles (clusters run along x).
+    cluster: bool,
+}
+
+impl Plan {
+    /// Whether the splits leave partial sums in the workspace for the last CTA of each tile.
+    fn partials(&self) -> bool {
+        self.splits > 1 && !self.cluster
+    }
 }
 
 /// How full the waves are when `ctas` CTAs run on `slots` resident ones.
@@ -64,8 +79,15 @@ fn wave_fill(ctas: usize, slots: usize) -> f64 {
 }
 
 impl Plan {
-    /// `slots`: CTAs resident at once on the whole GPU.
-    fn new(scheme: Scheme, (m, n, slabs): (usize, usize, usize), gated: bool, slots: usize) -> Self {
+    /// `slots`: CTAs resident at once on the whole GPU; `clusters(s)`: how many clusters
+    /// of s CTAs it holds at once (0: none, or clusters are off).
+    fn new(
+        scheme: Scheme,
+        (m, n, slabs): (usize, usize, usize),
+        gated: bool,
+        slots: usize,
+        clusters: &dyn Fn(usize) -> usize,
+    ) -> Self {
         let gout = groups(scheme) / if gated { 2 } else { 1 };
         let tiles = n.div_ceil(16).div_ceil(gout);
         let chunks = slabs / CHUNK;
@@ -94,8 +116,13 @@ impl Plan {
         let chunks_per_split = chunks.div_ceil(wanted).max(1);
         let splits = chunks.div_ceil(chunks_per_split).max(1);
         let mats = if gated { 2 } else { 1 };
-        let workspace = if splits > 1 { splits * mats * m * n * 4 } else { 0 };
-        Self { tiles, splits, chunks_per_split, workspace }
+        let one_wave = tiles * splits <= slots;
+        // One activation row's partials are small enough that the last CTA adding them
+        // through L2 costs no more than the cluster's barriers (measured: slightly less);
+        // from two rows on, the cluster is faster (docs/DECISIONS.md).
+        let cluster = m >= 2 && one_wave && (2..=MAX_CLUSTER).contains(&splits) && clusters(splits) >= tiles;
+        let workspace = if splits > 1 && !cluster { splits * mats * m * n * 4 } else { 0 };
+        Self { tiles, splits, chunks_per_split, workspace, one_wave, cluster }
     }
 }
 
@@ -110,7 +137,13 @@ fn prepare(dev: &Device, w: &Fast, m: usize, gated: bool, f16: bool) -> Result<(
         kernel.clone()
     };
     let slots = dev.sm_count() as usize * planner.blocks_per_sm as usize;
-    let plan = Plan::new(w.scheme, (m, w.rows, w.slabs), gated, slots);
+    let counts = if super::gemv_clusters() {
+        let name = KernelName::pgemv(w.scheme, m, false);
+        crate::device::active_clusters(dev, &planner, &name, (THREADS, smem))
+    } else {
+        [0; MAX_CLUSTER + 1]
+    };
+    let plan = Plan::new(w.scheme, (m, w.rows, w.slabs), gated, slots, &|s| counts[s]);
     if plan.tiles > MAX_TILES {
         return Err(CudaError::TooLarge { rows: w.rows, k: w.k, limit: "the GEMV's row tiles exceed 65536" });
     }
@@ -200,11 +233,11 @@ fn launch<O: DeviceElement>(
     let (decoded, total) = decoded_at(plan.workspace, acts.decoded_bytes(m, k));
     let mut scratch = dev.scratch_for(total, grow && total > 0)?;
     let crate::device::Scratch { workspace, counters } = &mut *scratch;
-    if plan.splits > 1 && counters.is_none() {
+    if plan.partials() && counters.is_none() {
         return Err(CudaError::WorkspaceTooSmall { needed: total, available: 0 });
     }
     let (ws_ptr, g_ws) = crate::device::scratch_ptr(workspace, total > 0, stream);
-    let (cnt_ptr, g_cnt) = crate::device::scratch_ptr(counters, plan.splits > 1, stream);
+    let (cnt_ptr, g_cnt) = crate::device::scratch_ptr(counters, plan.partials(), stream);
     let (x_ptr, x_stride) = match acts {
         Acts::Plain { ptr, stride, .. } => (ptr, stride),
         Acts::Quantized(a) => {
@@ -233,6 +266,7 @@ fn launch<O: DeviceElement>(
         gated: gated as u32,
         splits: plan.splits as u32,
         chunks_per_split: plan.chunks_per_split as u32,
+        early_dependents: (plan.one_wave && super::early_launch()) as u32,
         ..PgemvParams::default()
     };
     let mut guards = Vec::with_capacity(6);
@@ -253,7 +287,11 @@ fn launch<O: DeviceElement>(
         }
     }
     let config = LaunchConfig {
-        grid_dim: (plan.tiles as u32, plan.splits as u32, 1),
+        grid_dim: if plan.cluster {
+            (plan.splits as u32, plan.tiles as u32, 1)
+        } else {
+            (plan.tiles as u32, plan.splits as u32, 1)
+        },
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: smem_bytes(w.scheme, m) as u32,
     };
@@ -267,10 +305,12 @@ fn launch<O: DeviceElement>(
     // its griddepcontrol.wait) (the kernel zero-fills past M and K), the output for M x N
     // at its stride, the bias for N values, the workspace for the split-K partials and the
     // counters for the plan's tiles (zero between launches: the last CTA of each tile
-    // resets its counter). The guards keep every buffer alive and ordered until the launch
+    // resets its counter), or, for a clustered plan, clusters of its 2 to MAX_CLUSTER
+    // splits along x, which the kernel reads from %cluster_nctarank. The guards keep every buffer alive and ordered until the launch
     // is queued on this device's stream. Before its griddepcontrol.wait the kernel reads
     // only the prepared weights, which nothing writes after PreparedWeights uploaded them.
-    crate::ffi::launch::launch(stream, &kernel, config, Order::DEPENDENT, &params)
+    let order = Order::Dependent { cluster: if plan.cluster { plan.splits as u32 } else { 1 } };
+    crate::ffi::launch::launch(stream, &kernel, config, order, &params)
         .map_err(CudaError::driver("launching the GEMV on prepared weights"))?;
     drop((g_ws, g_cnt, g_out, guards));
     Ok(())
@@ -282,35 +322,60 @@ mod tests {
 
     use super::*;
 
+    /// Room for any number of clusters, and for none.
+    const ALL: fn(usize) -> usize = |_| usize::MAX;
+    const NONE: fn(usize) -> usize = |_| 0;
+
     #[test]
     fn a_mostly_empty_last_wave_is_filled_by_splitting_k() {
         // 448 NVFP4 tiles of 64 rows on 396 slots fill 57% of two waves; 4 splits of 8
         // chunks (two per warp) fill 90%.
-        let p = Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 396);
+        let p = Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 396, &ALL);
         assert_eq!((p.tiles, p.splits, p.chunks_per_split), (448, 4, 8));
         assert_eq!(p.workspace, 4 * 28672 * 4);
+        // Two waves: the next kernel launches only after the main loop.
+        assert!(!p.one_wave);
         // On 660 slots (five CTAs an SM) they all run at once: no split.
-        let one = Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 660);
+        let one = Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 660, &ALL);
         assert_eq!((one.splits, one.workspace), (1, 0));
+        assert!(one.one_wave);
         // 256 tiles of a 16384 x 2048 matrix fill 39% of 660 slots; two splits of one
         // chunk per warp fill 78%.
-        let small = Plan::new(Scheme::NvFp4, (1, 16384, 32), false, 660);
+        let small = Plan::new(Scheme::NvFp4, (1, 16384, 32), false, 660, &ALL);
         assert_eq!((small.tiles, small.splits, small.chunks_per_split), (256, 2, 4));
+        assert!(small.one_wave);
+        // One activation row: the partials go through the workspace.
+        assert!(!small.cluster && small.partials());
+        assert_eq!(small.workspace, 2 * 16384 * 4);
+        // Four rows, one wave of two splits: a cluster each, no partials in the workspace.
+        let four = Plan::new(Scheme::NvFp4, (4, 16384, 32), false, 660, &ALL);
+        assert!(four.cluster && !four.partials());
+        assert_eq!((four.splits, four.workspace), (2, 0));
+        // Unless clusters are off, or the GPU cannot hold all 256 clusters at once.
+        for room in [NONE, |_| 255] {
+            let plain = Plan::new(Scheme::NvFp4, (4, 16384, 32), false, 660, &room);
+            assert!(!plain.cluster && plain.partials());
+            assert_eq!(plain.workspace, 2 * 4 * 16384 * 4);
+        }
     }
 
     #[test]
     fn few_rows_split_k_but_keep_a_chunk_per_warp() {
         // 40 rows: one tile; K = 4096 is 64 slabs, 16 chunks: at most 4 splits (one
         // chunk per warp).
-        let p = Plan::new(Scheme::MxFp4, (3, 40, 64), false, 396);
+        let p = Plan::new(Scheme::MxFp4, (3, 40, 64), false, 396, &ALL);
         assert_eq!((p.tiles, p.splits, p.chunks_per_split), (1, 4, 4));
         // K = 256: one chunk, no split, no workspace.
-        let short = Plan::new(Scheme::MxFp4, (1, 40, 4), false, 396);
+        let short = Plan::new(Scheme::MxFp4, (1, 40, 4), false, 396, &ALL);
         assert_eq!((short.splits, short.workspace), (1, 0));
         // Gated 8-bit: one 16-row group of each matrix per CTA.
-        let g = Plan::new(Scheme::MxFp8E4M3, (1, 64, 64), true, 396);
+        let g = Plan::new(Scheme::MxFp8E4M3, (1, 64, 64), true, 396, &NONE);
         assert_eq!(g.tiles, 4);
         assert_eq!(g.workspace, g.splits * 2 * 64 * 4);
+        // Two rows as clusters (4 splits, one wave): no workspace.
+        let gc = Plan::new(Scheme::MxFp8E4M3, (2, 64, 64), true, 396, &ALL);
+        assert!(gc.cluster);
+        assert_eq!((gc.splits, gc.workspace), (4, 0));
     }
 
     #[test]
