@@ -71,8 +71,9 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     // When the whole grid is resident at once, the next kernel on the stream may launch
     // now: its CTAs take the free slots and stream their own weights in while this one
     // runs (it waits for this grid before reading anything this one writes). With more
-    // than a wave its CTAs would take slots this grid still needs: the trigger stays
-    // after the main loop then.
+    // than a wave the trigger stays after the main loop (the dependent launches only
+    // once every CTA here has reached it, so an early one would act in the last wave
+    // only; not measured).
     if (p.early_dependents) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
     // This warp's chunks: first + warp, first + warp + 4, ... below last.
