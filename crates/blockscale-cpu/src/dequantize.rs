@@ -51,39 +51,70 @@ impl<'q> RowDecoder<'q> {
     }
 
     /// The element values of row `r` alone, without block scales or the per-tensor
-    /// factor (exact in f32; NaN and infinity codes decode as such).
-    pub(crate) fn values(&mut self, r: usize, out: &mut [f32]) {
+    /// factor (exact in f32, and in bf16 and f16 too: every element format has at most
+    /// four significant bits and a narrow range; NaN and infinity codes decode as such).
+    pub(crate) fn values<O: Source>(&mut self, r: usize, out: &mut [O]) {
         self.decode_scaled(r, out, false, false);
     }
 
     /// Row `r` times its block scales, without the per-tensor factor.
-    pub(crate) fn block_scaled(&mut self, r: usize, out: &mut [f32]) {
+    pub(crate) fn block_scaled<O: Source>(&mut self, r: usize, out: &mut [O]) {
         self.decode_scaled(r, out, true, false);
     }
 
+    /// Columns `cols` of row `r` into `out` (`cols.len()` elements): the values of each
+    /// block times its factor in `factors` (one per block of `cols`), without the
+    /// per-tensor factor. `cols` starts on a block boundary and ends on one or at K.
+    pub(crate) fn decode_cols<O: Source>(
+        &mut self,
+        r: usize,
+        cols: core::ops::Range<usize>,
+        factors: &[f32],
+        out: &mut [O],
+    ) {
+        self.decode_range(r, cols, factors, 1.0, out);
+    }
+
     fn decode_scaled<O: Source>(&mut self, r: usize, out: &mut [O], scaled: bool, with_post: bool) {
-        let shape = self.q.shape();
-        let (k, rb) = (shape.k, shape.row_bytes);
-        let bytes: &[u8] = match self.q.data_layout() {
-            DataLayout::RowMajor => &self.q.data()[r * rb..(r + 1) * rb],
-            DataLayout::BlockInterleaved => {
-                // Word w of K-block kb of row r sits at word (kb * rows + r) * 4 + w.
-                let data = self.q.data();
-                for (kb, chunk) in self.row_bytes.chunks_exact_mut(16).enumerate() {
-                    let at = (kb * shape.rows + r) * 16;
-                    chunk.copy_from_slice(&data[at..at + 16]);
-                }
-                &self.row_bytes
-            }
-        };
-        for (c, s) in self.scales.iter_mut().enumerate() {
+        let mut scales = core::mem::take(&mut self.scales);
+        for (c, s) in scales.iter_mut().enumerate() {
             // In range by construction: r < rows, c < scale_cols.
             *s = if scaled { self.q.scale(r, c).unwrap_or(f32::NAN) } else { 1.0 };
         }
         let post = if with_post { self.post } else { 1.0 };
-        let blocks = RowBlocks { block: self.q.scheme().block_size(), factors: &self.scales, target: self.target };
+        self.decode_range(r, 0..self.q.k(), &scales, post, out);
+        self.scales = scales;
+    }
+
+    fn decode_range<O: Source>(
+        &mut self,
+        r: usize,
+        cols: core::ops::Range<usize>,
+        factors: &[f32],
+        post: f32,
+        out: &mut [O],
+    ) {
+        let shape = self.q.shape();
+        let rb = shape.row_bytes;
+        // Bytes per element times four: 2 (4-bit), 3 (6-bit), 4 (8-bit).
+        let quarter = self.target.bits() as usize / 2;
+        let bytes: &[u8] = match self.q.data_layout() {
+            DataLayout::RowMajor => &self.q.data()[r * rb..][cols.start * quarter / 4..cols.end * quarter / 4],
+            DataLayout::BlockInterleaved => {
+                // Word w of K-block kb (32 elements, 16 bytes) of row r sits at word
+                // (kb * rows + r) * 4 + w.
+                let data = self.q.data();
+                let (kb0, kb1) = (cols.start / 32, cols.end / 32);
+                for (kb, chunk) in (kb0..kb1).zip(self.row_bytes.chunks_exact_mut(16)) {
+                    let at = (kb * shape.rows + r) * 16;
+                    chunk.copy_from_slice(&data[at..at + 16]);
+                }
+                &self.row_bytes[..(kb1 - kb0) * 16]
+            }
+        };
+        let blocks = RowBlocks { block: self.q.scheme().block_size(), factors, target: self.target };
         if matches!(self.target, Target::E2M3 | Target::E3M2) {
-            self.codes.resize(k, 0);
+            self.codes.resize(cols.len(), 0);
             kernels::unpack_fp6(self.isa, bytes, &mut self.codes);
             kernels::decode_row(self.isa, &self.codes, blocks, post, out);
         } else {

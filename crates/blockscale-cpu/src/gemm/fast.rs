@@ -21,6 +21,8 @@ use super::{Activation, ActivationPrecision, GemmOptions, Resolved, exact::round
 use crate::dequantize::RowDecoder;
 use crate::kernels::Isa;
 
+#[cfg(target_arch = "x86_64")]
+mod bf16_operand;
 mod dot;
 
 /// Output rows and columns per task.
@@ -194,11 +196,12 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parall
     }
     #[cfg(target_arch = "x86_64")]
     if isa.bf16() && prescale_ok(a, Some(8)) && prescale_ok(b, Some(8)) {
+        use bf16_operand::Values::Scaled;
         let kp = k.next_multiple_of(32);
-        if let (Some(pa), Some(pb)) =
-            (scaled_rows(a, isa, kp, parallel, bf16_bits), scaled_rows(b, isa, kp, parallel, bf16_bits))
+        if let Some(pa) = bf16_operand::rows(a, isa, Scaled, kp, parallel)
+            && let Some(pb) = bf16_operand::panels(b, isa, Scaled, kp, parallel)
         {
-            return bf16_product(&pa, &pb, m, n, kp, parallel);
+            return bf16_product(&pa.values, &pb.values, m, n, kp, parallel);
         }
     }
     if !isa.bf16() && prescale_ok(a, None) && prescale_ok(b, None) {
@@ -209,15 +212,17 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parall
             return f32_packed_product(isa, &pa, &pb, m, n, k, parallel);
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if isa.bf16()
+        && let Some(pa) = bf16_operand::rows(a, isa, bf16_operand::Values::Elements, k, parallel)
+        && let Some(pb) = bf16_operand::panels(b, isa, bf16_operand::Values::Elements, k, parallel)
+    {
+        // Elements (at most 4 significant bits) are exact in bf16; scales stay f32.
+        let bs = a.scheme().block_size();
+        return bf16_scaled_product(&pa, &pb, m, n, k, bs, parallel);
+    }
     let (da, db) = (Decoded::new(a, isa, parallel), Decoded::new(b, isa, parallel));
     let bs = da.block;
-    #[cfg(target_arch = "x86_64")]
-    if isa.bf16() && finite(&da) && finite(&db) {
-        // Elements (at most 4 significant bits) are exact in bf16; scales stay f32.
-        let (ab, bb): (Vec<u16>, Vec<u16>) =
-            (da.values.iter().map(|&v| bf16_bits(v)).collect(), db.values.iter().map(|&v| bf16_bits(v)).collect());
-        return bf16_scaled_product(&ab, &da.scales, &bb, &db.scales, m, n, k, bs, parallel);
-    }
     if small_int(a.scheme().element()) && small_int(b.scheme().element()) {
         let (ia, ib) = (int8_operand(&da), int8_operand(&db));
         let post = 2f32.powi(ia.exp + ib.exp);
@@ -271,11 +276,11 @@ fn panel_product(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parallel: b
     Some(super::panel::run(kernel, &acts, a.rows(), &panels, parallel))
 }
 
-/// The product of bf16 rows `a` (`m x kp`) and `b` (`n x kp`), f32 accumulation.
+/// The product of bf16 rows `a` (`m x kp`) and B's packed panels ([`bf16_operand::panels`]
+/// of `n` rows), f32 accumulation.
 #[cfg(target_arch = "x86_64")]
-fn bf16_product(a: &[u16], b: &[u16], m: usize, n: usize, kp: usize, parallel: bool) -> Vec<f32> {
-    let packed = dot::pack_bf16_panels(b, n, kp);
-    tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::bf16_tile(&a[i0 * kp..i1 * kp], &packed, kp, j0, j1, out))
+fn bf16_product(a: &[half::bf16], packed: &[u32], m: usize, n: usize, kp: usize, parallel: bool) -> Vec<f32> {
+    tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::bf16_tile(&a[i0 * kp..i1 * kp], packed, kp, j0, j1, out))
 }
 
 /// The f32 product of pre-scaled rows `a` (`m x k`) and `b` (`n x k`), B packed into
@@ -285,20 +290,13 @@ fn f32_packed_product(isa: Isa, a: &[f32], b: &[f32], m: usize, n: usize, k: usi
     tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::f32_panel_tile(isa, &a[i0 * k..i1 * k], &packed, k, j0, j1, out))
 }
 
-/// Whether every value and scale is finite.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn finite(d: &Decoded) -> bool {
-    d.values.iter().chain(&d.scales).all(|v| v.is_finite())
-}
-
-/// Block-scaled product of bf16 element rows with f32 block scales.
+/// Block-scaled product of A's bf16 element rows (`m x k`) with its f32 block scales
+/// and B's packed panels and scales ([`bf16_operand::Values::Elements`]).
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 fn bf16_scaled_product(
-    a: &[u16],
-    sa: &[f32],
-    b: &[u16],
-    sb: &[f32],
+    a: &bf16_operand::Rows,
+    b: &bf16_operand::Panels,
     m: usize,
     n: usize,
     k: usize,
@@ -306,10 +304,9 @@ fn bf16_scaled_product(
     parallel: bool,
 ) -> Vec<f32> {
     let nb = k / bs;
-    let packed = dot::pack_bf16_panels(b, n, k);
-    let scales = dot::pack_scale_panels(sb, n, nb);
     tiled(m, n, parallel, |i0, i1, j0, j1, out| {
-        dot::bf16_scaled_tile(&a[i0 * k..i1 * k], &sa[i0 * nb..i1 * nb], &packed, &scales, k, bs, j0, j1, out)
+        let (a, sa) = (&a.values[i0 * k..i1 * k], &a.scales[i0 * nb..i1 * nb]);
+        dot::bf16_scaled_tile(a, sa, &b.values, &b.scales, k, bs, j0, j1, out)
     })
 }
 
@@ -453,12 +450,12 @@ pub(super) fn gemm_wq(x: &[f32], m: usize, w: &QuantizedMatrix, isa: Isa, option
     #[cfg(target_arch = "x86_64")]
     if isa.bf16() && x.iter().all(|v| v.is_finite() && v.to_bits() & 0xffff == 0) && prescale_ok(w, Some(8)) {
         let kp = k.next_multiple_of(32);
-        if let Some(pw) = scaled_rows(w, isa, kp, parallel, bf16_bits) {
-            let mut xp = vec![0u16; m * kp];
+        if let Some(pw) = bf16_operand::panels(w, isa, bf16_operand::Values::Scaled, kp, parallel) {
+            let mut xp = vec![half::bf16::ZERO; m * kp];
             for (dst, src) in xp.chunks_exact_mut(kp).zip(x.chunks_exact(k)) {
-                dst.iter_mut().zip(src).for_each(|(d, &v)| *d = bf16_bits(v));
+                dst.iter_mut().zip(src).for_each(|(d, &v)| *d = half::bf16::from_bits(bf16_bits(v)));
             }
-            return bf16_product(&xp, &pw, m, w.rows(), kp, parallel);
+            return bf16_product(&xp, &pw.values, m, w.rows(), kp, parallel);
         }
     }
     if isa != Isa::Portable

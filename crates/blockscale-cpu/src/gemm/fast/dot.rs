@@ -45,27 +45,10 @@ pub(super) fn f32_tile(isa: Isa, a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) const PANEL: usize = 32;
 
-/// Packs bf16 rows of B (`n x kp`) into panels of [`PANEL`] columns: panel `p` holds,
-/// for each K pair `t`, 32 words `b[32p + l, 2t] | b[32p + l, 2t + 1] << 16` (the
-/// operand layout of a BF16 pair dot product); missing columns are zero.
-#[cfg(target_arch = "x86_64")]
-pub(super) fn pack_bf16_panels(b: &[u16], n: usize, kp: usize) -> Vec<u32> {
-    let pairs = kp / 2;
-    let mut out = vec![0u32; n.div_ceil(PANEL) * pairs * PANEL];
-    out.par_chunks_mut(pairs * PANEL).enumerate().for_each(|(p, panel)| {
-        for (lane, row) in b.chunks_exact(kp).skip(p * PANEL).take(PANEL).enumerate() {
-            for (t, pair) in row.chunks_exact(2).enumerate() {
-                panel[t * PANEL + lane] = pair[0] as u32 | (pair[1] as u32) << 16;
-            }
-        }
-    });
-    out
-}
-
 /// bf16 tile: rows `a` (`mt x kp` bf16, `kp` a multiple of 32) times the packed panels
 /// of B for columns `j0..j1` (`j0` a multiple of [`PANEL`]); `out` is `mt x (j1 - j0)`.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn bf16_tile(a: &[u16], packed: &[u32], kp: usize, j0: usize, j1: usize, out: &mut [f32]) {
+pub(super) fn bf16_tile(a: &[half::bf16], packed: &[u32], kp: usize, j0: usize, j1: usize, out: &mut [f32]) {
     assert!(crate::avx512_available() && kp.is_multiple_of(32) && j0.is_multiple_of(PANEL));
     assert!(packed.len() >= j1.div_ceil(PANEL) * kp / 2 * PANEL && a.len().is_multiple_of(kp));
     // SAFETY: AVX-512 F, BW and BF16 were just confirmed; the asserts give the kernel
@@ -116,27 +99,13 @@ pub(super) fn f32_panel_tile(isa: Isa, a: &[f32], packed: &[f32], k: usize, j0: 
     }
 }
 
-/// Packs per-row block scales of B (`n x nb`) like [`pack_bf16_panels`]: panel `p`
-/// holds, for each block, the 32 columns' scales (missing columns 0).
-#[cfg(target_arch = "x86_64")]
-pub(super) fn pack_scale_panels(sb: &[f32], n: usize, nb: usize) -> Vec<f32> {
-    let mut out = vec![0f32; n.div_ceil(PANEL) * nb * PANEL];
-    for (j, row) in sb.chunks_exact(nb).enumerate() {
-        let base = (j / PANEL) * nb * PANEL + j % PANEL;
-        for (kb, &s) in row.iter().enumerate() {
-            out[base + kb * PANEL] = s;
-        }
-    }
-    out
-}
-
 /// Block-scaled bf16 tile: unscaled bf16 element rows `a` (`mt x k`) with scales `sa`
 /// (`mt x k/bs`) times packed B panels with packed scales, for columns `j0..j1`:
 /// each block's f32 dot product is multiplied by `sa * sb` and accumulated.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn bf16_scaled_tile(
-    a: &[u16],
+    a: &[half::bf16],
     sa: &[f32],
     packed: &[u32],
     packed_scales: &[f32],
@@ -569,7 +538,7 @@ mod avx512 {
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
     unsafe fn rows<const MI: usize>(
-        a: &[u16],
+        a: &[half::bf16],
         packed: &[u32],
         kp: usize,
         i: usize,
@@ -630,7 +599,7 @@ mod avx512 {
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
     pub(super) unsafe fn bf16_scaled_tile(
-        a: &[u16],
+        a: &[half::bf16],
         sa: &[f32],
         packed: &[u32],
         packed_scales: &[f32],
@@ -679,7 +648,7 @@ mod avx512 {
     /// AVX-512 F/BW/BF16 present; `a` holds whole rows of `kp` (a multiple of 32), `packed`
     /// covers the panels of columns `j0..j1`.
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    pub(super) unsafe fn bf16_tile(a: &[u16], packed: &[u32], kp: usize, j0: usize, j1: usize, out: &mut [f32]) {
+    pub(super) unsafe fn bf16_tile(a: &[half::bf16], packed: &[u32], kp: usize, j0: usize, j1: usize, out: &mut [f32]) {
         let (mt, width) = (a.len() / kp, j1 - j0);
         super::for_each_tile(mt, (j0, j1), PANEL, MR, |panel, cols, i, ih| {
             macro_rules! go {
