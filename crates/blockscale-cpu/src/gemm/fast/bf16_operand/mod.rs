@@ -2,15 +2,20 @@
 //! `dot::bf16_scaled_tile`), decoded straight from the codes in one pass: A as rows of
 //! bf16, B packed into panels of [`PANEL`] rows, each as either the element values
 //! with the f32 block scales beside them or the elements already times their scales
-//! (where that is exact in bf16). No f32 copy of either matrix is made: `RowDecoder`
-//! decodes into a buffer (a panel 128 columns at a time, so the part being written
-//! stays in L1), each value as `value * factor` in f32, exactly, and its high half is
-//! copied.
+//! (where that is exact in bf16). No f32 copy of either matrix is made.
+//!
+//! Two routes give the same bits: row-major 8-bit codes (MXFP8, FP8 block) take the
+//! AVX-512 decoder (`avx512.rs`, 32 codes a step, panels through a word
+//! transposition); the other formats and layouts are decoded by `RowDecoder` into a
+//! buffer (a panel 128 columns at a time, so the part being written stays in L1) and
+//! copied. Both compute each value as `value * factor` in f32, exactly, and keep its
+//! high half.
 
+mod avx512;
 #[cfg(test)]
 mod tests;
 
-use blockscale_formats::{QuantizedMatrix, ScaleData};
+use blockscale_formats::{DataLayout, ElementFormat, QuantizedMatrix, ScaleData};
 use half::bf16;
 use rayon::prelude::*;
 
@@ -105,6 +110,14 @@ impl Factors {
         }
     }
 
+    /// The factor of block `b` of row `r`.
+    fn one(&self, r: usize, b: usize) -> f32 {
+        match self.values {
+            Values::Elements => 1.0,
+            Values::Scaled => self.table[r * self.nb + b],
+        }
+    }
+
     /// The scales the kernel takes: the table for [`Values::Elements`], none otherwise.
     fn kept(self) -> Vec<f32> {
         match self.values {
@@ -114,21 +127,54 @@ impl Factors {
     }
 }
 
+/// Row-major 8-bit codes on a CPU with AVX-512: whether they are E5M2 (else E4M3).
+fn codes8(q: &QuantizedMatrix, isa: Isa) -> Option<bool> {
+    let e5m2 = match q.scheme().element() {
+        ElementFormat::E4M3 => false,
+        ElementFormat::E5M2 => true,
+        _ => return None,
+    };
+    let ok = isa == Isa::Avx512 && crate::avx512_available() && q.data_layout() == DataLayout::RowMajor;
+    (ok && q.k().is_multiple_of(avx512::STEP) && q.scheme().block_size().is_multiple_of(avx512::STEP)).then_some(e5m2)
+}
+
 /// A's rows, each row of `q` decoded into `kp` (>= K) bf16; `None` if any value or
 /// scale is NaN or infinite (the kernels need them finite).
 pub(super) fn rows(q: &QuantizedMatrix, isa: Isa, values: Values, kp: usize, parallel: bool) -> Option<Rows> {
     let (k, nb) = (q.k(), q.k() / q.scheme().block_size());
     let factors = Factors::new(q, values, parallel)?;
     let mut out = vec![bf16::ZERO; q.rows() * kp];
-    let work = |dec: &mut RowDecoder<'_>, (r, row): (usize, &mut [bf16])| {
-        dec.decode_cols(r, 0..k, factors.of(r, 0, nb), &mut row[..k]);
-        all_finite(&row[..k])
-    };
-    let ok = if parallel {
-        out.par_chunks_mut(kp).enumerate().map_init(|| RowDecoder::new(q, isa), work).all(|ok| ok)
+    let ok = if let Some(e5m2) = codes8(q, isa) {
+        let (data, bs) = (q.data(), q.scheme().block_size());
+        let post = avx512::post(e5m2);
+        let work = |(r, row): (usize, &mut [bf16])| {
+            let (codes, factor) = (&data[r * k..(r + 1) * k], |g| factors.one(r, g * avx512::STEP / bs) * post);
+            // SAFETY: `codes8` found AVX-512 F and BW.
+            let bad = unsafe {
+                if e5m2 {
+                    avx512::row::<{ avx512::E5M2 }>(codes, factor, row)
+                } else {
+                    avx512::row::<{ avx512::E4M3 }>(codes, factor, row)
+                }
+            };
+            !bad
+        };
+        if parallel {
+            out.par_chunks_mut(kp).enumerate().map(work).all(|ok| ok)
+        } else {
+            out.chunks_mut(kp).enumerate().map(work).fold(true, |a, b| a & b)
+        }
     } else {
-        let mut dec = RowDecoder::new(q, isa);
-        out.chunks_mut(kp).enumerate().map(|item| work(&mut dec, item)).fold(true, |a, b| a & b)
+        let work = |dec: &mut RowDecoder<'_>, (r, row): (usize, &mut [bf16])| {
+            dec.decode_cols(r, 0..k, factors.of(r, 0, nb), &mut row[..k]);
+            all_finite(&row[..k])
+        };
+        if parallel {
+            out.par_chunks_mut(kp).enumerate().map_init(|| RowDecoder::new(q, isa), work).all(|ok| ok)
+        } else {
+            let mut dec = RowDecoder::new(q, isa);
+            out.chunks_mut(kp).enumerate().map(|item| work(&mut dec, item)).fold(true, |a, b| a & b)
+        }
     };
     ok.then(|| Rows { values: out, scales: factors.kept() })
 }
@@ -141,7 +187,30 @@ pub(super) fn panels(q: &QuantizedMatrix, isa: Isa, values: Values, kp: usize, p
     let factors = Factors::new(q, values, parallel)?;
     let (pairs, count) = (kp / 2, n.div_ceil(PANEL));
     let mut out = vec![0u32; count * pairs * PANEL];
-    let ok = {
+    let ok = if let Some(e5m2) = codes8(q, isa) {
+        let post = avx512::post(e5m2);
+        let work = |(p, panel): (usize, &mut [u32])| {
+            let rows: [Option<&[u8]>; PANEL] = core::array::from_fn(|l| {
+                let r = p * PANEL + l;
+                (r < n).then(|| &q.data()[r * k..(r + 1) * k])
+            });
+            let factor = |l, g| factors.one(p * PANEL + l, g * avx512::STEP / bs) * post;
+            // SAFETY: `codes8` found AVX-512 F and BW.
+            let bad = unsafe {
+                if e5m2 {
+                    avx512::panel::<{ avx512::E5M2 }>(&rows, k, factor, panel)
+                } else {
+                    avx512::panel::<{ avx512::E4M3 }>(&rows, k, factor, panel)
+                }
+            };
+            !bad
+        };
+        if parallel {
+            out.par_chunks_mut(pairs * PANEL).enumerate().map(work).all(|ok| ok)
+        } else {
+            out.chunks_mut(pairs * PANEL).enumerate().map(work).fold(true, |a, b| a & b)
+        }
+    } else {
         let work = |(dec, buf): &mut (RowDecoder<'_>, Vec<bf16>), (p, panel): (usize, &mut [u32])| {
             let lanes = PANEL.min(n - p * PANEL);
             let mut finite = true;
