@@ -28,12 +28,12 @@ mod dot;
 /// Output rows and columns per task.
 const TILE: usize = 64;
 
-/// Outputs from which an f32 epilogue runs on the thread pool.
+/// Outputs from which the epilogue runs on the thread pool.
 const PARALLEL_FINISH: usize = 1 << 16;
 
 /// Applies the epilogue in f32 (`alpha * acc`, then `+ bias`), the activation in f64,
-/// and rounds to `O`. An f32 output is computed in place, on the thread pool when
-/// `parallel` and large.
+/// and rounds to `O`, on the thread pool when `parallel` and large. An f32 output is
+/// computed in place.
 pub(super) fn finish<O: Source>(acc: Vec<f32>, m: usize, n: usize, r: &Resolved<'_>, parallel: bool) -> Array2<O> {
     let format = format_of::<O>();
     let apply = |i: usize, v: f32| {
@@ -61,31 +61,46 @@ pub(super) fn finish<O: Source>(acc: Vec<f32>, m: usize, n: usize, r: &Resolved<
             acc.chunks_mut(chunk).enumerate().for_each(rows);
         }
         *(Box::new(acc) as Box<dyn Any>).downcast::<Vec<O>>().unwrap_or_else(|_| unreachable!("O is f32"))
+    } else if parallel && acc.len() >= PARALLEL_FINISH {
+        let mut data = Vec::new();
+        acc.par_iter().enumerate().map(|(i, &v)| O::from_f32(apply(i, v))).collect_into_vec(&mut data);
+        data
     } else {
         acc.into_iter().enumerate().map(|(i, v)| O::from_f32(apply(i, v))).collect()
     };
     Array2::from_shape_vec((m, n), data).unwrap_or_else(|_| unreachable!("m * n values"))
 }
 
-/// Runs `tile(i0..i1, j0..j1, out)` over `TILE x TILE` output tiles (in parallel) and
-/// assembles the `m x n` result.
+/// Runs `tile(i0..i1, j0..j1, out)` over output tiles of at most `TILE x TILE` and
+/// assembles the `m x n` result: each block of rows is a task (in parallel) that
+/// computes its tiles one after another into one buffer and copies each into place.
+/// Every output is computed by one call, whatever the blocks, so the result does not
+/// depend on them.
 fn tiled(m: usize, n: usize, parallel: bool, tile: impl Fn(usize, usize, usize, usize, &mut [f32]) + Sync) -> Vec<f32> {
-    let tasks: Vec<(usize, usize)> =
-        (0..m.div_ceil(TILE)).flat_map(|ti| (0..n.div_ceil(TILE)).map(move |tj| (ti * TILE, tj * TILE))).collect();
-    let run = |&(i0, j0): &(usize, usize)| {
-        let (i1, j1) = ((i0 + TILE).min(m), (j0 + TILE).min(n));
-        let mut buf = vec![0f32; (i1 - i0) * (j1 - j0)];
-        tile(i0, i1, j0, j1, &mut buf);
-        buf
-    };
-    let bufs: Vec<Vec<f32>> =
-        if parallel { tasks.par_iter().map(run).collect() } else { tasks.iter().map(run).collect() };
     let mut out = vec![0f32; m * n];
-    for (&(i0, j0), buf) in tasks.iter().zip(&bufs) {
-        let w = (j0 + TILE).min(n) - j0;
-        for (r, row) in buf.chunks_exact(w).enumerate() {
-            out[(i0 + r) * n + j0..][..w].copy_from_slice(row);
+    if m == 0 || n == 0 {
+        return out;
+    }
+    // Rows per task: `TILE`, or fewer (a multiple of 8) where that leaves threads idle.
+    let threads = if parallel { rayon::current_num_threads() } else { 1 };
+    let h = m.div_ceil(4 * threads).next_multiple_of(8).min(TILE);
+    let work = |(b, rows): (usize, &mut [f32])| {
+        let (i0, i1) = (b * h, (b * h + h).min(m));
+        let mut buf = vec![0f32; (i1 - i0) * TILE];
+        for j0 in (0..n).step_by(TILE) {
+            let j1 = (j0 + TILE).min(n);
+            let w = j1 - j0;
+            let buf = &mut buf[..(i1 - i0) * w];
+            tile(i0, i1, j0, j1, buf);
+            for (r, src) in buf.chunks_exact(w).enumerate() {
+                rows[r * n + j0..][..w].copy_from_slice(src);
+            }
         }
+    };
+    if parallel {
+        out.par_chunks_mut(h * n).enumerate().for_each(work);
+    } else {
+        out.chunks_mut(h * n).enumerate().for_each(work);
     }
     out
 }
