@@ -147,25 +147,34 @@ fn prescale_ok(q: &QuantizedMatrix, budget: Option<u32>) -> bool {
     let element = q.scheme().element();
     let (elem_bits, elem_exp) = (element.mantissa_bits() + 1, element_exp(element));
     let elem_max = if element == ElementFormat::Int4 { 8.0 } else { element.max() as f64 };
-    let shape = q.shape();
-    let br = q.scheme().block_rows();
-    (0..shape.scale_rows).all(|sr| {
-        (0..shape.scale_cols).all(|c| {
-            let s = q.scale(sr * br, c).unwrap_or(f32::NAN);
-            if s == 0.0 {
-                return true;
-            }
-            if !s.is_finite() {
-                return false;
-            }
-            let (bits, low) = sig_bits(s);
-            let small_ok = match budget {
-                Some(b) => elem_bits + bits <= b && low + elem_exp >= -63,
-                None => s.abs() as f64 * 2f64.powi(elem_exp) >= 2f64.powi(-63),
-            };
-            small_ok && elem_max * s.abs() as f64 <= (1u64 << 50) as f64
-        })
-    })
+    let ok = |s: f32| {
+        if s == 0.0 {
+            return true;
+        }
+        if !s.is_finite() {
+            return false;
+        }
+        let (bits, low) = sig_bits(s);
+        let small_ok = match budget {
+            Some(b) => elem_bits + bits <= b && low + elem_exp >= -63,
+            None => s.abs() as f64 * 2f64.powi(elem_exp) >= 2f64.powi(-63),
+        };
+        small_ok && elem_max * s.abs() as f64 <= (1u64 << 50) as f64
+    };
+    // Every scale the matrix uses (not the swizzled layout's padding), as `q.scale`
+    // reads it.
+    let (shape, layout) = (q.shape(), q.scale_layout());
+    let (rows, cols) = (shape.scale_rows, shape.scale_cols);
+    let all = |good: &dyn Fn(usize) -> bool| (0..rows).all(|sr| (0..cols).all(|c| good(layout.offset(sr, c, cols))));
+    match q.scales() {
+        ScaleData::Bytes(v) => {
+            let lut = scale_lut(q.scheme().scale_format());
+            let code_ok: [bool; 256] = core::array::from_fn(|b| ok(lut[b]));
+            all(&|i| code_ok[usize::from(v[i])])
+        }
+        ScaleData::F32(v) => all(&|i| ok(v[i])),
+        ScaleData::F16(v) => all(&|i| ok(v[i].to_f32())),
+    }
 }
 
 /// Rows of values times block scales (no per-tensor factor), zero-padded to `kp`,
