@@ -36,37 +36,48 @@ const PARALLEL_FINISH: usize = 1 << 16;
 /// computed in place.
 pub(super) fn finish<O: Source>(acc: Vec<f32>, m: usize, n: usize, r: &Resolved<'_>, parallel: bool) -> Array2<O> {
     let format = format_of::<O>();
-    let apply = |i: usize, v: f32| {
+    // Column j of a row: `alpha * v`, `+ bias[j]`, the activation.
+    let apply = |j: usize, v: f32| {
         let mut y = v * r.alpha;
         if let Some(b) = r.bias {
-            y += b[i % n];
+            y += b[j];
         }
         match r.activation {
             Activation::Identity => y,
             act => round_f64(act.apply(y as f64), format) as f32,
         }
     };
+    // The same operations on a whole row, in loops the compiler vectorizes where there
+    // is no activation.
+    let row_f32 = |row: &mut [f32]| match (r.bias, r.activation) {
+        (None, Activation::Identity) => row.iter_mut().for_each(|v| *v *= r.alpha),
+        (Some(b), Activation::Identity) => row.iter_mut().zip(b).for_each(|(v, &b)| *v = *v * r.alpha + b),
+        _ => row.iter_mut().enumerate().for_each(|(j, v)| *v = apply(j, *v)),
+    };
+    let chunk = n.max(1);
+    let pool = parallel && acc.len() >= PARALLEL_FINISH;
     let data: Vec<O> = if TypeId::of::<O>() == TypeId::of::<f32>() {
         // f32 out: the same buffer, each value replaced by its result.
         let mut acc = acc;
-        let rows = |(i, row): (usize, &mut [f32])| {
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = apply(i * n + j, *v);
-            }
-        };
-        let chunk = n.max(1);
-        if parallel && acc.len() >= PARALLEL_FINISH {
-            acc.par_chunks_mut(chunk).enumerate().for_each(rows);
+        if pool {
+            acc.par_chunks_mut(chunk).for_each(row_f32);
         } else {
-            acc.chunks_mut(chunk).enumerate().for_each(rows);
+            acc.chunks_mut(chunk).for_each(row_f32);
         }
         *(Box::new(acc) as Box<dyn Any>).downcast::<Vec<O>>().unwrap_or_else(|_| unreachable!("O is f32"))
-    } else if parallel && acc.len() >= PARALLEL_FINISH {
-        let mut data = Vec::new();
-        acc.par_iter().enumerate().map(|(i, &v)| O::from_f32(apply(i, v))).collect_into_vec(&mut data);
-        data
     } else {
-        acc.into_iter().enumerate().map(|(i, v)| O::from_f32(apply(i, v))).collect()
+        let mut data = vec![O::default(); acc.len()];
+        let rows = |(out, src): (&mut [O], &[f32])| {
+            for (j, (o, &v)) in out.iter_mut().zip(src).enumerate() {
+                *o = O::from_f32(apply(j, v));
+            }
+        };
+        if pool {
+            data.par_chunks_mut(chunk).zip(acc.par_chunks(chunk)).for_each(rows);
+        } else {
+            data.chunks_mut(chunk).zip(acc.chunks(chunk)).for_each(rows);
+        }
+        data
     };
     Array2::from_shape_vec((m, n), data).unwrap_or_else(|_| unreachable!("m * n values"))
 }
