@@ -82,12 +82,17 @@ pub(super) fn finish<O: Source>(acc: Vec<f32>, m: usize, n: usize, r: &Resolved<
     Array2::from_shape_vec((m, n), data).unwrap_or_else(|_| unreachable!("m * n values"))
 }
 
-/// Runs `tile(i0..i1, j0..j1, out)` over output tiles of at most `TILE x TILE` and
-/// assembles the `m x n` result: each block of rows is a task (in parallel) that
-/// computes its tiles one after another into one buffer and copies each into place.
-/// Every output is computed by one call, whatever the blocks, so the result does not
-/// depend on them.
-fn tiled(m: usize, n: usize, parallel: bool, tile: impl Fn(usize, usize, usize, usize, &mut [f32]) + Sync) -> Vec<f32> {
+/// Runs `tile(i0..i1, j0..j1, out, stride)` over output tiles of at most `TILE x TILE`,
+/// each writing its tile into the `m x n` result in place (`out` starts at the tile's
+/// first output, rows `stride = n` apart): each block of rows is a task (in parallel)
+/// that computes its tiles one after another. Every output is computed by one call,
+/// whatever the blocks, so the result does not depend on them.
+fn tiled(
+    m: usize,
+    n: usize,
+    parallel: bool,
+    tile: impl Fn(usize, usize, usize, usize, &mut [f32], usize) + Sync,
+) -> Vec<f32> {
     let mut out = vec![0f32; m * n];
     if m == 0 || n == 0 {
         return out;
@@ -97,15 +102,8 @@ fn tiled(m: usize, n: usize, parallel: bool, tile: impl Fn(usize, usize, usize, 
     let h = m.div_ceil(4 * threads).next_multiple_of(8).min(TILE);
     let work = |(b, rows): (usize, &mut [f32])| {
         let (i0, i1) = (b * h, (b * h + h).min(m));
-        let mut buf = vec![0f32; (i1 - i0) * TILE];
         for j0 in (0..n).step_by(TILE) {
-            let j1 = (j0 + TILE).min(n);
-            let w = j1 - j0;
-            let buf = &mut buf[..(i1 - i0) * w];
-            tile(i0, i1, j0, j1, buf);
-            for (r, src) in buf.chunks_exact(w).enumerate() {
-                rows[r * n + j0..][..w].copy_from_slice(src);
-            }
+            tile(i0, i1, j0, (j0 + TILE).min(n), &mut rows[j0..], n);
         }
     };
     if parallel {
@@ -262,7 +260,7 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parall
         let (ia, ib) = (int8_operand(&da), int8_operand(&db));
         let post = 2f32.powi(ia.exp + ib.exp);
         let nb = k / bs;
-        return tiled(m, n, parallel, |i0, i1, j0, j1, out| {
+        return tiled(m, n, parallel, |i0, i1, j0, j1, out, stride| {
             dot::int8_tile(
                 isa,
                 &ia.vals[i0 * k..i1 * k],
@@ -273,6 +271,7 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parall
                 bs,
                 post,
                 out,
+                stride,
             )
         });
     }
@@ -315,14 +314,18 @@ fn panel_product(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parallel: b
 /// of `n` rows), f32 accumulation.
 #[cfg(target_arch = "x86_64")]
 fn bf16_product(a: &[half::bf16], packed: &[u32], m: usize, n: usize, kp: usize, parallel: bool) -> Vec<f32> {
-    tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::bf16_tile(&a[i0 * kp..i1 * kp], packed, kp, j0, j1, out))
+    tiled(m, n, parallel, |i0, i1, j0, j1, out, stride| {
+        dot::bf16_tile(&a[i0 * kp..i1 * kp], packed, kp, j0, j1, out, stride)
+    })
 }
 
 /// The f32 product of pre-scaled rows `a` (`m x k`) and `b` (`n x k`), B packed into
 /// 16-column panels (a 6 x 16 register tile on AVX2).
 fn f32_packed_product(isa: Isa, a: &[f32], b: &[f32], m: usize, n: usize, k: usize, parallel: bool) -> Vec<f32> {
     let packed = dot::pack_f32_panels(b, n, k);
-    tiled(m, n, parallel, |i0, i1, j0, j1, out| dot::f32_panel_tile(isa, &a[i0 * k..i1 * k], &packed, k, j0, j1, out))
+    tiled(m, n, parallel, |i0, i1, j0, j1, out, stride| {
+        dot::f32_panel_tile(isa, &a[i0 * k..i1 * k], &packed, k, j0, j1, out, stride)
+    })
 }
 
 /// Block-scaled product of A's bf16 element rows (`m x k`) with its f32 block scales
@@ -339,9 +342,9 @@ fn bf16_scaled_product(
     parallel: bool,
 ) -> Vec<f32> {
     let nb = k / bs;
-    tiled(m, n, parallel, |i0, i1, j0, j1, out| {
+    tiled(m, n, parallel, |i0, i1, j0, j1, out, stride| {
         let (a, sa) = (&a.values[i0 * k..i1 * k], &a.scales[i0 * nb..i1 * nb]);
-        dot::bf16_scaled_tile(a, sa, &b.values, &b.scales, k, bs, j0, j1, out)
+        dot::bf16_scaled_tile(a, sa, &b.values, &b.scales, k, bs, j0, j1, out, stride)
     })
 }
 
@@ -349,7 +352,7 @@ fn bf16_scaled_product(
 fn f32_product(av: &[f32], asc: &[f32], db: &Decoded, m: usize, parallel: bool, isa: Isa) -> Vec<f32> {
     let (n, k, bs) = (db.rows, db.k, db.block);
     let nb = k / bs;
-    tiled(m, n, parallel, |i0, i1, j0, j1, out| {
+    tiled(m, n, parallel, |i0, i1, j0, j1, out, stride| {
         dot::f32_tile(
             isa,
             &av[i0 * k..i1 * k],
@@ -359,6 +362,7 @@ fn f32_product(av: &[f32], asc: &[f32], db: &Decoded, m: usize, parallel: bool, 
             k,
             bs,
             out,
+            stride,
         )
     })
 }

@@ -1,12 +1,14 @@
 //! Tile kernels of the fast GEMM: `out[i, j] = sum_kb s_a[i, kb] s_b[j, kb] dot_kb(a_i, b_j)`
-//! for rows of A and B both K-major, in int8 (exact block sums) or f32.
+//! for rows of A and B both K-major, in int8 (exact block sums) or f32. Each writes its
+//! tile into the output matrix in place: row `i` of the tile starts at `out[i * stride]`.
 
 use rayon::prelude::*;
 
 use crate::kernels::Isa;
 
 /// int8 tile: `a` is `mt x k`, `b` is `nt x k` (small integers), scales `mt x k/bs` and
-/// `nt x k/bs`; `out` (`mt x nt`) gets `post * sum_kb (sa * sb) * (exact block sum)`.
+/// `nt x k/bs`; `out` (`mt` rows of `stride`) gets `post * sum_kb (sa * sb) * (exact block
+/// sum)`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn int8_tile(
     isa: Isa,
@@ -18,26 +20,37 @@ pub(super) fn int8_tile(
     bs: usize,
     post: f32,
     out: &mut [f32],
+    stride: usize,
 ) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` exists only after `avx2_available()` confirmed AVX2 (and
         // FMA, which every AVX2 CPU this path targets has; checked there too).
         Isa::Avx2 if (bs == 16 || bs == 32) && k.is_multiple_of(32) => unsafe {
-            avx2::int8_tile(a, sa, b, sb, k, bs, post, out)
+            avx2::int8_tile(a, sa, b, sb, k, bs, post, out, stride)
         },
-        _ => portable_int8(a, sa, b, sb, k, bs, post, out),
+        _ => portable_int8(a, sa, b, sb, k, bs, post, out, stride),
     }
 }
 
 /// f32 tile: as [`int8_tile`] with f32 element values, block sums in f32.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn f32_tile(isa: Isa, a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usize, out: &mut [f32]) {
+pub(super) fn f32_tile(
+    isa: Isa,
+    a: &[f32],
+    sa: &[f32],
+    b: &[f32],
+    sb: &[f32],
+    k: usize,
+    bs: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `int8_tile`.
-        Isa::Avx2 if bs.is_multiple_of(8) => unsafe { avx2::f32_tile(a, sa, b, sb, k, bs, out) },
-        _ => portable_f32(a, sa, b, sb, k, bs, out),
+        Isa::Avx2 if bs.is_multiple_of(8) => unsafe { avx2::f32_tile(a, sa, b, sb, k, bs, out, stride) },
+        _ => portable_f32(a, sa, b, sb, k, bs, out, stride),
     }
 }
 
@@ -46,14 +59,22 @@ pub(super) fn f32_tile(isa: Isa, a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k
 pub(super) const PANEL: usize = 32;
 
 /// bf16 tile: rows `a` (`mt x kp` bf16, `kp` a multiple of 32) times the packed panels
-/// of B for columns `j0..j1` (`j0` a multiple of [`PANEL`]); `out` is `mt x (j1 - j0)`.
+/// of B for columns `j0..j1` (`j0` a multiple of [`PANEL`]); `out` holds `mt` rows of `stride`.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn bf16_tile(a: &[half::bf16], packed: &[u32], kp: usize, j0: usize, j1: usize, out: &mut [f32]) {
+pub(super) fn bf16_tile(
+    a: &[half::bf16],
+    packed: &[u32],
+    kp: usize,
+    j0: usize,
+    j1: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
     assert!(crate::avx512_available() && kp.is_multiple_of(32) && j0.is_multiple_of(PANEL));
     assert!(packed.len() >= j1.div_ceil(PANEL) * kp / 2 * PANEL && a.len().is_multiple_of(kp));
     // SAFETY: AVX-512 F, BW and BF16 were just confirmed; the asserts give the kernel
     // the slice lengths its reads rely on.
-    unsafe { avx512::bf16_tile(a, packed, kp, j0, j1, out) }
+    unsafe { avx512::bf16_tile(a, packed, kp, j0, j1, out, stride) }
 }
 
 /// Output columns per packed f32 panel of B (two 8-lane vectors).
@@ -75,16 +96,26 @@ pub(super) fn pack_f32_panels(b: &[f32], n: usize, k: usize) -> Vec<f32> {
 
 /// f32 tile of pre-scaled operands: rows `a` (`mt x k`) times the packed panels of B for
 /// columns `j0..j1` (`j0` a multiple of [`F32_PANEL`]), f32 FMA accumulation along K.
-pub(super) fn f32_panel_tile(isa: Isa, a: &[f32], packed: &[f32], k: usize, j0: usize, j1: usize, out: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+pub(super) fn f32_panel_tile(
+    isa: Isa,
+    a: &[f32],
+    packed: &[f32],
+    k: usize,
+    j0: usize,
+    j1: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
     assert!(j0.is_multiple_of(F32_PANEL) && a.len().is_multiple_of(k.max(1)));
     assert!(packed.len() >= j1.div_ceil(F32_PANEL) * k * F32_PANEL);
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` exists only after `avx2_available()` confirmed AVX2 and FMA;
         // the asserts give the kernel the extents it reads.
-        Isa::Avx2 => unsafe { avx2::f32_panel_tile(a, packed, k, j0, j1, out) },
+        Isa::Avx2 => unsafe { avx2::f32_panel_tile(a, packed, k, j0, j1, out, stride) },
         _ => {
-            let (mt, width) = (a.len() / k, j1 - j0);
+            let mt = a.len() / k;
             for i in 0..mt {
                 for j in j0..j1 {
                     let base = (j / F32_PANEL) * k * F32_PANEL + j % F32_PANEL;
@@ -92,7 +123,7 @@ pub(super) fn f32_panel_tile(isa: Isa, a: &[f32], packed: &[f32], k: usize, j0: 
                     for t in 0..k {
                         acc = a[i * k + t].mul_add(packed[base + t * F32_PANEL], acc);
                     }
-                    out[i * width + j - j0] = acc;
+                    out[i * stride + j - j0] = acc;
                 }
             }
         }
@@ -114,6 +145,7 @@ pub(super) fn bf16_scaled_tile(
     j0: usize,
     j1: usize,
     out: &mut [f32],
+    stride: usize,
 ) {
     let nb = k / bs;
     assert!(crate::avx512_available() && bs.is_multiple_of(2) && k.is_multiple_of(bs) && j0.is_multiple_of(PANEL));
@@ -123,7 +155,7 @@ pub(super) fn bf16_scaled_tile(
     assert!(a.len().is_multiple_of(k) && sa.len() == a.len() / k * nb);
     // SAFETY: AVX-512 F, BW and BF16 were just confirmed; the asserts give the kernel
     // the slice lengths its reads rely on.
-    unsafe { avx512::bf16_scaled_tile(a, sa, packed, packed_scales, k, bs, j0, j1, out) }
+    unsafe { avx512::bf16_scaled_tile(a, sa, packed, packed_scales, k, bs, j0, j1, out, stride) }
 }
 
 /// One ISA's K step of the packed-panel micro kernels: a panel's two column vectors at
@@ -212,27 +244,36 @@ fn for_each_tile(
     }
 }
 
-/// Writes a tile's rows (each a panel's `W` columns) to `out` rows `i..` of `width`
-/// floats, columns `cols` of the panel.
+/// Writes a tile's rows (each a panel's `W` columns) to `out` rows `i..` (`stride`
+/// floats apart), columns `cols` of the panel.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn store_rows<const W: usize>(
     rows: impl IntoIterator<Item = [f32; W]>,
     i: usize,
     cols: core::ops::Range<usize>,
-    width: usize,
+    stride: usize,
     out: &mut [f32],
 ) {
     for (ii, lanes) in rows.into_iter().enumerate() {
-        let dst = &mut out[(i + ii) * width..][cols.clone()];
+        let dst = &mut out[(i + ii) * stride..][cols.clone()];
         dst.copy_from_slice(&lanes[..dst.len()]);
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn portable_int8(a: &[i8], sa: &[f32], b: &[i8], sb: &[f32], k: usize, bs: usize, post: f32, out: &mut [f32]) {
+fn portable_int8(
+    a: &[i8],
+    sa: &[f32],
+    b: &[i8],
+    sb: &[f32],
+    k: usize,
+    bs: usize,
+    post: f32,
+    out: &mut [f32],
+    stride: usize,
+) {
     let nb = k / bs;
-    let nt = b.len() / k;
     for (i, (ar, sar)) in a.chunks_exact(k).zip(sa.chunks_exact(nb)).enumerate() {
         for (j, (br, sbr)) in b.chunks_exact(k).zip(sb.chunks_exact(nb)).enumerate() {
             let mut acc = 0f32;
@@ -240,14 +281,14 @@ fn portable_int8(a: &[i8], sa: &[f32], b: &[i8], sb: &[f32], k: usize, bs: usize
                 let s: i32 = ab.iter().zip(bb).map(|(&x, &y)| x as i32 * y as i32).sum();
                 acc += s as f32 * (sar[kb] * sbr[kb]);
             }
-            out[i * nt + j] = acc * post;
+            out[i * stride + j] = acc * post;
         }
     }
 }
 
-fn portable_f32(a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usize, out: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+fn portable_f32(a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usize, out: &mut [f32], stride: usize) {
     let nb = k / bs;
-    let nt = b.len() / k;
     for (i, (ar, sar)) in a.chunks_exact(k).zip(sa.chunks_exact(nb)).enumerate() {
         for (j, (br, sbr)) in b.chunks_exact(k).zip(sb.chunks_exact(nb)).enumerate() {
             let mut acc = 0f32;
@@ -260,7 +301,7 @@ fn portable_f32(a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usiz
                 let s: f32 = lanes.iter().sum();
                 acc = s.mul_add(sar[kb] * sbr[kb], acc);
             }
-            out[i * nt + j] = acc;
+            out[i * stride + j] = acc;
         }
     }
 }
@@ -302,6 +343,7 @@ mod avx2 {
         bs: usize,
         post: f32,
         out: &mut [f32],
+        stride: usize,
     ) {
         let (mt, nt, nb, steps) = (a.len() / k, b.len() / k, k / bs, k / 32);
         let load = |row: &[i8], s: usize| {
@@ -337,7 +379,7 @@ mod avx2 {
                 }
                 for ii in 0..ih {
                     for jj in 0..jh {
-                        out[(i + ii) * nt + j + jj] = hsum8(acc[ii][jj]) * post;
+                        out[(i + ii) * stride + j + jj] = hsum8(acc[ii][jj]) * post;
                     }
                 }
                 j += jh;
@@ -395,8 +437,16 @@ mod avx2 {
     /// # Safety
     /// AVX2 and FMA present; the extents checked by `super::f32_panel_tile`.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn f32_panel_tile(a: &[f32], packed: &[f32], k: usize, j0: usize, j1: usize, out: &mut [f32]) {
-        let (mt, width) = (a.len() / k, j1 - j0);
+    pub(super) unsafe fn f32_panel_tile(
+        a: &[f32],
+        packed: &[f32],
+        k: usize,
+        j0: usize,
+        j1: usize,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        let mt = a.len() / k;
         super::for_each_tile(mt, (j0, j1), super::F32_PANEL, MR_F32, |panel, cols, i, ih| {
             let panel = packed[panel * k * super::F32_PANEL..].as_ptr();
             macro_rules! go {
@@ -406,7 +456,7 @@ mod avx2 {
                             let ap: [*const f32; $mi] = core::array::from_fn(|ii| a[(i + ii) * k..].as_ptr());
                             // SAFETY: rows i..i + ih exist; the panel is covered.
                             let acc = unsafe { micro_f32::<$mi>(ap, panel, k) };
-                            super::store_rows(acc.iter().map(|v| lanes(v)), i, cols, width, out);
+                            super::store_rows(acc.iter().map(|v| lanes(v)), i, cols, stride, out);
                         })*
                         _ => unreachable!("1..=MR_F32 rows"),
                     }
@@ -429,8 +479,18 @@ mod avx2 {
         lanes
     }
 
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn f32_tile(a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usize, out: &mut [f32]) {
+    pub(super) fn f32_tile(
+        a: &[f32],
+        sa: &[f32],
+        b: &[f32],
+        sb: &[f32],
+        k: usize,
+        bs: usize,
+        out: &mut [f32],
+        stride: usize,
+    ) {
         let (mt, nt, nb) = (a.len() / k, b.len() / k, k / bs);
         let load = |row: &[f32], at: usize| {
             let v = &row[at..at + 8];
@@ -467,7 +527,7 @@ mod avx2 {
                 }
                 for ii in 0..ih {
                     for jj in 0..jh {
-                        out[(i + ii) * nt + j + jj] = hsum8(tot[ii][jj]);
+                        out[(i + ii) * stride + j + jj] = hsum8(tot[ii][jj]);
                     }
                 }
                 j += jh;
@@ -544,14 +604,14 @@ mod avx512 {
         i: usize,
         panel: usize,
         cols: core::ops::Range<usize>,
-        width: usize,
+        stride: usize,
         out: &mut [f32],
     ) {
         let pairs = kp / 2;
         let ptrs: [*const u32; MI] = core::array::from_fn(|ii| a[(i + ii) * kp..].as_ptr().cast::<u32>());
         // SAFETY: forwarded from the caller.
         let acc = unsafe { micro::<MI>(ptrs, packed[panel * pairs * PANEL..].as_ptr(), pairs) };
-        super::store_rows(acc.iter().map(|v| lanes(v)), i, cols, width, out);
+        super::store_rows(acc.iter().map(|v| lanes(v)), i, cols, stride, out);
     }
 
     /// Rows of A per register tile of the block-scaled kernel (12 block accumulators and
@@ -608,8 +668,9 @@ mod avx512 {
         j0: usize,
         j1: usize,
         out: &mut [f32],
+        stride: usize,
     ) {
-        let (mt, width, nb) = (a.len() / k, j1 - j0, k / bs);
+        let (mt, nb) = (a.len() / k, k / bs);
         super::for_each_tile(mt, (j0, j1), PANEL, MR_SCALED, |panel, cols, i, ih| {
             let bp = packed[panel * (k / 2) * PANEL..].as_ptr();
             let sp = packed_scales[panel * nb * PANEL..].as_ptr();
@@ -621,7 +682,7 @@ mod avx512 {
                             let sap: [*const f32; $mi] = core::array::from_fn(|ii| sa[(i + ii) * nb..].as_ptr());
                             // SAFETY: rows i..i + ih exist; the panel and its scales are covered.
                             let acc = unsafe { micro_scaled::<$mi>(ap, sap, bp, sp, k, bs) };
-                            super::store_rows(acc.iter().map(|v| lanes(v)), i, cols, width, out);
+                            super::store_rows(acc.iter().map(|v| lanes(v)), i, cols, stride, out);
                         })*
                         _ => unreachable!("1..=MR_SCALED rows"),
                     }
@@ -648,14 +709,22 @@ mod avx512 {
     /// AVX-512 F/BW/BF16 present; `a` holds whole rows of `kp` (a multiple of 32), `packed`
     /// covers the panels of columns `j0..j1`.
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    pub(super) unsafe fn bf16_tile(a: &[half::bf16], packed: &[u32], kp: usize, j0: usize, j1: usize, out: &mut [f32]) {
-        let (mt, width) = (a.len() / kp, j1 - j0);
+    pub(super) unsafe fn bf16_tile(
+        a: &[half::bf16],
+        packed: &[u32],
+        kp: usize,
+        j0: usize,
+        j1: usize,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        let mt = a.len() / kp;
         super::for_each_tile(mt, (j0, j1), PANEL, MR, |panel, cols, i, ih| {
             macro_rules! go {
                 ($($mi:literal)*) => {
                     match ih {
                         // SAFETY: rows i..i + ih exist; the panel is covered.
-                        $($mi => unsafe { rows::<$mi>(a, packed, kp, i, panel, cols.clone(), width, out) },)*
+                        $($mi => unsafe { rows::<$mi>(a, packed, kp, i, panel, cols.clone(), stride, out) },)*
                         _ => unreachable!("1..=MR rows"),
                     }
                 };
