@@ -1,9 +1,10 @@
-//! The fast path: operands decoded once per call into SIMD-friendly arrays (pre-scaled
-//! bf16 for the AVX-512 BF16 kernels where that is exact, else bf16 elements with f32
-//! block scales; int8 or f32 values on other CPUs), f32 accumulation, rayon over 64 x 64
-//! output tiles. Weight-only products with at most [`GEMV_ROWS`] rows stream the
-//! weights instead: 4-bit ones through the `nibble` kernels, 6- and 8-bit ones through
-//! the `bytes` kernels.
+//! The fast path: operands decoded once per call into SIMD-friendly arrays (for the
+//! AVX-512 BF16 kernels, straight from the codes into bf16 rows and packed panels:
+//! pre-scaled where that is exact, else elements with f32 block scales; int8 or f32
+//! values on other CPUs), f32 accumulation, rayon over blocks of output rows, each
+//! computing its 64 x 64 tiles into the result in place. Weight-only products with at
+//! most [`GEMV_ROWS`] rows stream the weights instead: 4-bit ones through the `nibble`
+//! kernels, 6- and 8-bit ones through the `bytes` kernels.
 
 use blockscale_formats::Source;
 use std::any::{Any, TypeId};
@@ -25,7 +26,7 @@ use crate::kernels::Isa;
 mod bf16_operand;
 mod dot;
 
-/// Output rows and columns per task.
+/// Output rows and columns per tile (and at most the rows per task).
 const TILE: usize = 64;
 
 /// Outputs from which the epilogue runs on the thread pool.
