@@ -47,6 +47,7 @@ mod gemv;
 mod pipeline;
 pub mod prepared;
 mod quantize;
+mod tuning;
 
 pub use blockscale_formats::{Activation, Epilogue, GlobalScaleSource, NonFinite, NvFp4Recipe, QuantizeOptions};
 pub use buffer::{DeviceElement, DeviceQuantized, DeviceScales};

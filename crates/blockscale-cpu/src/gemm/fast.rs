@@ -187,39 +187,23 @@ fn prescale_ok(q: &QuantizedMatrix, budget: Option<u32>) -> bool {
     }
 }
 
-/// Rows of values times block scales (no per-tensor factor), zero-padded to `kp`,
-/// mapped through `f`; `None` if any is NaN or infinite.
-fn scaled_rows<T: Copy + Default + Send>(
-    q: &QuantizedMatrix,
-    isa: Isa,
-    kp: usize,
-    parallel: bool,
-    f: impl Fn(f32) -> T + Sync,
-) -> Option<Vec<T>> {
+/// Rows of values times block scales (no per-tensor factor), `rows x k` in f32; `None`
+/// if any is NaN or infinite.
+fn scaled_rows(q: &QuantizedMatrix, isa: Isa, parallel: bool) -> Option<Vec<f32>> {
     let k = q.k();
-    let mut out = vec![T::default(); q.rows() * kp];
-    let work = |(dec, buf): &mut (RowDecoder<'_>, Vec<f32>), (r, row): (usize, &mut [T])| {
-        dec.block_scaled(r, buf);
-        let finite = buf.iter().all(|v| v.is_finite());
-        for (o, &v) in row.iter_mut().zip(buf.iter()) {
-            *o = f(v);
-        }
-        finite
+    let mut out = vec![0f32; q.rows() * k];
+    let work = |dec: &mut RowDecoder<'_>, (r, row): (usize, &mut [f32])| {
+        dec.block_scaled(r, row);
+        row.iter().all(|v| v.is_finite())
     };
-    let init = || (RowDecoder::new(q, isa), vec![0f32; k]);
+    let init = || RowDecoder::new(q, isa);
     let ok = if parallel {
-        out.par_chunks_mut(kp).enumerate().map_init(init, work).all(|x| x)
+        out.par_chunks_mut(k).enumerate().map_init(init, work).all(|x| x)
     } else {
-        let mut state = init();
-        out.chunks_mut(kp).enumerate().map(|item| work(&mut state, item)).fold(true, |a, b| a & b)
+        let mut dec = init();
+        out.chunks_mut(k).enumerate().map(|item| work(&mut dec, item)).fold(true, |a, b| a & b)
     };
     ok.then_some(out)
-}
-
-/// The high half of an f32 (exact for the values [`prescale_ok`] admits with a budget of 8 bits).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn bf16_bits(v: f32) -> u16 {
-    (v.to_bits() >> 16) as u16
 }
 
 /// Quantized x quantized, before the epilogue.
@@ -241,8 +225,7 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parall
     if !isa.bf16() && prescale_ok(a, None) && prescale_ok(b, None) {
         // Values times scales in f32 (exact for NVFP4, MX and power-of-two scales, one
         // rounding each otherwise): a plain f32 product with the packed AVX2 kernel.
-        if let (Some(pa), Some(pb)) = (scaled_rows(a, isa, k, parallel, |v| v), scaled_rows(b, isa, k, parallel, |v| v))
-        {
+        if let (Some(pa), Some(pb)) = (scaled_rows(a, isa, parallel), scaled_rows(b, isa, parallel)) {
             return f32_packed_product(isa, &pa, &pb, m, n, k, parallel);
         }
     }
@@ -492,8 +475,9 @@ pub(super) fn gemm_wq(x: &[f32], m: usize, w: &QuantizedMatrix, isa: Isa, option
         let kp = k.next_multiple_of(32);
         if let Some(pw) = bf16_operand::panels(w, isa, bf16_operand::Values::Scaled, kp, parallel) {
             let mut xp = vec![half::bf16::ZERO; m * kp];
+            // Exact: the activations' low halves were checked to be zero.
             for (dst, src) in xp.chunks_exact_mut(kp).zip(x.chunks_exact(k)) {
-                dst.iter_mut().zip(src).for_each(|(d, &v)| *d = half::bf16::from_bits(bf16_bits(v)));
+                dst.iter_mut().zip(src).for_each(|(d, &v)| *d = half::bf16::from_f32(v));
             }
             return bf16_product(&xp, &pw.values, m, w.rows(), kp, parallel);
         }
@@ -501,7 +485,7 @@ pub(super) fn gemm_wq(x: &[f32], m: usize, w: &QuantizedMatrix, isa: Isa, option
     if isa != Isa::Portable
         && prescale_ok(w, None)
         && x.iter().all(|v| v.is_finite())
-        && let Some(pw) = scaled_rows(w, isa, k, parallel, |v| v)
+        && let Some(pw) = scaled_rows(w, isa, parallel)
     {
         return f32_packed_product(isa, x, &pw, m, w.rows(), k, parallel);
     }

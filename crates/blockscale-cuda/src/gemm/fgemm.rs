@@ -24,6 +24,7 @@ use crate::buffer::{DeviceElement, DeviceQuantized};
 use crate::ffi::launch::{Kernel, MAX_CLUSTER, Order, launch};
 use crate::ffi::names::KernelName;
 use crate::ffi::params::{FgemmArgs, FgemmParams, PgemmParams, TensorMap};
+use crate::tuning::env_usize;
 use crate::{Arch, CudaError, Device};
 
 /// Threads per CTA (`kThreads`: two consumer warpgroups and a producer warpgroup).
@@ -92,12 +93,7 @@ const _: () = assert!(
 /// `BLOCKSCALE_GEMM_FP8_TILE_M` (64 or 128; read once; for measurements), else `None`.
 fn tile_m_override() -> Option<usize> {
     static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *S.get_or_init(|| {
-        std::env::var("BLOCKSCALE_GEMM_FP8_TILE_M")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|&t| t == 64 || t == 128)
-    })
+    *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_FP8_TILE_M").filter(|&t| t == 64 || t == 128))
 }
 
 /// Activation rows a tile: 64 up to M = 64 (the 128-row tile would be half padding),
@@ -131,11 +127,6 @@ fn max_m() -> usize {
 fn mx_max_m() -> usize {
     static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_MX_WGMMA_MAX_M").unwrap_or(MX_MAX_M))
-}
-
-/// An environment variable as a count, if set and a number.
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
 /// `BLOCKSCALE_GEMM_FP8_SPLITS`: the most K splits (read once; for measurements).

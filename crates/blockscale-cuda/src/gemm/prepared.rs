@@ -65,7 +65,7 @@ const WG_ACT_TILE: usize = 128 * 128;
 /// comparisons).
 fn wgmma_enabled() -> bool {
     static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMM_WGMMA").map_or(true, |v| v.trim() != "0"))
+    *S.get_or_init(|| crate::tuning::env_on("BLOCKSCALE_GEMM_WGMMA"))
 }
 
 /// Whether the wgmma kernel takes f16 activations with `scheme`: INT4 and FP8 block,
@@ -91,7 +91,7 @@ const WGMMA_G32_MAX_M: usize = 256;
 /// [`WGMMA_MAX_M`] or [`WGMMA_G32_MAX_M`].
 fn wgmma_max_m(scheme: Scheme, f16: bool) -> usize {
     static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let set = *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMM_WGMMA_MAX_M").ok().and_then(|v| v.trim().parse().ok()));
+    let set = *S.get_or_init(|| crate::tuning::env_usize("BLOCKSCALE_GEMM_WGMMA_MAX_M"));
     set.unwrap_or(if scheme == Scheme::Int4G32 && !f16 { WGMMA_G32_MAX_M } else { WGMMA_MAX_M })
 }
 
@@ -118,9 +118,7 @@ fn wg_smem_bytes(scheme: Scheme) -> usize {
 
 fn fused_max_m() -> usize {
     static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *S.get_or_init(|| {
-        std::env::var("BLOCKSCALE_GEMM_FUSED_MAX_M").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(FUSED_MAX_M)
-    })
+    *S.get_or_init(|| crate::tuning::env_usize("BLOCKSCALE_GEMM_FUSED_MAX_M").unwrap_or(FUSED_MAX_M))
 }
 
 /// Whether a product of `m` activation rows takes the fused kernel here.

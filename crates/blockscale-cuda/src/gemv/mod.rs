@@ -147,7 +147,7 @@ fn rows_per_cta(scheme: Scheme) -> usize {
 /// Tuning override for benchmarks: `BLOCKSCALE_GEMV_SPLITS` (CTAs along K).
 fn split_override() -> Option<usize> {
     static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *S.get_or_init(|| std::env::var("BLOCKSCALE_GEMV_SPLITS").ok().and_then(|v| v.trim().parse().ok()))
+    *S.get_or_init(|| crate::tuning::env_usize("BLOCKSCALE_GEMV_SPLITS"))
 }
 
 /// Tuning switch for benchmarks: `BLOCKSCALE_GEMV_EARLY_LAUNCH=0` keeps a one-wave GEMV on
@@ -155,7 +155,7 @@ fn split_override() -> Option<usize> {
 /// follows its main loop, as for larger grids).
 fn early_launch() -> bool {
     static E: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *E.get_or_init(|| std::env::var("BLOCKSCALE_GEMV_EARLY_LAUNCH").map_or(true, |v| v.trim() != "0"))
+    *E.get_or_init(|| crate::tuning::env_on("BLOCKSCALE_GEMV_EARLY_LAUNCH"))
 }
 
 /// Tuning switch for benchmarks: `BLOCKSCALE_GEMV_CLUSTERS=0` makes a one-wave GEMV on
@@ -163,7 +163,7 @@ fn early_launch() -> bool {
 /// (as larger grids do) instead of in a cluster.
 fn gemv_clusters() -> bool {
     static C: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *C.get_or_init(|| std::env::var("BLOCKSCALE_GEMV_CLUSTERS").map_or(true, |v| v.trim() != "0"))
+    *C.get_or_init(|| crate::tuning::env_on("BLOCKSCALE_GEMV_CLUSTERS"))
 }
 
 /// How a GEMV is launched: tiles of rows x splits of K, and the split-K workspace.
