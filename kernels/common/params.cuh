@@ -203,7 +203,7 @@ struct FgemmParams {
     uint32_t a_tiles;               // FP8 block: A's scales per 128-row tile
     uint32_t scale_cols;            // MX: scale columns of a row (K / 32)
     uint32_t swizzled;              // MX: bit 0 A's scales Swizzled128x4, bit 1 B's
-    uint32_t pad;
+    uint32_t pair;                  // pairs of M tiles share each weight tile (multicast; fgemm.cu)
 };
 
 // Index of scale (row, col) in the Swizzled128x4 layout with `cols` logical columns.

@@ -36,6 +36,16 @@
 // outputs; a second barrier keeps the sums until every peer has read them. No partial
 // sums in global memory, no counters, a deterministic result. The epilogue goes through
 // TM x 512 bytes of shared memory (alpha, bias, activation, 16-byte stores), as wgemm's.
+//
+// Pairs (`pair` != 0): two CTAs of a cluster take the same weight tile for two activation
+// tiles (M tiles 2j and 2j + 1; a last odd one pairs with a tile of zeros past M, whose
+// outputs are not written), and each copies half of the weight tile (its 64 rows) into
+// both CTAs' stages with one multicast TMA copy: every weight byte crosses L2 once for
+// 2 TM activation rows, as with 128-row tiles, without a K split's reduction. A stage is
+// refilled once the consumers of both CTAs have released it (each consumer arrives on
+// its own CTA's `empty` barrier and on the peer's). The host pairs tiles only where it
+// does not split K.
+
 #include "wgmma.cuh"
 
 namespace bs {
@@ -99,10 +109,32 @@ constexpr int kProducerRegs = 40;
 static_assert(2 * 128 * kConsumerRegs + 128 * kProducerRegs <= wgemm::kThreads * ((65536 / wgemm::kThreads) & ~7),
               "within the registers the CTA holds");
 
+// One arrival on the barrier at `bar`'s place in CTA `rank` of the cluster. (This plain
+// form and the plain try_wait on the other side, as CUTLASS's pipelines use them: with
+// `.release.cluster` arrivals and an `.acquire.cluster` wait the pairs ran 2.3x slower.)
+__device__ __forceinline__ void bar_arrive_peer(uint64_t* bar, uint32_t rank) {
+    asm volatile(
+        "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [r];\n}" ::"r"(smem_u32(bar)),
+        "r"(rank)
+        : "memory");
+}
+
 // A CUtensorMap: the 128 opaque bytes cuTensorMapEncodeTiled writes.
 struct alignas(64) TensorMap {
     unsigned long long words[16];
 };
+
+// The box at (k, row) of `map` into the same place of the shared memory of every CTA in
+// `mask` (this one included), each copy counted on that CTA's `bar` at the same offset.
+__device__ __forceinline__ void tma_tile_multicast(uint8_t* dst, const TensorMap* map, uint32_t k, uint32_t row,
+                                                   uint64_t* bar, uint16_t mask, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+        ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;" ::"r"(smem_u32(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(smem_u32(bar)), "h"(mask), "l"(policy)
+        : "memory");
+}
 
 // The 128 x 128-byte box at (k, row) of `map` into shared memory at `dst`, counted on
 // `bar`; rows past the tensor's end arrive as zeros.
@@ -224,12 +256,26 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     const int lane = threadIdx.x & 31;
     const uint32_t S = p.slabs;  // K blocks
     const uint32_t tiles_n = (p.n + BN - 1) / BN;
-    const uint32_t tiles_nm = tiles_n * ((p.m + TM - 1) / TM);
-    const uint32_t tiles = tiles_nm * p.splits;
+    const bool paired = fp.pair != 0;
+    // Pairs take M tiles two at a time (a last odd one with a tile past M).
+    const uint32_t tiles_m = ((p.m + TM - 1) / TM + (paired ? 1u : 0u)) & (paired ? ~1u : ~0u);
+    const uint32_t tiles = tiles_n * tiles_m * p.splits;
     // With K split, the splits of a tile are one cluster of consecutive CTAs (rank =
-    // split, tile_at's order).
+    // split, tile_at's order). Pairs (never split) are clusters of two consecutive CTAs
+    // (rank = half; the grid is even, so every turn t of a CTA has t % 2 = half) taking
+    // M tiles 2j + half of the same weight tile.
     const bool clustered = p.splits > 1;
-    auto tile_of = [&](uint32_t t) { return tile_at<TM>(p, t); };
+    const uint32_t half = paired ? blockIdx.x & 1u : 0u;
+    auto tile_of = [&](uint32_t t) {
+        if (!paired) return tile_at<TM>(p, t);
+        Tile r;
+        r.split = 0;
+        r.n = (t >> 1) % tiles_n;
+        r.m = 2u * ((t >> 1) / tiles_n % (tiles_m / 2u)) + (t & 1u);
+        r.s0 = 0;
+        r.count = p.slabs;
+        return r;
+    };
     // The producers' walk over the CTA's blocks: body(it, tile, i) for block i of each of
     // its tiles, `it` counting blocks as the ring does.
     auto each_block = [&](auto&& body) {
@@ -242,8 +288,10 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
         }
     };
     // Waits until the consumers have released the stage block `it` refills.
+    // (Pairs: the consumers of both CTAs; the peer's producer writes into this stage.)
     auto wait_free = [&](uint32_t it) {
-        if (it >= (uint32_t)kDepth) mbar_wait(&empty[it % kDepth], ((it / kDepth) - 1u) & 1u);
+        if (it < (uint32_t)kDepth) return;
+        mbar_wait(&empty[it % kDepth], ((it / kDepth) - 1u) & 1u);
     };
     // A stage's scale area (after its two tiles).
     auto scale_area = [&](uint32_t st) { return smem + st * kStage + kActTile + kTile; };
@@ -253,8 +301,10 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     if (F::kMx && threadIdx.x == 0)
         for (int s = 0; s < kDepth; ++s) mbar_init(&landed[s], 32);
     // The TMA thread's expect_tx and the scale warp's 32 lanes or (MX) the converters.
-    init_ring(full, empty, 1 + (F::kMx ? kConverters : 32));
+    init_ring(full, empty, 1 + (F::kMx ? kConverters : 32), kConsumerWarps * (paired ? 64 : 32));
     __syncthreads();
+    // Pairs: the peer's barriers are initialized before anything arrives on them.
+    if (paired) cluster_sync();
 
     if (warp >= kConsumerWarps) {
 #if BS_WGEMM_ARCH
@@ -265,6 +315,16 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
             // (programmatic dependent launch): the first stages' weight tiles are
             // requested before waiting for it, their activation tiles after.
             const uint64_t weights = evict_first_policy(), acts = evict_last_policy();
+            // The weight tile of block i: whole, or (pairs) this CTA's half into both CTAs.
+            constexpr uint16_t mask = 3;  // both CTAs of the pair
+            auto weight_tile = [&](uint32_t st, const Tile& tl, uint32_t i) {
+                uint8_t* dst = smem + st * kStage + kActTile;
+                if (paired)
+                    tma_tile_multicast(dst + 8192u * half, tb, 128u * (tl.s0 + i), BN * tl.n + 64u * half, &full[st],
+                                       mask, weights);
+                else
+                    tma_tile(dst, tb, 128u * (tl.s0 + i), BN * tl.n, &full[st], weights);
+            };
             uint32_t it = 0;
             bool waited = false;
 #pragma unroll 1
@@ -275,7 +335,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
                     const uint32_t first = min(tl.count, (uint32_t)kDepth);
                     for (; i < first; ++i) {
                         mbar_expect_tx(&full[i], kActTile + kTile);
-                        tma_tile(smem + i * kStage + kActTile, tb, 128u * (tl.s0 + i), BN * tl.n, &full[i], weights);
+                        weight_tile(i, tl, i);
                     }
                     asm volatile("griddepcontrol.wait;" ::: "memory");
                     for (uint32_t j = 0; j < first; ++j)
@@ -288,7 +348,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
                     const uint32_t st = it % kDepth;
                     wait_free(it);
                     mbar_expect_tx(&full[st], kActTile + kTile);
-                    tma_tile(smem + st * kStage + kActTile, tb, 128u * (tl.s0 + i), BN * tl.n, &full[st], weights);
+                    weight_tile(st, tl, i);
                     tma_tile(smem + st * kStage, ta, 128u * (tl.s0 + i), TM * tl.m, &full[st], acts);
                 }
             }
@@ -362,11 +422,13 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
                 cp_async_arrive(&full[st]);
             });
         }
-        // The consumers' two cluster barriers count every thread of the cluster.
+        // The consumers' cluster barriers (two with K split, one for pairs) count every
+        // thread of the cluster.
         if (clustered) {
             cluster_sync();
             cluster_sync();
         }
+        if (paired) cluster_sync();
         return;
     }
 
@@ -430,7 +492,10 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
             acc[j][2] = __fmaf_rn(sums[j][2], __fmul_rn(w1, a.x), acc[j][2]);
             acc[j][3] = __fmaf_rn(sums[j][3], __fmul_rn(w1, a.y), acc[j][3]);
         }
-        if (q == U - 1) bar_arrive(&empty[st]);
+        if (q == U - 1) {
+            bar_arrive(&empty[st]);
+            if (paired) bar_arrive_peer(&empty[st], half ^ 1u);
+        }
     };
 
     for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -489,6 +554,8 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
         }
         store_split<TM, TM == 64 ? 4u : 2u>(p, tile_sums, m0, n0, tl.split, act);
     }
+    // Pairs: no CTA leaves while its peer may still arrive on its barriers.
+    if (paired) cluster_sync();
 }
 
 }  // namespace fgemm

@@ -63,14 +63,15 @@ __device__ __forceinline__ void bar_arrive(uint64_t* bar) {
 // The ring's barriers, by thread 0, before the CTA's first __syncthreads: `full[s]`
 // expects `full_arrivals` per phase (the producers' expect_tx and any other producer
 // arrivals; the bytes complete it), `empty[s]` every consumer thread (each releases its
-// own reads of the stage).
+// own reads of the stage; fgemm's pairs: the peer CTA's consumers too).
 template <int DEPTH>
-__device__ __forceinline__ void init_ring(uint64_t (&full)[DEPTH], uint64_t (&empty)[DEPTH], uint32_t full_arrivals) {
+__device__ __forceinline__ void init_ring(uint64_t (&full)[DEPTH], uint64_t (&empty)[DEPTH], uint32_t full_arrivals,
+                                          uint32_t empty_arrivals = kConsumerWarps * 32) {
     if (threadIdx.x != 0) return;
 #pragma unroll
     for (int s = 0; s < DEPTH; ++s) {
         mbar_init(&full[s], full_arrivals);
-        mbar_init(&empty[s], kConsumerWarps * 32);
+        mbar_init(&empty[s], empty_arrivals);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }

@@ -229,20 +229,25 @@ fn large_tiles_and_every_output_type() {
     }
 }
 
-/// FP8 block pairs at small and middle M: the FP8 wgmma kernel up to M = 64 and CUTLASS's
-/// kernel above by default, the FP8 wgmma kernel up to 512 when
-/// `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512` is set (`gpu-bundle/run.sh test` runs this file
-/// both ways): K split across SMs and added back inside the kernel (ragged M and N, 1x128
-/// and 128x128 activations, exact and random data, bias and activations, every output
-/// type, padded and odd output strides), and M = 512 / 513 on both sides of its boundary.
+/// FP8 block pairs at small and middle M: the FP8 wgmma kernel up to M = 128 and CUTLASS's
+/// kernel above by default, the FP8 wgmma kernel up to 512 with activation tiles paired
+/// wherever K is not split when `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512
+/// BLOCKSCALE_GEMM_FP8_PAIRS=2` are set (`gpu-bundle/run.sh test` runs this file both
+/// ways): K split across SMs and added back inside the kernel, pairs of activation tiles
+/// sharing each weight tile by multicast (ragged M and N, 1x128 and 128x128 activations,
+/// exact and random data, bias and activations, every output type, padded and odd output
+/// strides), and M = 512 / 513 on both sides of its boundary.
 #[test]
 fn fp8_block_small_m_splits_k() {
     let Some(dev) = hopper() else { return };
     // (pair, M x N x K), with the FP8 wgmma kernel up to 512: 64-row tiles up to 512 x 256
     // x 512, K split in clusters at 64 x 300 x 4096 (3 tiles of 32 blocks), 77 x 136 x
     // 2048 and 200 x 1000 x 1024; 128-row tiles at 300 x 3000 x 512 (72 tiles); 513 runs
-    // CUTLASS.
+    // CUTLASS. Pairs (no split; the second run): 100 x 1000 x 512 (two 64-row tiles, the
+    // second ragged), 512 x 256 x 512, and 300 x 3000 x 512 (three 128-row tiles: the last
+    // pairs with zeros past M).
     let shapes = [
+        (7, (100, 1000, 512)),
         (8, (300, 3000, 512)),
         (7, (64, 300, 4096)),
         (8, (77, 136, 2048)),
@@ -897,9 +902,13 @@ fn gemm_sanitizer_smoke() {
         };
         run_case::<bf16>(&dev, &c, 900 + i as u64);
     }
-    // FP8 block at M <= 64: the FP8 wgmma kernel, K split in a cluster.
+    // FP8 block at M <= 64: the FP8 wgmma kernel, K split in a cluster; at M = 100 (with
+    // BLOCKSCALE_GEMM_FP8_PAIRS=2, as run.sh sets it) a pair of 64-row tiles sharing each
+    // weight tile by multicast.
     let c = sweep_case(PAIRS[7], (40, 300, 1024), false, 1, ScaleLayout::Linear, 2);
     run_case::<bf16>(&dev, &c, 940);
+    let c = sweep_case(PAIRS[8], (100, 1000, 512), false, 2, ScaleLayout::Linear, 1);
+    run_case::<bf16>(&dev, &c, 943);
     // MXFP8 on the same kernel: K split in a cluster (64-row tiles), 128-row tiles.
     let c = sweep_case((Scheme::MxFp8E4M3, Scheme::MxFp8E5M2), (40, 300, 1024), false, 1, ScaleLayout::Linear, 2);
     run_case::<bf16>(&dev, &c, 941);

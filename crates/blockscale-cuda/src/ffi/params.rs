@@ -206,7 +206,8 @@ pub(crate) struct FgemmParams {
     pub a_tiles: u32,
     pub scale_cols: u32,
     pub swizzled: u32,
-    pub pad: u32,
+    /// Pairs of activation tiles share each weight tile (multicast; fgemm.cu).
+    pub pair: u32,
 }
 
 /// `bs::fgemm::TensorMap`: a `CUtensorMap` as `cuTensorMapEncodeTiled` writes it (128

@@ -5,16 +5,19 @@
 //! E5M2 on either side, UE8M0 scales) once per 32. K splits across the CTAs of a cluster,
 //! which add their sums through distributed shared memory in split order (deterministic,
 //! no workspace). Tiles of 64 activation rows up to M = 64 and where 128-row tiles would
-//! fill at most half the SMs, 128 rows otherwise.
+//! fill at most half the SMs, 128 rows otherwise. Where K is not split, two activation
+//! tiles of FP8 block pairs share each weight tile: a cluster of two CTAs, each copying
+//! half of it into both by multicast ([`Plan::choose`]; DECISIONS.md #57).
 //!
-//! It runs FP8 block pairs of up to [`MAX_M`] = 64 rows whose tiles fill their waves;
+//! It runs FP8 block pairs of up to [`MAX_M`] = 128 rows whose tiles fill their waves;
 //! CUTLASS's blockwise kernel (`mod.rs`) takes the rest, where it measured faster
 //! (docs/DECISIONS.md #44 has the numbers). MXFP8 pairs with K a multiple of 128 and
 //! row-major codes take it up to [`MX_MAX_M`] = 512 rows (the alternative is a dequantize
 //! pass and a BF16 GEMM; DECISIONS #46). `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` and
 //! `BLOCKSCALE_GEMM_MX_WGMMA_MAX_M` (read once) move the bounds (0 turns the kernel off);
 //! `gpu-bundle/run.sh test` runs the GEMM tests a second time with the bounds at 512 and
-//! 1024, so that both tile heights and the clusters are covered.
+//! 1024, so that both tile heights, the clusters and the pairs are covered;
+//! `BLOCKSCALE_GEMM_FP8_PAIRS=0` turns the pairs off.
 
 use blockscale_formats::{DataLayout, Fp8Tile, ScaleLayout, Scheme};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
@@ -106,10 +109,10 @@ fn tile_m(m: usize, n: usize, slots: usize) -> usize {
 
 /// The fewest K blocks a split keeps.
 const MIN_SPLIT_BLOCKS: usize = 4;
-/// The largest M this kernel takes by default. Up to 64 it measured faster than
-/// CUTLASS at every DeepSeek-V3 shape it takes (H100); at 128 on three of five, at 512 on
-/// none (docs/DECISIONS.md #44).
-const MAX_M: usize = 64;
+/// The largest M this kernel takes by default. Up to 128 it measured faster than
+/// CUTLASS at every DeepSeek-V3 shape it takes but one, about even (128 x 32768 x 512;
+/// with pairs at 128 x 7168 x 16384), at 512 on none (H100; docs/DECISIONS.md #44, #57).
+const MAX_M: usize = 128;
 
 /// The largest M an MXFP8 pair takes this kernel at by default. Its scales cost two f32
 /// operations per output every 32 of K, which bounds it near half the FP8 tensor cores'
@@ -127,6 +130,20 @@ fn max_m() -> usize {
 fn mx_max_m() -> usize {
     static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_MX_WGMMA_MAX_M").unwrap_or(MX_MAX_M))
+}
+
+/// `BLOCKSCALE_GEMM_FP8_PAIRS` (read once; for tests and measurements): 0 no pairs, 2
+/// pairs wherever K is not split; else (1, unset) the rule of [`Plan::choose`].
+fn pairs_setting() -> usize {
+    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_FP8_PAIRS").unwrap_or(1))
+}
+
+/// Whether pairs of activation tiles may share each weight tile (multicast): FP8 block
+/// with two activation tiles or more. (MXFP8 is bound by its scale work, not by its
+/// operand traffic: DECISIONS.md #46.)
+fn pairable(format: Format, m: usize, tm: usize) -> bool {
+    pairs_setting() != 0 && !format.is_mx() && m.div_ceil(tm) >= 2
 }
 
 /// `BLOCKSCALE_GEMM_FP8_SPLITS`: the most K splits (read once; for measurements).
@@ -177,7 +194,10 @@ const SPLIT_COST_BLOCKS: usize = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Plan {
     tiles_n: usize,
+    /// Activation tiles (with pairs an even count: a last odd one pairs with zeros).
     tiles_m: usize,
+    /// Pairs of activation tiles share each weight tile: clusters of two (x splits).
+    pair: bool,
     /// K splits: with more than one, the splits of a tile are one cluster of CTAs that
     /// add their sums through distributed shared memory.
     splits: usize,
@@ -192,20 +212,60 @@ impl Plan {
     /// tiles leave CTAs idle, each split of at least [`MIN_SPLIT_BLOCKS`] blocks (every
     /// split costs a pipeline fill and its share of the reduction), the splits of a tile
     /// one cluster of at most [`MAX_CLUSTER`]: the count that makes waves of clusters
-    /// (`active(s)`: how many clusters of s CTAs the GPU holds at once) x (blocks a split
-    /// + [`SPLIT_COST_BLOCKS`]) smallest, the fewer on a tie.
-    fn new((m, n, blocks): (usize, usize, usize), slots: usize, tm: usize, active: &dyn Fn(usize) -> usize) -> Self {
+    /// (`active(s)`: how many clusters of s CTAs the GPU holds at once) x (blocks a
+    /// split + [`SPLIT_COST_BLOCKS`]) smallest, the fewer on a tie. With `pair`: no split,
+    /// the tiles in clusters of two (an even count of activation tiles and an even grid).
+    fn new(
+        (m, n, blocks): (usize, usize, usize),
+        slots: usize,
+        tm: usize,
+        pair: bool,
+        active: &dyn Fn(usize) -> usize,
+    ) -> Self {
+        let width = if pair { 2 } else { 1 };
         let tiles_n = n.div_ceil(TILE);
-        let tiles_m = m.div_ceil(tm);
+        let tiles_m = m.div_ceil(tm).next_multiple_of(width);
         let tiles = tiles_n * tiles_m;
-        let most = if tiles < slots { (blocks / MIN_SPLIT_BLOCKS).min(max_splits()).clamp(1, MAX_CLUSTER) } else { 1 };
+        let most = if tiles < slots && !pair {
+            (blocks / MIN_SPLIT_BLOCKS).min(max_splits()).clamp(1, MAX_CLUSTER)
+        } else {
+            1
+        };
         let waves = |s: usize| if s == 1 { 1 } else { tiles.div_ceil(active(s).max(1)) };
         let cost = |s: usize| waves(s) * (blocks.div_ceil(s) + SPLIT_COST_BLOCKS);
         let wanted = (1..=most).min_by_key(|&s| (cost(s), s)).unwrap_or(1);
         let blocks_per_split = blocks.div_ceil(wanted);
         let splits = blocks.div_ceil(blocks_per_split);
-        let ctas = if splits > 1 { tiles * splits } else { tiles.min(slots) };
-        Self { tiles_n, tiles_m, splits, blocks_per_split, ctas }
+        let ctas = if splits > 1 { tiles * splits } else { tiles.min(slots / width * width) };
+        Self { tiles_n, tiles_m, pair, splits, blocks_per_split, ctas }
+    }
+
+    /// Pairs where allowed (`pairable`), where the plan without them does not split K and
+    /// its CTAs fill at least 3/4 of the SMs (`everywhere`: regardless of that): then the
+    /// L2 feeds most SMs, and pairs read each weight tile from it once instead of twice
+    /// (128 x 7168 x 16384, 112 CTAs: 50.5-51.4 against 59.4-60.3 µs; 128 x 7168 x 2048
+    /// even). With fewer CTAs they lost (128 x 4096 x 7168, 64 CTAs: 20.8-21.0 against
+    /// 18.6-18.7 µs), and with K split the splits already share each tile (pairs with
+    /// splits measured slower). H100, docs/DECISIONS.md #57.
+    fn choose(
+        shape: (usize, usize, usize),
+        slots: usize,
+        tm: usize,
+        (pairable, everywhere): (bool, bool),
+        active: &dyn Fn(usize) -> usize,
+    ) -> Self {
+        let single = Self::new(shape, slots, tm, false, active);
+        let fills = 4 * single.ctas >= 3 * slots;
+        if pairable && single.splits == 1 && (fills || everywhere) {
+            Self::new(shape, slots, tm, true, active)
+        } else {
+            single
+        }
+    }
+
+    /// CTAs a cluster: a tile's splits, or a pair.
+    fn cluster(&self) -> u32 {
+        if self.pair { 2 } else { self.splits as u32 }
     }
 }
 
@@ -222,7 +282,8 @@ fn plan(
     let kernel = dev.function_with_threads(&name, THREADS, bytes)?;
     let counts = crate::device::active_clusters(dev, &kernel, &name, (THREADS, bytes));
     let active = |s: usize| counts[s];
-    let plan = Plan::new((m, n, k / BLOCK_K), slots, tm, &active);
+    let pairs = (pairable(format, m, tm), pairs_setting() == 2);
+    let plan = Plan::choose((m, n, k / BLOCK_K), slots, tm, pairs, &active);
     Ok((kernel, tm, bytes, plan))
 }
 
@@ -282,7 +343,8 @@ pub(super) fn run<O: DeviceElement>(
         }
     }
     let ta = tensor_map(a_ptr, m, k, tm)?;
-    let tb = tensor_map(b_ptr, n, k, TILE)?;
+    // Pairs: each CTA copies its 64-row half of the weight tile (into both CTAs).
+    let tb = tensor_map(b_ptr, n, k, if plan.pair { TILE / 2 } else { TILE })?;
     let params = FgemmParams {
         g: PgemmParams {
             bias: bias_ptr,
@@ -305,7 +367,7 @@ pub(super) fn run<O: DeviceElement>(
         scale_cols: if format.is_mx() { b.shape().scale_cols as u32 } else { 0 },
         swizzled: u32::from(a.scale_layout() == ScaleLayout::Swizzled128x4)
             | u32::from(b.scale_layout() == ScaleLayout::Swizzled128x4) << 1,
-        pad: 0,
+        pair: plan.pair as u32,
     };
     let config =
         LaunchConfig { grid_dim: (plan.ctas as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: bytes as u32 };
@@ -319,8 +381,12 @@ pub(super) fn run<O: DeviceElement>(
     // after its griddepcontrol.wait. With K split the grid is tiles x splits CTAs in
     // clusters of `splits` (at most 8, a divisor of the grid), as the kernel expects
     // whenever g.splits > 1, and it reads peers' shared memory only between its cluster
-    // barriers. The guards keep every buffer alive and ordered until the launch is queued.
-    let cluster = plan.splits as u32;
+    // barriers. With pairs (g.pair; never with splits) the clusters are two CTAs (the
+    // persistent grid even), the weight map's boxes 64 rows, and the kernel multicasts
+    // into and arrives on its peer's shared memory only between its first and last
+    // cluster barriers. The guards keep every buffer alive and ordered until the launch
+    // is queued.
+    let cluster = plan.cluster();
     launch(stream, &kernel, config, Order::Dependent { cluster }, &(params, ta, tb))
         .map_err(CudaError::driver("launching the FP8 wgmma GEMM"))?;
     drop((g_out, g_a, g_b, g_sa, g_sb, g_bias));
@@ -357,28 +423,58 @@ mod tests {
         let fit = |s: usize| 132 / s;
         // M = 128, N = 7168, K = 2048, 128-row tiles: 56 tiles of 16 blocks; two splits
         // of 8 (one wave of 56 clusters: 12), not four (two waves: 16).
-        let p = Plan::new((128, 7168, 16), 132, 128, &fit);
+        let p = Plan::new((128, 7168, 16), 132, 128, false, &fit);
         assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.blocks_per_split, p.ctas), (56, 1, 2, 8, 112));
         // 64 x 2112 x 7168: 17 tiles of 56 blocks: seven splits of 8 (18 clusters of 7 fit).
-        let c = Plan::new((64, 2112, 56), 132, 64, &fit);
+        let c = Plan::new((64, 2112, 56), 132, 64, false, &fit);
         assert_eq!((c.splits, c.blocks_per_split, c.ctas), (7, 8, 119));
         // With only 16 clusters of 6-8 held at once and 18 of up to 5: five of 12.
         let gpcs = |s: usize| if s <= 5 { 18 } else { 16 };
-        assert_eq!(Plan::new((64, 2112, 56), 132, 64, &gpcs).splits, 5);
+        assert_eq!(Plan::new((64, 2112, 56), 132, 64, false, &gpcs).splits, 5);
         // No cluster fits: no split.
         let none = |_: usize| 0;
-        let e = Plan::new((128, 7168, 16), 132, 128, &none);
+        let e = Plan::new((128, 7168, 16), 132, 128, false, &none);
         assert_eq!((e.splits, e.ctas), (1, 56));
         // 256 tiles: more than the SMs, never split; persistent CTAs.
-        let f = Plan::new((64, 32768, 4), 132, 64, &fit);
+        let f = Plan::new((64, 32768, 4), 132, 64, false, &fit);
         assert_eq!((f.splits, f.ctas), (1, 132));
         // 64-row tiles: M = 128, N = 7168 is 112 tiles.
-        let t = Plan::new((128, 7168, 16), 132, 64, &none);
+        let t = Plan::new((128, 7168, 16), 132, 64, false, &none);
         assert_eq!((t.tiles_m, t.splits, t.ctas), (2, 1, 112));
         assert_eq!((tile_m(128, 7168, 132), tile_m(512, 4096, 132), tile_m(64, 32768, 132)), (64, 128, 64));
         // Waves: 192 tiles on 132 SMs (73%) go to CUTLASS, 256 (97%) and 56 stay.
         assert!(!fills_waves(64, 24576, 132) && fills_waves(64, 32768, 132) && fills_waves(64, 7168, 132));
         // K = 128: one block, never split.
-        assert_eq!(Plan::new((64, 256, 1), 132, 128, &fit).splits, 1);
+        assert_eq!(Plan::new((64, 256, 1), 132, 128, false, &fit).splits, 1);
+    }
+
+    #[test]
+    fn pairs_where_k_is_not_split() {
+        let fit = |s: usize| 132 / s;
+        // M = 128, N = 7168, K = 2048 in 64-row tiles: 112 tiles, no split without pairs,
+        // so 56 pairs in clusters of two.
+        let p = Plan::choose((128, 7168, 16), 132, 64, (true, false), &fit);
+        assert_eq!((p.pair, p.tiles_m, p.splits, p.ctas, p.cluster()), (true, 2, 1, 112, 2));
+        // 128 x 2112 x 7168: 34 tiles split K without pairs; no pairs then.
+        let q = Plan::choose((128, 2112, 56), 132, 64, (true, true), &fit);
+        assert_eq!((q.pair, q.splits, q.cluster() as usize), (false, q.splits, q.splits));
+        assert!(q.splits > 1);
+        // An odd count of activation tiles pairs its last with a tile past M.
+        let r = Plan::choose((192, 7168, 16), 132, 64, (true, false), &fit);
+        assert_eq!((r.pair, r.tiles_m, r.splits, r.ctas), (true, 4, 1, 132));
+        // Persistent grids hold whole pairs.
+        let odd = Plan::choose((512, 32768, 4), 131, 128, (true, false), &fit);
+        assert_eq!((odd.pair, odd.ctas, odd.cluster()), (true, 130, 2));
+        // Not pairable: the plan without pairs.
+        let single = Plan::new((128, 7168, 16), 132, 64, false, &fit);
+        assert_eq!(Plan::choose((128, 7168, 16), 132, 64, (false, true), &fit), single);
+        // 64 unsplit CTAs (no cluster fits, so no split): pairs only when asked everywhere.
+        let none = |_: usize| 0;
+        let few = Plan::choose((128, 4096, 56), 132, 64, (true, false), &none);
+        assert_eq!((few.pair, few.splits, few.ctas), (false, 1, 64));
+        assert!(Plan::choose((128, 4096, 56), 132, 64, (true, true), &none).pair);
+        // FP8 block from two activation tiles up, never MXFP8.
+        let mx = Format::Mx { a_e5m2: false, b_e5m2: false };
+        assert!(pairable(Format::Fp8Block, 65, 64) && !pairable(Format::Fp8Block, 64, 64) && !pairable(mx, 128, 64));
     }
 }

@@ -13,8 +13,9 @@
 //!   activation exactly (K grows by that factor). INT4-G32 and FP8-block weights are
 //!   rounded once to bf16 (their element times scale has more than 8 bits).
 //! - **FP8 blockwise tensor cores** for FP8 block operands (1x128 or 128x128 activations
-//!   x 128x128 weights): up to M = 64 blockscale's own warp-specialized `wgmma` kernel
-//!   (`fgemm.rs`, `kernels/gemm/fgemm.cu`: TMA, K split across a cluster), above it
+//!   x 128x128 weights): up to M = 128 blockscale's own warp-specialized `wgmma` kernel
+//!   (`fgemm.rs`, `kernels/gemm/fgemm.cu`: TMA, K split across a cluster or weight tiles
+//!   multicast to pairs of activation tiles), above it
 //!   CUTLASS's blockwise-scaled FP8 GEMM; both promote each 128-K partial sum into f32
 //!   with both scales.
 //!
