@@ -245,18 +245,15 @@ pub(super) fn gemm_qq(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parall
         let post = 2f32.powi(ia.exp + ib.exp);
         let nb = k / bs;
         return tiled(m, n, parallel, |i0, i1, j0, j1, out, stride| {
-            dot::int8_tile(
-                isa,
-                &ia.vals[i0 * k..i1 * k],
-                &ia.scales[i0 * nb..i1 * nb],
-                &ib.vals[j0 * k..j1 * k],
-                &ib.scales[j0 * nb..j1 * nb],
+            let ops = dot::Blocks {
+                a: &ia.vals[i0 * k..i1 * k],
+                sa: &ia.scales[i0 * nb..i1 * nb],
+                b: &ib.vals[j0 * k..j1 * k],
+                sb: &ib.scales[j0 * nb..j1 * nb],
                 k,
                 bs,
-                post,
-                out,
-                stride,
-            )
+            };
+            dot::int8_tile(isa, ops, post, out, stride)
         });
     }
     f32_product(&da.values, &da.scales, &db, m, parallel, isa)
@@ -328,7 +325,8 @@ fn bf16_scaled_product(
     let nb = k / bs;
     tiled(m, n, parallel, |i0, i1, j0, j1, out, stride| {
         let (a, sa) = (&a.values[i0 * k..i1 * k], &a.scales[i0 * nb..i1 * nb]);
-        dot::bf16_scaled_tile(a, sa, &b.values, &b.scales, k, bs, j0, j1, out, stride)
+        let ops = dot::Blocks { a, sa, b: &b.values, sb: &b.scales, k, bs };
+        dot::bf16_scaled_tile(ops, (j0, j1), out, stride)
     })
 }
 
@@ -337,17 +335,15 @@ fn f32_product(av: &[f32], asc: &[f32], db: &Decoded, m: usize, parallel: bool, 
     let (n, k, bs) = (db.rows, db.k, db.block);
     let nb = k / bs;
     tiled(m, n, parallel, |i0, i1, j0, j1, out, stride| {
-        dot::f32_tile(
-            isa,
-            &av[i0 * k..i1 * k],
-            &asc[i0 * nb..i1 * nb],
-            &db.values[j0 * k..j1 * k],
-            &db.scales[j0 * nb..j1 * nb],
+        let ops = dot::Blocks {
+            a: &av[i0 * k..i1 * k],
+            sa: &asc[i0 * nb..i1 * nb],
+            b: &db.values[j0 * k..j1 * k],
+            sb: &db.scales[j0 * nb..j1 * nb],
             k,
             bs,
-            out,
-            stride,
-        )
+        };
+        dot::f32_tile(isa, ops, out, stride)
     })
 }
 

@@ -6,51 +6,41 @@ use rayon::prelude::*;
 
 use crate::kernels::Isa;
 
+/// The operands of a block-scaled tile: A's rows `a` (`mt x k`) with their block scales
+/// `sa` (`mt x k/bs`), B as the kernel takes it (rows `nt x k`, or packed panels) with
+/// its scales `sb`; `bs` elements per scale block.
+#[derive(Clone, Copy)]
+pub(super) struct Blocks<'a, A, B = A> {
+    pub a: &'a [A],
+    pub sa: &'a [f32],
+    pub b: &'a [B],
+    pub sb: &'a [f32],
+    pub k: usize,
+    pub bs: usize,
+}
+
 /// int8 tile: `a` is `mt x k`, `b` is `nt x k` (small integers), scales `mt x k/bs` and
 /// `nt x k/bs`; `out` (`mt` rows of `stride`) gets `post * sum_kb (sa * sb) * (exact block
 /// sum)`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn int8_tile(
-    isa: Isa,
-    a: &[i8],
-    sa: &[f32],
-    b: &[i8],
-    sb: &[f32],
-    k: usize,
-    bs: usize,
-    post: f32,
-    out: &mut [f32],
-    stride: usize,
-) {
+pub(super) fn int8_tile(isa: Isa, ops: Blocks<'_, i8>, post: f32, out: &mut [f32], stride: usize) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` exists only after `avx2_available()` confirmed AVX2 (and
         // FMA, which every AVX2 CPU this path targets has; checked there too).
-        Isa::Avx2 if (bs == 16 || bs == 32) && k.is_multiple_of(32) => unsafe {
-            avx2::int8_tile(a, sa, b, sb, k, bs, post, out, stride)
+        Isa::Avx2 if (ops.bs == 16 || ops.bs == 32) && ops.k.is_multiple_of(32) => unsafe {
+            avx2::int8_tile(ops, post, out, stride)
         },
-        _ => portable_int8(a, sa, b, sb, k, bs, post, out, stride),
+        _ => portable_int8(ops, post, out, stride),
     }
 }
 
 /// f32 tile: as [`int8_tile`] with f32 element values, block sums in f32.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn f32_tile(
-    isa: Isa,
-    a: &[f32],
-    sa: &[f32],
-    b: &[f32],
-    sb: &[f32],
-    k: usize,
-    bs: usize,
-    out: &mut [f32],
-    stride: usize,
-) {
+pub(super) fn f32_tile(isa: Isa, ops: Blocks<'_, f32>, out: &mut [f32], stride: usize) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `int8_tile`.
-        Isa::Avx2 if bs.is_multiple_of(8) => unsafe { avx2::f32_tile(a, sa, b, sb, k, bs, out, stride) },
-        _ => portable_f32(a, sa, b, sb, k, bs, out, stride),
+        Isa::Avx2 if ops.bs.is_multiple_of(8) => unsafe { avx2::f32_tile(ops, out, stride) },
+        _ => portable_f32(ops, out, stride),
     }
 }
 
@@ -131,22 +121,16 @@ pub(super) fn f32_panel_tile(
 }
 
 /// Block-scaled bf16 tile: unscaled bf16 element rows `a` (`mt x k`) with scales `sa`
-/// (`mt x k/bs`) times packed B panels with packed scales, for columns `j0..j1`:
-/// each block's f32 dot product is multiplied by `sa * sb` and accumulated.
+/// (`mt x k/bs`) times packed B panels (`b`) with packed scales (`sb`), for columns
+/// `j0..j1`: each block's f32 dot product is multiplied by `sa * sb` and accumulated.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 pub(super) fn bf16_scaled_tile(
-    a: &[half::bf16],
-    sa: &[f32],
-    packed: &[u32],
-    packed_scales: &[f32],
-    k: usize,
-    bs: usize,
-    j0: usize,
-    j1: usize,
+    ops: Blocks<'_, half::bf16, u32>,
+    (j0, j1): (usize, usize),
     out: &mut [f32],
     stride: usize,
 ) {
+    let Blocks { a, sa, b: packed, sb: packed_scales, k, bs } = ops;
     let nb = k / bs;
     assert!(crate::avx512_available() && bs.is_multiple_of(2) && k.is_multiple_of(bs) && j0.is_multiple_of(PANEL));
     assert!(
@@ -155,7 +139,7 @@ pub(super) fn bf16_scaled_tile(
     assert!(a.len().is_multiple_of(k) && sa.len() == a.len() / k * nb);
     // SAFETY: AVX-512 F, BW and BF16 were just confirmed; the asserts give the kernel
     // the slice lengths its reads rely on.
-    unsafe { avx512::bf16_scaled_tile(a, sa, packed, packed_scales, k, bs, j0, j1, out, stride) }
+    unsafe { avx512::bf16_scaled_tile(ops, (j0, j1), out, stride) }
 }
 
 /// One ISA's K step of the packed-panel micro kernels: a panel's two column vectors at
@@ -261,18 +245,8 @@ fn store_rows<const W: usize>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn portable_int8(
-    a: &[i8],
-    sa: &[f32],
-    b: &[i8],
-    sb: &[f32],
-    k: usize,
-    bs: usize,
-    post: f32,
-    out: &mut [f32],
-    stride: usize,
-) {
+fn portable_int8(ops: Blocks<'_, i8>, post: f32, out: &mut [f32], stride: usize) {
+    let Blocks { a, sa, b, sb, k, bs } = ops;
     let nb = k / bs;
     for (i, (ar, sar)) in a.chunks_exact(k).zip(sa.chunks_exact(nb)).enumerate() {
         for (j, (br, sbr)) in b.chunks_exact(k).zip(sb.chunks_exact(nb)).enumerate() {
@@ -286,8 +260,8 @@ fn portable_int8(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn portable_f32(a: &[f32], sa: &[f32], b: &[f32], sb: &[f32], k: usize, bs: usize, out: &mut [f32], stride: usize) {
+fn portable_f32(ops: Blocks<'_, f32>, out: &mut [f32], stride: usize) {
+    let Blocks { a, sa, b, sb, k, bs } = ops;
     let nb = k / bs;
     for (i, (ar, sar)) in a.chunks_exact(k).zip(sa.chunks_exact(nb)).enumerate() {
         for (j, (br, sbr)) in b.chunks_exact(k).zip(sb.chunks_exact(nb)).enumerate() {
@@ -332,19 +306,9 @@ mod avx2 {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn int8_tile(
-        a: &[i8],
-        sa: &[f32],
-        b: &[i8],
-        sb: &[f32],
-        k: usize,
-        bs: usize,
-        post: f32,
-        out: &mut [f32],
-        stride: usize,
-    ) {
+    pub(super) fn int8_tile(ops: super::Blocks<'_, i8>, post: f32, out: &mut [f32], stride: usize) {
+        let super::Blocks { a, sa, b, sb, k, bs } = ops;
         let (mt, nt, nb, steps) = (a.len() / k, b.len() / k, k / bs, k / 32);
         let load = |row: &[i8], s: usize| {
             let v = &row[s * 32..s * 32 + 32];
@@ -479,18 +443,9 @@ mod avx2 {
         lanes
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn f32_tile(
-        a: &[f32],
-        sa: &[f32],
-        b: &[f32],
-        sb: &[f32],
-        k: usize,
-        bs: usize,
-        out: &mut [f32],
-        stride: usize,
-    ) {
+    pub(super) fn f32_tile(ops: super::Blocks<'_, f32>, out: &mut [f32], stride: usize) {
+        let super::Blocks { a, sa, b, sb, k, bs } = ops;
         let (mt, nt, nb) = (a.len() / k, b.len() / k, k / bs);
         let load = |row: &[f32], at: usize| {
             let v = &row[at..at + 8];
@@ -656,20 +611,14 @@ mod avx512 {
 
     /// # Safety
     /// AVX-512 F/BW/BF16 present; the extents checked by `super::bf16_scaled_tile`.
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
     pub(super) unsafe fn bf16_scaled_tile(
-        a: &[half::bf16],
-        sa: &[f32],
-        packed: &[u32],
-        packed_scales: &[f32],
-        k: usize,
-        bs: usize,
-        j0: usize,
-        j1: usize,
+        ops: super::Blocks<'_, half::bf16, u32>,
+        (j0, j1): (usize, usize),
         out: &mut [f32],
         stride: usize,
     ) {
+        let super::Blocks { a, sa, b: packed, sb: packed_scales, k, bs } = ops;
         let (mt, nb) = (a.len() / k, k / bs);
         super::for_each_tile(mt, (j0, j1), PANEL, MR_SCALED, |panel, cols, i, ih| {
             let bp = packed[panel * (k / 2) * PANEL..].as_ptr();
