@@ -109,9 +109,10 @@ fn tile_m(m: usize, n: usize, slots: usize) -> usize {
 
 /// The fewest K blocks a split keeps.
 const MIN_SPLIT_BLOCKS: usize = 4;
-/// The largest M this kernel takes by default. Up to 128 it measured faster than
-/// CUTLASS at every DeepSeek-V3 shape it takes but one, about even (128 x 32768 x 512;
-/// with pairs at 128 x 7168 x 16384), at 512 on none (H100; docs/DECISIONS.md #44, #57).
+/// The largest M this kernel takes by default. Up to 128 it measured at least as fast
+/// as CUTLASS at every DeepSeek-V3 shape it takes (128 x 32768 x 512 about even, 128 x
+/// 7168 x 16384 with pairs); at 512 slower at every one (H100; docs/DECISIONS.md #44,
+/// #57).
 const MAX_M: usize = 128;
 
 /// The largest M an MXFP8 pair takes this kernel at by default. Its scales cost two f32
@@ -196,7 +197,8 @@ struct Plan {
     tiles_n: usize,
     /// Activation tiles (with pairs an even count: a last odd one pairs with zeros).
     tiles_m: usize,
-    /// Pairs of activation tiles share each weight tile: clusters of two (x splits).
+    /// Pairs of activation tiles share each weight tile: clusters of two CTAs (never
+    /// with a K split).
     pair: bool,
     /// K splits: with more than one, the splits of a tile are one cluster of CTAs that
     /// add their sums through distributed shared memory.
