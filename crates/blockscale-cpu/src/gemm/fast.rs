@@ -296,7 +296,7 @@ fn panel_product(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parallel: b
 #[cfg(target_arch = "x86_64")]
 fn bf16_product(a: &[half::bf16], packed: &[u32], m: usize, n: usize, kp: usize, parallel: bool) -> Vec<f32> {
     tiled(m, n, parallel, |i0, i1, j0, j1, out, stride| {
-        dot::bf16_tile(&a[i0 * kp..i1 * kp], packed, kp, j0, j1, out, stride)
+        dot::bf16_tile(&a[i0 * kp..i1 * kp], packed, kp, (j0, j1), out, stride)
     })
 }
 
@@ -305,14 +305,13 @@ fn bf16_product(a: &[half::bf16], packed: &[u32], m: usize, n: usize, kp: usize,
 fn f32_packed_product(isa: Isa, a: &[f32], b: &[f32], m: usize, n: usize, k: usize, parallel: bool) -> Vec<f32> {
     let packed = dot::pack_f32_panels(b, n, k);
     tiled(m, n, parallel, |i0, i1, j0, j1, out, stride| {
-        dot::f32_panel_tile(isa, &a[i0 * k..i1 * k], &packed, k, j0, j1, out, stride)
+        dot::f32_panel_tile(isa, &a[i0 * k..i1 * k], &packed, k, (j0, j1), out, stride)
     })
 }
 
 /// Block-scaled product of A's bf16 element rows (`m x k`) with its f32 block scales
 /// and B's packed panels and scales ([`bf16_operand::Values::Elements`]).
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 fn bf16_scaled_product(
     a: &bf16_operand::Rows,
     b: &bf16_operand::Panels,

@@ -55,8 +55,7 @@ pub(super) fn bf16_tile(
     a: &[half::bf16],
     packed: &[u32],
     kp: usize,
-    j0: usize,
-    j1: usize,
+    (j0, j1): (usize, usize),
     out: &mut [f32],
     stride: usize,
 ) {
@@ -64,7 +63,7 @@ pub(super) fn bf16_tile(
     assert!(packed.len() >= j1.div_ceil(PANEL) * kp / 2 * PANEL && a.len().is_multiple_of(kp));
     // SAFETY: AVX-512 F, BW and BF16 were just confirmed; the asserts give the kernel
     // the slice lengths its reads rely on.
-    unsafe { avx512::bf16_tile(a, packed, kp, j0, j1, out, stride) }
+    unsafe { avx512::bf16_tile(a, packed, kp, (j0, j1), out, stride) }
 }
 
 /// Output columns per packed f32 panel of B (two 8-lane vectors).
@@ -86,14 +85,12 @@ pub(super) fn pack_f32_panels(b: &[f32], n: usize, k: usize) -> Vec<f32> {
 
 /// f32 tile of pre-scaled operands: rows `a` (`mt x k`) times the packed panels of B for
 /// columns `j0..j1` (`j0` a multiple of [`F32_PANEL`]), f32 FMA accumulation along K.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn f32_panel_tile(
     isa: Isa,
     a: &[f32],
     packed: &[f32],
     k: usize,
-    j0: usize,
-    j1: usize,
+    (j0, j1): (usize, usize),
     out: &mut [f32],
     stride: usize,
 ) {
@@ -103,7 +100,7 @@ pub(super) fn f32_panel_tile(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` exists only after `avx2_available()` confirmed AVX2 and FMA;
         // the asserts give the kernel the extents it reads.
-        Isa::Avx2 => unsafe { avx2::f32_panel_tile(a, packed, k, j0, j1, out, stride) },
+        Isa::Avx2 => unsafe { avx2::f32_panel_tile(a, packed, k, (j0, j1), out, stride) },
         _ => {
             let mt = a.len() / k;
             for i in 0..mt {
@@ -405,8 +402,7 @@ mod avx2 {
         a: &[f32],
         packed: &[f32],
         k: usize,
-        j0: usize,
-        j1: usize,
+        (j0, j1): (usize, usize),
         out: &mut [f32],
         stride: usize,
     ) {
@@ -662,8 +658,7 @@ mod avx512 {
         a: &[half::bf16],
         packed: &[u32],
         kp: usize,
-        j0: usize,
-        j1: usize,
+        (j0, j1): (usize, usize),
         out: &mut [f32],
         stride: usize,
     ) {
