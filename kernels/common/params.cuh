@@ -192,7 +192,8 @@ struct PgemmParams {
 // Block-scaled FP8 pair GEMM on Hopper's FP8 tensor cores (kernels/gemm/fgemm.cu): A (M x K
 // activations) times B (N x K weights), FP8 block (E4M3, A's scales per 1x128 or
 // 128x128, B's per 128x128) or MXFP8 (E4M3 or E5M2, UE8M0 scales per 32 on both sides),
-// both read by TMA through the tensor maps passed beside these parameters. `g` as for
+// both read by TMA through the tensor maps passed beside these parameters (and, with
+// store_map, the outputs stored through the third). `g` as for
 // wgemm: slabs and slabs_per_split count 128-element K blocks (g.splits > 1: the splits of
 // a tile are one cluster); x, w, s, partial, scale_add unused.
 struct FgemmParams {
@@ -204,6 +205,7 @@ struct FgemmParams {
     uint32_t scale_cols;            // MX: scale columns of a row (K / 32)
     uint32_t swizzled;              // MX: bit 0 A's scales Swizzled128x4, bit 1 B's
     uint32_t pair;                  // pairs of M tiles share each weight tile (multicast; fgemm.cu)
+    uint32_t store_map;             // the outputs are stored by TMA through the third tensor map
 };
 
 // Index of scale (row, col) in the Swizzled128x4 layout with `cols` logical columns.
@@ -236,4 +238,4 @@ static_assert(sizeof(bs::Fp8ScaleParams) == 32, "Fp8ScaleParams layout changed: 
 static_assert(sizeof(bs::GemvParams) == 160, "GemvParams layout changed: update params.rs");
 static_assert(sizeof(bs::PgemvParams) == 160, "PgemvParams layout changed: update params.rs");
 static_assert(sizeof(bs::PgemmParams) == 104, "PgemmParams layout changed: update params.rs");
-static_assert(sizeof(bs::FgemmParams) == 136, "FgemmParams layout changed: update params.rs");
+static_assert(sizeof(bs::FgemmParams) == 144, "FgemmParams layout changed: update params.rs");

@@ -17,7 +17,7 @@
 // computed transposed (swap-AB: the weights are the wgmma's M side, so a warpgroup's 64
 // rows lie inside one 128 x 128 scale tile and share its scale). Warpgroup 2 produces: its
 // thread 0 loads each block's two tiles (weights 128 x 128 bytes, activations TM x 128)
-// with TMA tensor copies, 128-byte swizzled, into a ring of stages (4 for TM = 128, 7 for
+// with TMA tensor copies, 128-byte swizzled, into a ring of stages (5 for TM = 128, 7 for
 // 64; completion counted in bytes on the stage's `full` barrier), while its second warp
 // copies the block's TM activation scales and the weight tile's scale beside them with
 // cp.async (32 more arrivals on `full`, made by the copies' completion, so that warp
@@ -34,8 +34,17 @@
 // shared memory; after a cluster barrier each CTA adds its share of the tile's rows from
 // every split, in split order, through distributed shared memory and writes those
 // outputs; a second barrier keeps the sums until every peer has read them. No partial
-// sums in global memory, no counters, a deterministic result. The epilogue goes through
-// TM x 512 bytes of shared memory (alpha, bias, activation, 16-byte stores), as wgemm's.
+// sums in global memory, no counters, a deterministic result; a split's sums lie over the
+// ring, idle once its one tile is done.
+//
+// Epilogue: each consumer warpgroup applies alpha and bias to its 64 x TM sums in
+// registers, writes them as bf16 or f16 with `stmatrix.trans` (a fragment's 8 x 8 block
+// transposed: 16 bytes of one output row a lane) into its box of the staging area, and
+// one thread queues a TMA store of the box (clipped at M and N by the tensor map) and
+// goes on to the next tile: the stores drain while the next tile's products run, and the
+// box is reused once the store has read it. Other outputs (f32, rows not 16-byte
+// aligned, an activation other than the identity) go through the staging area as f32,
+// 64 activation rows at a time (alpha, bias, activation, 16-byte stores, as wgemm's).
 //
 // Pairs (`pair` != 0): two CTAs of a cluster take the same weight tile for two activation
 // tiles (M tiles 2j and 2j + 1; a last odd one pairs with a tile of zeros past M, whose
@@ -76,25 +85,32 @@ using MxE5m2E5m2 = Mx<1, 1>;
 using MxE4m3E5m2 = Mx<1, 0>;
 using MxE5m2E4m3 = Mx<0, 1>;
 
+// The epilogue's staging area after the ring: the tile's outputs as 16-bit values for the
+// TMA store (two boxes of TM rows x 64 weight rows, one a consumer warpgroup, 128-byte
+// swizzled), or, where the output cannot be stored by TMA, 64 activation rows of f32
+// sums at a time.
+constexpr uint32_t kStaging = 32u * 1024u;
+
 // The shape of one configuration: TM activation rows a tile (128, or 64 for small M: the
 // `_m64` kernels). A stage: the activation tile (TM x 128 bytes), the weight tile, then
 // the scales. FP8 block: the TM activation scales and the weight scale (1 KiB). MX: the
 // activations' four 32-element blocks' scales as f32 ([q][TM]), then the block's scale
 // bytes as they arrive ([TM][4] activations, [128][4] weights). A multiple of 1 KiB keeps
 // the next stage 1024-byte aligned (the swizzle's period). As many stages as fit beside
-// the epilogue's sums.
+// the epilogue's staging area (kStaging) and 1 KiB of alignment slack.
 template <int TM, bool MX>
 struct Shape {
     static constexpr uint32_t kActTile = TM * 128u;
     static constexpr uint32_t kActFloats = TM * 16u;
     static constexpr uint32_t kScales = MX ? (kActFloats + (TM + 128u) * 4u + 1023u) / 1024u * 1024u : 1024u;
     static constexpr uint32_t kStage = kActTile + kTile + kScales;
-    static constexpr uint32_t kSums = TM * BN * 4u;
-    static constexpr int kDepth = (int)((227u * 1024u - 1024u - kSums) / kStage);
-    static constexpr uint32_t kSmem = kDepth * kStage + kSums + 1024u;
+    static constexpr int kDepth = (int)((227u * 1024u - 1024u - kStaging) / kStage);
+    static constexpr uint32_t kSmem = kDepth * kStage + kStaging + 1024u;
+    // K split (one tile a CTA, the ring idle after it): the tile's f32 sums over the ring.
+    static_assert(kDepth * kStage >= TM * BN * 4u, "a split's sums fit over the ring");
 };
-static_assert(Shape<128, false>::kDepth == 4 && Shape<64, false>::kDepth == 7, "the stage counts fgemm.rs assumes");
-static_assert(Shape<128, true>::kDepth == 4 && Shape<64, true>::kDepth == 7, "the stage counts fgemm.rs assumes");
+static_assert(Shape<128, false>::kDepth == 5 && Shape<64, false>::kDepth == 7, "the stage counts fgemm.rs assumes");
+static_assert(Shape<128, true>::kDepth == 5 && Shape<64, true>::kDepth == 7, "the stage counts fgemm.rs assumes");
 static_assert(Shape<64, false>::kSmem <= 227u * 1024u && Shape<128, false>::kSmem <= 227u * 1024u &&
                   Shape<64, true>::kSmem <= 227u * 1024u && Shape<128, true>::kSmem <= 227u * 1024u,
               "within Hopper's shared memory");
@@ -156,6 +172,38 @@ __device__ __forceinline__ uint64_t evict_last_policy() {
     uint64_t policy;
     asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
     return policy;
+}
+
+// Four 8 x 8 blocks of 16-bit values stored transposed: register r_i of lane l holds
+// block i's row l / 4, columns 2 (l % 4) and + 1; lanes 8 i .. 8 i + 7 give the shared
+// addresses of the stored block i's rows (16 bytes each).
+__device__ __forceinline__ void stmatrix_trans4(uint32_t addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
+// The box at `src` (shared memory) into the tensor at (x, y) of `map`, as a bulk group.
+__device__ __forceinline__ void tma_store(const TensorMap* map, uint32_t x, uint32_t y, const uint8_t* src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(x), "r"(y), "r"(smem_u32(src))
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// This thread's bulk stores have read their shared memory (READ) or completed.
+template <bool READ>
+__device__ __forceinline__ void tma_store_wait() {
+    if constexpr (READ)
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    else
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// Consumer warpgroup wg's barrier (named barriers 2 and 3).
+__device__ __forceinline__ void warpgroup_sync(int wg) {
+    asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
 }
 
 // The 32 accumulator operands of an m64n64 wgmma, d[8][4].
@@ -237,8 +285,89 @@ __device__ __forceinline__ uint64_t mx_scale_offset(uint32_t row, uint32_t col, 
     return swizzled ? swizzled_offset(row, col, cols) : (uint64_t)row * cols + col;
 }
 
+// Consumer warpgroup wg's outputs of a tile (its 64 weight rows from n0 + 64 wg, TM
+// activation rows from m0) from its sums (a thread's: weight rows 16 wi + g and + 8,
+// activation rows 8 j + 2 tq and + 1), alpha and bias applied (the identity activation:
+// the others take store_staged, whose loop keeps the kernel's code small), as bf16
+// (KIND 0) or f16 (1) in `box` ([activation row][64 weight rows], 128-byte swizzled as
+// the tensor map reads it), then one TMA store of the box by the warpgroup's first
+// thread, which first waits until its previous store has read the box.
+template <int KIND, int TM>
+__device__ __forceinline__ void store_box(const PgemmParams& p, const TensorMap* td, const float (&acc)[TM / 8][4],
+                                          uint8_t* box, uint32_t m0, uint32_t n0, int wg) {
+    const uint32_t lane = threadIdx.x & 31u, wi = (threadIdx.x >> 5) & 3u;
+    const bool leader = (threadIdx.x & 127u) == 0;
+    if (leader) tma_store_wait<true>();
+    warpgroup_sync(wg);
+    const uint32_t n = n0 + 64u * wg + 16u * wi + (lane >> 2);
+    // Without a bias, alpha x v + (-0) is alpha x v exactly (store_rows' product).
+    float bias[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) bias[h] = p.bias && n + 8u * h < p.n ? p.bias[n + 8u * h] : -0.0f;
+    auto out = [&](float v, int h) -> uint32_t {
+        const float y = __fmaf_rn(p.alpha, v, bias[h]);
+        return KIND == 0 ? to_bf16_bits(y) : to_f16_bits(y);
+    };
+    // stmatrix block i of step j: activation rows 8 (j + i / 2) .., weight rows
+    // 16 wi + 8 (i % 2) .. (16-byte chunk c of the box's 128-byte rows); lane l gives the
+    // address of row l % 8 of block l / 8.
+    const uint32_t blk = lane >> 3, base = smem_u32(box);
+#pragma unroll
+    for (int j = 0; j < TM / 8; j += 2) {
+        uint32_t r[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int jj = j + (i >> 1), h = i & 1;
+            r[i] = out(acc[jj][2 * h], h) | out(acc[jj][2 * h + 1], h) << 16;
+        }
+        const uint32_t m = 8u * (j + (blk >> 1)) + (lane & 7u), c = 2u * wi + (blk & 1u);
+        stmatrix_trans4(base + m * 128u + ((c ^ (m & 7u)) << 4), r);
+    }
+    // The writes, made by the generic proxy, before the TMA (async proxy) reads them.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    warpgroup_sync(wg);
+    if (leader && m0 < p.m) tma_store(td, n0 + 64u * wg, m0, box);
+}
+
+// A tile's outputs through `staging` as f32 sums ([activation row][weight row]), 64
+// activation rows at a time (alpha, bias, activation, 16-byte stores: store_rows).
+template <int TM>
+__device__ __forceinline__ void store_staged(const PgemmParams& p, const float (&acc)[TM / 8][4], float* staging,
+                                             uint32_t m0, uint32_t n0, int act) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wg = warp >> 2, wi = warp & 3, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int h = 0; h < TM / 64; ++h) {
+        // Once every consumer is done with the staging's previous rows.
+        consumers_sync();
+#pragma unroll
+        for (int j = 8 * h; j < 8 * h + 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int nl = 64 * wg + 16 * wi + g + 8 * (c >> 1);
+                const int ml = 8 * (j - 8 * h) + 2 * tq + (c & 1);
+                staging[ml * BN + nl] = acc[j][c];
+            }
+        consumers_sync();
+        const uint32_t r0 = 64u * h;
+        auto sums = [&](uint32_t r, uint32_t col, float (&v)[8]) {
+            const float* at = staging + (r - r0) * BN + col;
+            const float4 lo = *reinterpret_cast<const float4*>(at);
+            const float4 hi = *reinterpret_cast<const float4*>(at + 4);
+            v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+        };
+        switch (act) {
+            case 1: store_rows<1, TM>(p, m0, n0, 0, sums, r0, r0 + 64u); break;
+            case 2: store_rows<2, TM>(p, m0, n0, 0, sums, r0, r0 + 64u); break;
+            case 3: store_rows<3, TM>(p, m0, n0, 0, sums, r0, r0 + 64u); break;
+            default: store_rows<0, TM>(p, m0, n0, 0, sums, r0, r0 + 64u); break;
+        }
+    }
+}
+
 template <int TM, class F>
-__device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta, const TensorMap* tb) {
+__device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta, const TensorMap* tb,
+                                     const TensorMap* td) {
     using Sh = Shape<TM, F::kMx>;
     constexpr int kDepth = Sh::kDepth;
     constexpr uint32_t kStage = Sh::kStage, kActTile = Sh::kActTile;
@@ -250,7 +379,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
     if (dynamic_smem < Sh::kSmem) __trap();
     uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    float* tile_sums = reinterpret_cast<float*>(smem + kDepth * kStage);
+    uint8_t* staging = smem + kDepth * kStage;
 
     const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
     const int lane = threadIdx.x & 31;
@@ -528,32 +657,36 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
         }
         it = first + count;
 
-        // The tile's sums through shared memory ([activation row][weight row]), once
-        // every consumer is done with the previous tile's.
         if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-        consumers_sync();
-#pragma unroll
-        for (int j = 0; j < J; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int nl = 64 * wg + 16 * wi + g + 8 * (c >> 1);
-                const int ml = 8 * j + 2 * tq + (c & 1);
-                tile_sums[ml * BN + nl] = acc[j][c];
-            }
-        consumers_sync();
         const uint32_t n0 = (uint32_t)BN * tl.n, m0 = (uint32_t)TM * tl.m;
         const int act = (int)p.activation;
-        if (!clustered) {
-            switch (act) {
-                case 1: store_tile<1, TM>(p, tile_sums, m0, n0, 0); break;
-                case 2: store_tile<2, TM>(p, tile_sums, m0, n0, 0); break;
-                case 3: store_tile<3, TM>(p, tile_sums, m0, n0, 0); break;
-                default: store_tile<0, TM>(p, tile_sums, m0, n0, 0); break;
-            }
-            continue;
+        if (clustered) {
+            // The split's sums over the ring ([activation row][weight row]; every stage
+            // consumed, none refilled: one tile a CTA), for its cluster to add.
+            float* tile_sums = reinterpret_cast<float*>(smem);
+            consumers_sync();
+#pragma unroll
+            for (int j = 0; j < J; ++j)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const int nl = 64 * wg + 16 * wi + g + 8 * (c >> 1);
+                    const int ml = 8 * j + 2 * tq + (c & 1);
+                    tile_sums[ml * BN + nl] = acc[j][c];
+                }
+            consumers_sync();
+            store_split<TM, TM == 64 ? 4u : 2u>(p, tile_sums, m0, n0, tl.split, act);
+        } else if (fp.store_map) {
+            uint8_t* box = staging + (uint32_t)wg * (TM * 128u);
+            if (p.out_kind == 0)
+                store_box<0, TM>(p, td, acc, box, m0, n0, wg);
+            else
+                store_box<1, TM>(p, td, acc, box, m0, n0, wg);
+        } else {
+            store_staged<TM>(p, acc, reinterpret_cast<float*>(staging), m0, n0, act);
         }
-        store_split<TM, TM == 64 ? 4u : 2u>(p, tile_sums, m0, n0, tl.split, act);
     }
+    // The last TMA stores complete before the CTA leaves.
+    if (fp.store_map && (threadIdx.x & 127u) == 0) tma_store_wait<false>();
     // Pairs: no CTA leaves while its peer may still arrive on its barriers.
     if (paired) cluster_sync();
 }
@@ -566,19 +699,20 @@ using bs::FgemmParams;
 // One kernel per format and tile height: 128 activation rows a tile, or 64 (`_m64`,
 // small M). MX kernels are named for (activation, weight) element types.
 #if BS_WGEMM_ARCH
-#define BS_FGEMM_BODY(TM, F) bs::fgemm::gemm<TM, F>(p, &ta, &tb);
+#define BS_FGEMM_BODY(TM, F) bs::fgemm::gemm<TM, F>(p, &ta, &tb, &td);
 #else
 // sm_120a has no wgmma: a stub the host never launches there (fgemm.rs `applies`).
 #define BS_FGEMM_BODY(TM, F) \
     (void)p;                 \
     (void)ta;                \
     (void)tb;                \
+    (void)td;                \
     __trap();
 #endif
 #define BS_FGEMM(name, TM, F)                                                                                     \
     extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1)                                        \
         name(const __grid_constant__ FgemmParams p, const __grid_constant__ bs::fgemm::TensorMap ta,            \
-             const __grid_constant__ bs::fgemm::TensorMap tb) {                                                 \
+             const __grid_constant__ bs::fgemm::TensorMap tb, const __grid_constant__ bs::fgemm::TensorMap td) { \
         BS_FGEMM_BODY(TM, F)                                                                                   \
     }
 

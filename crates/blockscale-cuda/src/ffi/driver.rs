@@ -96,22 +96,37 @@ pub(crate) fn zero_async(stream: &CudaStream, at: u64, bytes: usize) -> Result<(
     unsafe { result::memset_d8_async(at, 0, bytes, stream.cu_stream()) }
 }
 
-/// The TMA tensor map of a `rows x cols` matrix of bytes at device address `ptr` (row
-/// stride `cols`) read in boxes of `box_rows x box_cols` bytes, 128-byte swizzled, with
-/// 256-byte L2 promotion and zeros past the last row. Encoding touches no device
-/// memory; a kernel reading through the map reads `ptr`, so the launch that passes it
-/// comes under the launch contract for the whole matrix.
+/// The element types a tensor map here describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TmaElement {
+    /// Bytes (FP8 codes).
+    U8,
+    /// 16-bit values (bf16 or f16 outputs; a TMA store copies them as they are).
+    U16,
+}
+
+/// The TMA tensor map of a `rows x cols` matrix of `element`s at device address `ptr`
+/// (row stride `stride` elements) read or written in boxes of `box_rows x box_cols`
+/// elements (128 bytes a box row at most), 128-byte swizzled, with 256-byte L2
+/// promotion, zeros read past the last row and nothing written past the matrix. Encoding
+/// touches no device memory; a kernel reading or writing through the map accesses `ptr`,
+/// so the launch that passes it comes under the launch contract for the whole matrix.
 ///
 /// # Errors
 /// The driver's error when it refuses the description.
-pub(crate) fn tensor_map_u8(
+pub(crate) fn tensor_map(
     ptr: u64,
-    (rows, cols): (usize, usize),
+    element: TmaElement,
+    (rows, cols, stride): (usize, usize, usize),
     (box_rows, box_cols): (usize, usize),
 ) -> Result<TensorMap, DriverError> {
     let mut map = TensorMap::default();
+    let (kind, bytes) = match element {
+        TmaElement::U8 => (sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8, 1),
+        TmaElement::U16 => (sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16, 2),
+    };
     let dims = [cols as u64, rows as u64];
-    let strides = [cols as u64];
+    let strides = [(stride * bytes) as u64];
     let boxes = [box_cols as u32, box_rows as u32];
     let element_strides = [1u32, 1];
     // SAFETY: `map` is 128 writable bytes with CUtensorMap's alignment (TensorMap's
@@ -120,7 +135,7 @@ pub(crate) fn tensor_map_u8(
     unsafe {
         sys::cuTensorMapEncodeTiled(
             (&mut map as *mut TensorMap).cast::<sys::CUtensorMap>(),
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            kind,
             2,
             ptr as *mut c_void,
             dims.as_ptr(),

@@ -208,6 +208,8 @@ pub(crate) struct FgemmParams {
     pub swizzled: u32,
     /// Pairs of activation tiles share each weight tile (multicast; fgemm.cu).
     pub pair: u32,
+    /// The outputs are stored by TMA through the third tensor map (fgemm.cu).
+    pub store_map: u32,
 }
 
 /// `bs::fgemm::TensorMap`: a `CUtensorMap` as `cuTensorMapEncodeTiled` writes it (128
@@ -227,7 +229,7 @@ const _: () = assert!(size_of::<Fp8ScaleParams>() == 32 && align_of::<Fp8ScalePa
 const _: () = assert!(size_of::<GemvParams>() == 160 && align_of::<GemvParams>() == 8);
 const _: () = assert!(size_of::<PgemvParams>() == 160 && align_of::<PgemvParams>() == 8);
 const _: () = assert!(size_of::<PgemmParams>() == 104 && align_of::<PgemmParams>() == 8);
-const _: () = assert!(size_of::<FgemmParams>() == 136 && align_of::<FgemmParams>() == 8);
+const _: () = assert!(size_of::<FgemmParams>() == 144 && align_of::<FgemmParams>() == 8);
 const _: () = assert!(size_of::<TensorMap>() == 128 && align_of::<TensorMap>() == 64);
 
 /// The parameters a kernel takes, as a launch passes them: one pointer per parameter.
@@ -252,8 +254,9 @@ fn pointer<T>(value: &T) -> *mut c_void {
 /// activations' `DequantParams`, then the tiles' `PgemmParams`.
 pub(crate) type TilingArgs = (DequantParams, PgemmParams);
 
-/// The FP8 wgmma GEMM (`fgemm_*`): its `FgemmParams`, then the tensor maps of A and B.
-pub(crate) type FgemmArgs = (FgemmParams, TensorMap, TensorMap);
+/// The FP8 wgmma GEMM (`fgemm_*`): its `FgemmParams`, then the tensor maps of A, B and
+/// the output.
+pub(crate) type FgemmArgs = (FgemmParams, TensorMap, TensorMap, TensorMap);
 
 /// [`KernelArgs`] for kernels of one parameter struct.
 macro_rules! one_struct {
@@ -293,12 +296,12 @@ unsafe impl KernelArgs for TilingArgs {
 }
 
 // SAFETY: the `fgemm_*` kernels take `(bs::FgemmParams, bs::fgemm::TensorMap,
-// bs::fgemm::TensorMap)` by value: FgemmParams mirrors the C struct, TensorMap is the 128
-// bytes of a CUtensorMap with its 64-byte alignment (sizes asserted above), and each
-// pointer is to the tuple's own field.
+// bs::fgemm::TensorMap, bs::fgemm::TensorMap)` by value: FgemmParams mirrors the C struct,
+// TensorMap is the 128 bytes of a CUtensorMap with its 64-byte alignment (sizes asserted
+// above), and each pointer is to the tuple's own field.
 unsafe impl KernelArgs for FgemmArgs {
-    type Pointers = [*mut c_void; 3];
+    type Pointers = [*mut c_void; 4];
     fn pointers(&self) -> Self::Pointers {
-        [pointer(&self.0), pointer(&self.1), pointer(&self.2)]
+        [pointer(&self.0), pointer(&self.1), pointer(&self.2), pointer(&self.3)]
     }
 }

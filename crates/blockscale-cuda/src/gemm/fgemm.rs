@@ -19,11 +19,12 @@
 //! 1024, so that both tile heights, the clusters and the pairs are covered;
 //! `BLOCKSCALE_GEMM_FP8_PAIRS=0` turns the pairs off.
 
-use blockscale_formats::{DataLayout, Fp8Tile, ScaleLayout, Scheme};
+use blockscale_formats::{Activation, DataLayout, Fp8Tile, ScaleLayout, Scheme};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 
 use super::{DeviceEpilogue, DeviceMatrixMut, check_epilogue, check_output};
 use crate::buffer::{DeviceElement, DeviceQuantized};
+use crate::ffi::driver::{self, TmaElement};
 use crate::ffi::launch::{Kernel, MAX_CLUSTER, Order, launch};
 use crate::ffi::names::KernelName;
 use crate::ffi::params::{FgemmArgs, FgemmParams, PgemmParams, TensorMap};
@@ -77,13 +78,14 @@ impl Format {
 /// fgemm.cu `Shape<tm, mx>::kSmem` for tiles of `tm` activation rows: as many stages of
 /// (the activation tile, the 16 KiB weight tile, the scales: 1 KiB for FP8 block; for MX
 /// the activations' as f32, tm x 16 bytes, and both operands' bytes, (tm + 128) x 4, in
-/// whole KiB) as fit in 227 KiB beside the epilogue's sums and 1 KiB of alignment slack.
+/// whole KiB) as fit in 227 KiB beside the epilogue's 32 KiB staging area and 1 KiB of
+/// alignment slack.
 const fn smem(tm: usize, mx: bool) -> usize {
     let scales = if mx { (tm * 16 + (tm + 128) * 4).next_multiple_of(1024) } else { 1024 };
     let stage = tm * BLOCK_K + TILE * BLOCK_K + scales;
-    let sums = tm * TILE * 4;
-    let depth = (227 * 1024 - 1024 - sums) / stage;
-    depth * stage + sums + 1024
+    let staging = 32 * 1024;
+    let depth = (227 * 1024 - 1024 - staging) / stage;
+    depth * stage + staging + 1024
 }
 const _: () = assert!(
     smem(64, false) <= 227 << 10
@@ -304,8 +306,21 @@ pub(super) fn workspace_size(dev: &Device, a: &DeviceQuantized, b: &DeviceQuanti
 /// The tensor map of a rows x k matrix of bytes at `ptr` (row stride k) read in boxes of
 /// `box_rows` x 128 bytes, 128-byte swizzled, zeros past the last row.
 fn tensor_map(ptr: u64, rows: usize, k: usize, box_rows: usize) -> Result<TensorMap, CudaError> {
-    crate::ffi::driver::tensor_map_u8(ptr, (rows, k), (box_rows, BLOCK_K))
+    driver::tensor_map(ptr, TmaElement::U8, (rows, k, k), (box_rows, BLOCK_K))
         .map_err(CudaError::driver("encoding an FP8 operand's tensor map"))
+}
+
+/// The tensor map the kernel stores an M x N output of 16-bit values (bf16 or f16) at
+/// `ptr` through, row stride `stride` elements, in boxes of `tm` rows x 64 columns (one
+/// consumer warpgroup's outputs of a tile), where TMA can store it: 16-byte aligned rows
+/// (else `None`: the kernel stores the outputs itself, as it does f32 ones).
+fn output_map(ptr: u64, (m, n, stride): (usize, usize, usize), tm: usize) -> Result<Option<TensorMap>, CudaError> {
+    if !ptr.is_multiple_of(16) || !(2 * stride).is_multiple_of(16) || 2 * stride >= 1 << 40 {
+        return Ok(None);
+    }
+    driver::tensor_map(ptr, TmaElement::U16, (m, n, stride), (tm, TILE / 2))
+        .map(Some)
+        .map_err(CudaError::driver("encoding the output's tensor map"))
 }
 
 /// Checks and queues `a` (M x K) x `b` (N x K) on the FP8 wgmma kernel; the caller
@@ -347,6 +362,13 @@ pub(super) fn run<O: DeviceElement>(
     let ta = tensor_map(a_ptr, m, k, tm)?;
     // Pairs: each CTA copies its 64-row half of the weight tile (into both CTAs).
     let tb = tensor_map(b_ptr, n, k, if plan.pair { TILE / 2 } else { TILE })?;
+    // 16-bit outputs without an activation by TMA stores (K split adds its sums in the
+    // cluster and stores them itself).
+    let td = if O::OUT_KIND == 2 || plan.splits > 1 || epilogue.activation != Activation::Identity {
+        None
+    } else {
+        output_map(out_ptr, (m, n, out_stride), tm)?
+    };
     let params = FgemmParams {
         g: PgemmParams {
             bias: bias_ptr,
@@ -370,6 +392,7 @@ pub(super) fn run<O: DeviceElement>(
         swizzled: u32::from(a.scale_layout() == ScaleLayout::Swizzled128x4)
             | u32::from(b.scale_layout() == ScaleLayout::Swizzled128x4) << 1,
         pair: plan.pair as u32,
+        store_map: td.is_some() as u32,
     };
     let config =
         LaunchConfig { grid_dim: (plan.ctas as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: bytes as u32 };
@@ -378,7 +401,8 @@ pub(super) fn run<O: DeviceElement>(
     // block: [M][K/128] or [ceil(M/128)][K/128], [ceil(N/128)][K/128] f32; MX: K/32 =
     // scale_cols bytes a row, row-major or Swizzled128x4 as `swizzled` says, K a multiple
     // of 128 so that each row's four scales of a block are one aligned word); the output
-    // was checked for M x N at its stride, the bias for N values. The kernel traps if given
+    // was checked for M x N at its stride (its tensor map, with store_map, describes
+    // exactly those M rows of N 16-bit values), the bias for N values. The kernel traps if given
     // less shared memory than it lays out, and reads the activations and their scales only
     // after its griddepcontrol.wait. With K split the grid is tiles x splits CTAs in
     // clusters of `splits` (at most 8, a divisor of the grid), as the kernel expects
@@ -389,7 +413,7 @@ pub(super) fn run<O: DeviceElement>(
     // cluster barriers. The guards keep every buffer alive and ordered until the launch
     // is queued.
     let cluster = plan.cluster();
-    launch(stream, &kernel, config, Order::Dependent { cluster }, &(params, ta, tb))
+    launch(stream, &kernel, config, Order::Dependent { cluster }, &(params, ta, tb, td.unwrap_or_default()))
         .map_err(CudaError::driver("launching the FP8 wgmma GEMM"))?;
     drop((g_out, g_a, g_b, g_sa, g_sb, g_bias));
     Ok(())
@@ -401,13 +425,13 @@ mod tests {
 
     #[test]
     fn shared_memory_matches_the_kernel_layout() {
-        // fgemm.cu Shape: 128-row tiles 4 x (16 + 16 + 1 KiB) + 64 KiB + 1 KiB; 64-row
-        // tiles 7 x (8 + 16 + 1 KiB) + 32 KiB + 1 KiB.
-        assert_eq!(smem(128, false), 4 * 33 * 1024 + 65 * 1024);
+        // fgemm.cu Shape: 128-row tiles 5 x (16 + 16 + 1 KiB) + 32 KiB of staging + 1 KiB;
+        // 64-row tiles 7 x (8 + 16 + 1 KiB) + 32 KiB + 1 KiB.
+        assert_eq!(smem(128, false), 5 * 33 * 1024 + 33 * 1024);
         assert_eq!(smem(64, false), 7 * 25 * 1024 + 33 * 1024);
-        // MX: 128-row tiles 4 x (16 + 16 + 3 KiB) + 64 + 1 KiB; 64-row 7 x (8 + 16 + 2 KiB)
+        // MX: 128-row tiles 5 x (16 + 16 + 3 KiB) + 32 + 1 KiB; 64-row 7 x (8 + 16 + 2 KiB)
         // + 32 + 1 KiB.
-        assert_eq!(smem(128, true), 4 * 35 * 1024 + 65 * 1024);
+        assert_eq!(smem(128, true), 5 * 35 * 1024 + 33 * 1024);
         assert_eq!(smem(64, true), 7 * 26 * 1024 + 33 * 1024);
         let name = |f: Format, tm| f.kernel_name(tm).as_str().to_string();
         assert_eq!(
