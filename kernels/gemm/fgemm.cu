@@ -20,8 +20,10 @@
 // with TMA tensor copies, 128-byte swizzled, into a ring of stages (5 for TM = 128, 7 for
 // 64; completion counted in bytes on the stage's `full` barrier), while its second warp
 // copies the block's TM activation scales and the weight tile's scale beside them with
-// cp.async (32 more arrivals on `full`, made by the copies' completion, so that warp
-// never waits out a load). Warpgroups 0 and 1 each own 64 weight rows. Per block, four
+// cp.async (arrivals on the stage's `landed` barrier, made by the copies' completion, so
+// that warp never waits out a load) and its last two warps multiply each activation
+// scale by the weight scale in place once they have landed (64 more arrivals on
+// `full`). Warpgroups 0 and 1 each own 64 weight rows. Per block, four
 // `wgmma.m64nTMk32.e4m3.e4m3` with both operands in shared memory sum the block into a
 // fresh set of sums (the FP8 tensor cores' short accumulator, 128 of K at most: the
 // promotion interval of the format); once its group is done, sums x (weight scale x
@@ -64,7 +66,7 @@ using namespace bs::wgemm;
 
 constexpr uint32_t kTile = 128u * 128u;             // bytes: 128 weight rows x 128 FP8 elements
 [[maybe_unused]] constexpr int kScaleW = 128;       // FP8 block: the weight scale's float in a stage's scale area
-constexpr uint32_t kConverters = 64;                // MX: the producer warpgroup's warps 2-3 convert scales
+constexpr uint32_t kConverters = 64;                // the producer warpgroup's warps 2-3 convert scales
 
 // The pair's formats. FP8 block: E4M3 x E4M3, one f32 scale a 128 x 128 weight tile and
 // one a 1 x 128 (or 128 x 128) activation block, promoted every 128 of K. MX: E4M3 or
@@ -425,12 +427,12 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     // A stage's scale area (after its two tiles).
     auto scale_area = [&](uint32_t st) { return smem + st * kStage + kActTile + kTile; };
 
-    // MX: each stage's scale bytes landed (the copying warp's 32 lanes).
-    __shared__ uint64_t landed[F::kMx ? kDepth : 1];
-    if (F::kMx && threadIdx.x == 0)
+    // Each stage's scales landed (the copying warp's 32 lanes).
+    __shared__ uint64_t landed[kDepth];
+    if (threadIdx.x == 0)
         for (int s = 0; s < kDepth; ++s) mbar_init(&landed[s], 32);
-    // The TMA thread's expect_tx and the scale warp's 32 lanes or (MX) the converters.
-    init_ring(full, empty, 1 + (F::kMx ? kConverters : 32), kConsumerWarps * (paired ? 64 : 32));
+    // The TMA thread's expect_tx and the converters.
+    init_ring(full, empty, 1 + kConverters, kConsumerWarps * (paired ? 64 : 32));
     __syncthreads();
     // Pairs: the peer's barriers are initialized before anything arrives on them.
     if (paired) cluster_sync();
@@ -507,7 +509,22 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
                     cp_async_arrive(&landed[st]);
                 });
             }
-        } else if (warp > kConsumerWarps + 1 && F::kMx) {
+        } else if (warp > kConsumerWarps + 1 && !F::kMx) {
+            // FP8 block: each activation row's scale times the weight tile's, once a block
+            // (the consumers' promotion then needs no product of its own: the same f32
+            // product it took before), by the last two warps once the block's scales have
+            // landed; then the stage's arrival.
+            const uint32_t me = threadIdx.x - (kConsumerWarps + 2) * 32;
+            each_block([&](uint32_t it, const Tile&, uint32_t) {
+                const uint32_t st = it % kDepth;
+                mbar_wait(&landed[st], (it / kDepth) & 1u);
+                float* sc = reinterpret_cast<float*>(scale_area(st));
+                const float w = sc[kScaleW];
+#pragma unroll
+                for (uint32_t at = me; at < (uint32_t)TM; at += kConverters) sc[at] = __fmul_rn(w, sc[at]);
+                bar_arrive(&full[st]);
+            });
+        } else if (warp > kConsumerWarps + 1) {
             if constexpr (F::kMx) {
                 // MX activation scales as f32 ([q][TM]; one conversion a row instead of one
                 // in every consumer thread that reads it), by the last two warps once a
@@ -531,8 +548,8 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
         } else if (warp == kConsumerWarps + 1) {
             // The scales: activation row r's at float r of the stage's scale area (zero
             // past M), the weight tile's at float 128. Copied with cp.async, whose
-            // completion arrives on `full` by itself: the warp runs ahead to the next
-            // stage instead of waiting out each load's latency.
+            // completion arrives on `landed` by itself (for the converters): the warp
+            // runs ahead to the next stage instead of waiting out each load's latency.
             asm volatile("griddepcontrol.wait;" ::: "memory");
             const float* sa = static_cast<const float*>(fp.sa);
             const float* sb = static_cast<const float*>(fp.sb);
@@ -548,7 +565,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
                     cp_async4(sc + lane + 32 * r, sa + (uint64_t)src_row * S + kb, live ? 4u : 0u);
                 }
                 if (lane == 0) cp_async4(sc + kScaleW, sb + (uint64_t)tl.n * S + kb, 4u);
-                cp_async_arrive(&full[st]);
+                cp_async_arrive(&landed[st]);
             });
         }
         // The consumers' cluster barriers (two with K split, one for pairs) count every
@@ -598,28 +615,33 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
         wg_commit();
     };
     // Unit u's sums, once its group is done: acc += sums x (weight scale x activation
-    // scale); a block's stage is released after its last unit.
+    // scale), that product formed by the converters for FP8 block; a block's stage is
+    // released after its last unit.
     auto promote = [&](uint32_t u, float (&sums)[J][4]) {
         fence_acc(sums);
         const uint32_t n = u / U, q = u % U, st = n % kDepth;
         const float* sc = reinterpret_cast<const float*>(scale_area(st));
-        float w0, w1;
-        const float* as = sc;
         if constexpr (F::kMx) {
             const uint8_t* ws = reinterpret_cast<const uint8_t*>(sc) + Sh::kActFloats + 4u * (TM + 64 * wg + 16 * wi + g) + q;
-            w0 = ue8m0_select(ws[0]);
-            w1 = ue8m0_select(ws[32]);
-            as = sc + TM * q;
-        } else {
-            w0 = w1 = sc[kScaleW];
-        }
+            const float w0 = ue8m0_select(ws[0]), w1 = ue8m0_select(ws[32]);
+            const float* as = sc + TM * q;
 #pragma unroll
-        for (int j = 0; j < J; ++j) {
-            const float2 a = *reinterpret_cast<const float2*>(as + 8 * j + 2 * tq);
-            acc[j][0] = __fmaf_rn(sums[j][0], __fmul_rn(w0, a.x), acc[j][0]);
-            acc[j][1] = __fmaf_rn(sums[j][1], __fmul_rn(w0, a.y), acc[j][1]);
-            acc[j][2] = __fmaf_rn(sums[j][2], __fmul_rn(w1, a.x), acc[j][2]);
-            acc[j][3] = __fmaf_rn(sums[j][3], __fmul_rn(w1, a.y), acc[j][3]);
+            for (int j = 0; j < J; ++j) {
+                const float2 a = *reinterpret_cast<const float2*>(as + 8 * j + 2 * tq);
+                acc[j][0] = __fmaf_rn(sums[j][0], __fmul_rn(w0, a.x), acc[j][0]);
+                acc[j][1] = __fmaf_rn(sums[j][1], __fmul_rn(w0, a.y), acc[j][1]);
+                acc[j][2] = __fmaf_rn(sums[j][2], __fmul_rn(w1, a.x), acc[j][2]);
+                acc[j][3] = __fmaf_rn(sums[j][3], __fmul_rn(w1, a.y), acc[j][3]);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+                const float2 a = *reinterpret_cast<const float2*>(sc + 8 * j + 2 * tq);
+                acc[j][0] = __fmaf_rn(sums[j][0], a.x, acc[j][0]);
+                acc[j][1] = __fmaf_rn(sums[j][1], a.y, acc[j][1]);
+                acc[j][2] = __fmaf_rn(sums[j][2], a.x, acc[j][2]);
+                acc[j][3] = __fmaf_rn(sums[j][3], a.y, acc[j][3]);
+            }
         }
         if (q == U - 1) {
             bar_arrive(&empty[st]);
