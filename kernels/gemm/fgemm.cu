@@ -336,33 +336,18 @@ __device__ __forceinline__ void store_box(const PgemmParams& p, const TensorMap*
 template <int TM>
 __device__ __forceinline__ void store_staged(const PgemmParams& p, const float (&acc)[TM / 8][4], float* staging,
                                              uint32_t m0, uint32_t n0, int act) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int wg = warp >> 2, wi = warp & 3, g = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int h = 0; h < TM / 64; ++h) {
         // Once every consumer is done with the staging's previous rows.
         consumers_sync();
-#pragma unroll
-        for (int j = 8 * h; j < 8 * h + 8; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int nl = 64 * wg + 16 * wi + g + 8 * (c >> 1);
-                const int ml = 8 * (j - 8 * h) + 2 * tq + (c & 1);
-                staging[ml * BN + nl] = acc[j][c];
-            }
+        put_sums(staging, acc, 8 * h, 8 * h + 8);
         consumers_sync();
-        const uint32_t r0 = 64u * h;
-        auto sums = [&](uint32_t r, uint32_t col, float (&v)[8]) {
-            const float* at = staging + (r - r0) * BN + col;
-            const float4 lo = *reinterpret_cast<const float4*>(at);
-            const float4 hi = *reinterpret_cast<const float4*>(at + 4);
-            v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-        };
+        const uint32_t r0 = 64u * h, r1 = r0 + 64u;
         switch (act) {
-            case 1: store_rows<1, TM>(p, m0, n0, 0, sums, r0, r0 + 64u); break;
-            case 2: store_rows<2, TM>(p, m0, n0, 0, sums, r0, r0 + 64u); break;
-            case 3: store_rows<3, TM>(p, m0, n0, 0, sums, r0, r0 + 64u); break;
-            default: store_rows<0, TM>(p, m0, n0, 0, sums, r0, r0 + 64u); break;
+            case 1: store_tile<1, TM>(p, staging, m0, n0, 0, r0, r1); break;
+            case 2: store_tile<2, TM>(p, staging, m0, n0, 0, r0, r1); break;
+            case 3: store_tile<3, TM>(p, staging, m0, n0, 0, r0, r1); break;
+            default: store_tile<0, TM>(p, staging, m0, n0, 0, r0, r1); break;
         }
     }
 }
@@ -687,14 +672,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
             // consumed, none refilled: one tile a CTA), for its cluster to add.
             float* tile_sums = reinterpret_cast<float*>(smem);
             consumers_sync();
-#pragma unroll
-            for (int j = 0; j < J; ++j)
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const int nl = 64 * wg + 16 * wi + g + 8 * (c >> 1);
-                    const int ml = 8 * j + 2 * tq + (c & 1);
-                    tile_sums[ml * BN + nl] = acc[j][c];
-                }
+            put_sums(tile_sums, acc);
             consumers_sync();
             store_split<TM, TM == 64 ? 4u : 2u>(p, tile_sums, m0, n0, tl.split, act);
         } else if (fp.store_map) {

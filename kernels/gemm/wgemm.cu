@@ -258,15 +258,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     auto finish = [&](const Tile& tl, uint32_t t) {
         if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
         consumers_sync();
-        const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-        for (int j = 0; j < 16; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int nl = 16 * gi + g + 8 * (c >> 1);
-                const int ml = 8 * j + 2 * tq + (c & 1);
-                tile_sums[ml * BN + nl] = acc[j][c];
-            }
+        put_sums(tile_sums, acc);
         consumers_sync();
         const uint32_t n0 = (uint32_t)BN * tl.n, m0 = (uint32_t)BM * tl.m;
         if (p.splits > 1) {
