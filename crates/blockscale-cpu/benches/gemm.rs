@@ -224,7 +224,7 @@ fn gemv_cases(v: &mut Vec<Case>) {
                 });
             c.bytes = q.storage_bytes() as f64;
             v.push(c);
-            // Panel weights: the 4-bit schemes.
+            // Panel weights: the 4-bit schemes and MXFP6 E2M3.and MXFP6 E2M3.
             let Ok(panels) = PanelWeights::new(q) else { continue };
             let panels: &'static PanelWeights = Box::leak(Box::new(panels));
             for single in [true, false] {
@@ -295,7 +295,7 @@ fn batch_and_cold_cases(v: &mut Vec<Case>) {
             v.push(c);
         }
 
-        // Panel weights: the 4-bit schemes.
+        // Panel weights: the 4-bit schemes and MXFP6 E2M3.
         let Some(panels) = panels else { continue };
         let opts = GemmOptions::default().with_activations(ActivationPrecision::Int8Blocks);
         v.push(case(format!("gemv M=16 {scheme} {n}x{k}: panels, int8 act, all threads"), macs, false, move || {

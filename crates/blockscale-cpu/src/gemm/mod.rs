@@ -56,8 +56,9 @@ pub enum ActivationPrecision {
     /// Activations are quantized on the fly to int8 per 32 values (`d = amax / 127`,
     /// `q = round(x / d)`, as llama.cpp's Q8_0 does) and multiplied with the 4-bit
     /// weight codes in integer arithmetic. Faster; adds up to `d / 2` of error per
-    /// activation (about 0.4% of the block's largest value). 4-bit weights only (other
-    /// weights ignore it); rows holding NaN or infinity use [`Self::Exact`].
+    /// activation (about 0.4% of the block's largest value). 4-bit weights in
+    /// `gemm_weight_only`/`gemv` (other weights ignore it), and every [`PanelWeights`]
+    /// product; rows holding NaN or infinity use [`Self::Exact`].
     Int8Blocks,
 }
 
@@ -247,12 +248,16 @@ pub fn gemv<I: Input, O: Source>(
     Ok(gemm_weight_only(view, w, epilogue, options)?.into_raw_vec_and_offset().0)
 }
 
-/// 4-bit weights (NVFP4, MXFP4, INT4-G32) rearranged once, for a model's lifetime, into
-/// the 16-row panels the int8 kernels stream: on CPUs with AVX-512 VNNI each 64-byte
-/// load feeds two `vpdpbusd` of 16 rows x 4 elements (AVX2: the same with
-/// `vpmaddubsw`), with no per-call repacking. The
-/// values and scales are those of the matrix they were built from; they take the same
-/// memory (plus padding of the last panel to 16 rows). Multiply them with
+/// 4-bit weights (NVFP4, MXFP4, INT4-G32 and G128) and MXFP6 E2M3 weights rearranged
+/// once, for a model's lifetime, into the 16-row panels the int8 kernels stream: on CPUs
+/// with AVX-512 VNNI each 64-byte load feeds two `vpdpbusd` of 16 rows x 4 elements
+/// (AVX2: the same with `vpmaddubsw`), with no per-call repacking. E2M3 values are
+/// integers times 1/8 (at most 60 in magnitude), so they take the same exact int8
+/// products: their codes' low four bits are laid out as the 4-bit codes, followed per
+/// 64 bytes by 32 bytes of their top two bits (AVX-512 VBMI reassembles them with
+/// `vpmultishiftqb` and maps them with `vpermb`). The values and scales are those of the
+/// matrix they were built from; they take the same memory (plus padding of the last
+/// panel to 16 rows). Multiply them with
 /// [`gemm_weight_only_panels`] or [`gemv_panels`], which quantize the activations to
 /// int8 per 32 values ([`ActivationPrecision::Int8Blocks`], llama.cpp's Q8_0 rule, with
 /// the same error bound as the row-major kernels in that mode).
@@ -279,12 +284,20 @@ impl PanelWeights {
     /// Builds the panels of `w` (any scale layout; row-major data).
     ///
     /// # Errors
-    /// [`CpuError::UnsupportedPanel`] for a scheme other than NVFP4, MXFP4 and INT4 (G32
-    /// or G128), or block-interleaved data.
+    /// [`CpuError::UnsupportedPanel`] for a scheme other than NVFP4, MXFP4, INT4 (G32
+    /// or G128) and MXFP6 E2M3, or block-interleaved data.
     pub fn new(w: &QuantizedMatrix) -> Result<Self, CpuError> {
         let format = w.scheme().scale_format();
         let lut = fast::scale_lut(format);
         let unsupported = || CpuError::UnsupportedPanel { scheme: w.scheme(), layout: w.data_layout() };
+        if w.scheme() == blockscale_formats::Scheme::MxFp6E2M3 {
+            if w.data_layout() != blockscale_formats::DataLayout::RowMajor {
+                return Err(unsupported());
+            }
+            let scales = fast::block_scales(w, &lut).ok_or_else(unsupported)?;
+            let panels = panel::Panels::pack_e2m3(w.data(), w.rows(), w.k(), &scales);
+            return Ok(Self { scheme: w.scheme(), global: None, panels });
+        }
         let g128 = fast::int4_g128_as_g32_scales(w);
         let nw = fast::nibble_weights(w, &lut, g128.as_deref()).ok_or_else(unsupported)?;
         let byte_format = matches!(w.scales(), blockscale_formats::ScaleData::Bytes(_)).then_some(format);
@@ -348,7 +361,7 @@ pub fn gemm_weight_only_panels<I: Input, O: Source>(
     let (m, n) = (x.nrows(), w.rows());
     let alpha = epilogue::resolve_weight_only(epilogue, w.scheme, w.global, n)?;
     let r = Resolved { alpha, bias: epilogue.bias, activation: epilogue.activation };
-    let kernel = panel::Kernel::of(Isa::select(options.simd)?);
+    let kernel = panel::Kernel::of(Isa::select(options.simd)?, w.panels.six);
     let mut out = vec![0f32; m * n];
     panel::gemm_panels(kernel, &xs, m, &w.panels, !options.single_threaded, &mut out);
     Ok(fast::finish(out, m, n, &r, !options.single_threaded))

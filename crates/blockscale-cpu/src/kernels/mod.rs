@@ -38,6 +38,8 @@ struct Features {
     bf16: bool,
     /// `avx512` and AVX-512 VNNI.
     vnni: bool,
+    /// `vnni` and AVX-512 VBMI (byte permutes: the 6-bit panel kernel).
+    vbmi: bool,
 }
 
 fn features() -> Features {
@@ -53,6 +55,7 @@ fn features() -> Features {
                 avx512,
                 bf16: avx512 && is_x86_feature_detected!("avx512bf16"),
                 vnni: avx512 && is_x86_feature_detected!("avx512vnni"),
+                vbmi: avx512 && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vbmi"),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -89,6 +92,11 @@ impl Isa {
     pub(crate) fn vnni(self) -> bool {
         self == Self::Avx512 && features().vnni
     }
+
+    /// Whether this call may use AVX-512 VNNI dot products and VBMI byte permutes.
+    pub(crate) fn vbmi(self) -> bool {
+        self == Self::Avx512 && features().vbmi
+    }
 }
 
 /// What `simd` asks for: `Auto` becomes the set `BLOCKSCALE_SIMD` names (`portable`,
@@ -121,6 +129,11 @@ pub fn avx2_available() -> bool {
 /// Whether this CPU has AVX-512 F, BW and VNNI (the int8 panel kernels' set).
 pub fn vnni_available() -> bool {
     features().vnni
+}
+
+/// Whether this CPU has AVX-512 F, BW, VNNI and VBMI (the 6-bit panel kernel's set).
+pub(crate) fn vbmi_available() -> bool {
+    features().vbmi
 }
 
 /// The element format the kernels write, with how it sits in bytes: E2M1 and offset-8

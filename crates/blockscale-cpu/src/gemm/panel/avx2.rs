@@ -8,6 +8,9 @@
 //! and one FMA with the rows' scales (decoded in registers as the AVX-512 kernel does),
 //! as the other kernels do, so the bits are the same.
 //!
+//! Six-bit panels (E2M3) take the same tile with another group decoding (see [`Six`]);
+//! their values reach 120, so each `vpmaddubsw` result is widened on its own.
+//!
 //! Every function needs AVX2, FMA and F16C: `Kernel::of` only picks this kernel
 //! for an ISA that has all three.
 
@@ -16,8 +19,11 @@ use core::arch::x86_64::*;
 use super::drive::{self, Run, Tiles};
 use super::{ActRows, PanelScales, Panels, ROWS, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN};
 
-/// The AVX2 tiles (see [`Tiles`]).
+/// The AVX2 tiles of four-bit panels (see [`Tiles`]).
 pub(super) struct Avx2;
+
+/// The AVX2 tiles of six-bit panels.
+pub(super) struct Avx2Six;
 
 /// Int8 mode for panels `p0..p1` and the `m` activation rows of `a`, as
 /// `super::portable::rows` (which gives the same bits).
@@ -29,6 +35,16 @@ pub(super) unsafe fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: 
     // SAFETY: the caller guarantees the features, which this function enables for the
     // driver inlined into it.
     unsafe { drive::rows::<Avx2>(a, m, p, p0, p1, buf, (1, 0)) }
+}
+
+/// [`rows`] for six-bit panels.
+///
+/// # Safety
+/// As [`rows`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn rows_six(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
+    // SAFETY: as `rows`.
+    unsafe { drive::rows::<Avx2Six>(a, m, p, p0, p1, buf, (1, 0)) }
 }
 
 /// The 16 scales at scale index `at` as two vectors (rows 0..8, 8..16).
@@ -53,46 +69,169 @@ unsafe fn scales<const SC: u8>(p: &Panels, at: usize) -> [__m256; 2] {
     }
 }
 
+/// How a tile turns half a group (rows 0..8 or 8..16) into its two vectors of
+/// unsigned operands (8 rows x 4 elements: the low-nibble and high-nibble positions).
+trait Groups {
+    /// Bytes per group.
+    const GB: usize;
+    /// How many `vpmaddubsw` results an i16 lane may sum before widening (four, or
+    /// one: each widened on its own).
+    const I16_TERMS: usize;
+    /// What the decoding keeps in registers for a tile.
+    type Consts: Copy;
+    /// The constants of panels `p`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, inlined into a function that enables it.
+    unsafe fn consts(p: &Panels) -> Self::Consts;
+    /// The two vectors of half `h` of the group at `w`.
+    ///
+    /// # Safety
+    /// As [`Self::consts`], and `Self::GB` bytes readable at `w`.
+    unsafe fn half(c: Self::Consts, w: *const u8, h: usize) -> (__m256i, __m256i);
+}
+
+/// Four-bit codes: mask or shift, then `vpshufb`; values up to 24, so four products
+/// add in i16 (`4 * 2 * 24 * 127 < 2^15`).
+struct Nibbles;
+
+impl Groups for Nibbles {
+    const GB: usize = 64;
+    const I16_TERMS: usize = 4;
+    type Consts = (__m256i, __m256i);
+
+    #[inline(always)]
+    unsafe fn consts(p: &Panels) -> Self::Consts {
+        // SAFETY: `unsigned` holds 64 bytes; the caller guarantees the features.
+        unsafe { (_mm256_broadcastsi128_si256(_mm_loadu_si128(p.unsigned.as_ptr().cast())), _mm256_set1_epi8(0x0f)) }
+    }
+
+    #[inline(always)]
+    unsafe fn half((lut, low): Self::Consts, w: *const u8, h: usize) -> (__m256i, __m256i) {
+        // SAFETY: the caller guarantees 64 bytes at `w` and the features.
+        unsafe {
+            let v = _mm256_loadu_si256(w.add(32 * h).cast());
+            let lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
+            let hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
+            (lo, hi)
+        }
+    }
+}
+
+/// Six-bit E2M3 codes: the plane quarter of the eight rows broadcast, so byte `p` holds
+/// its position's top bits at bits `2 (p / 8)` (high exponent bit) and `2 (p / 8) + 1`
+/// (sign); per-dword shifts bring each to bit 7 for `vpblendvb`. The low nibble picks
+/// `60 + |value|` from one of two `vpshufb` tables (by the exponent bit), and the sign
+/// turns it into `120 - it`. Values up to 120: each product widens on its own
+/// (`2 * 120 * 127 < 2^15`).
+struct Six;
+
+impl Groups for Six {
+    const GB: usize = 96;
+    const I16_TERMS: usize = 1;
+    /// (table of codes 0..16, of codes 16..32, low-nibble mask, exponent-bit shifts,
+    /// sign shifts, 120).
+    type Consts = (__m256i, __m256i, __m256i, __m256i, __m256i, __m256i);
+
+    #[inline(always)]
+    unsafe fn consts(p: &Panels) -> Self::Consts {
+        // SAFETY: `unsigned` holds 64 bytes; the caller guarantees the features.
+        unsafe {
+            let table = |at: usize| _mm256_broadcastsi128_si256(_mm_loadu_si128(p.unsigned.as_ptr().add(at).cast()));
+            (
+                table(0),
+                table(16),
+                _mm256_set1_epi8(0x0f),
+                _mm256_setr_epi32(7, 7, 5, 5, 3, 3, 1, 1),
+                _mm256_setr_epi32(6, 6, 4, 4, 2, 2, 0, 0),
+                _mm256_set1_epi8(120),
+            )
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn half((t0, t1, low, exp, sign, all): Self::Consts, w: *const u8, h: usize) -> (__m256i, __m256i) {
+        // SAFETY: the caller guarantees 96 bytes at `w` and the features.
+        unsafe {
+            let v = _mm256_loadu_si256(w.add(32 * h).cast());
+            let decode = |nibbles: __m256i, quarter: *const u8| {
+                let top = _mm256_set1_epi64x(quarter.cast::<i64>().read_unaligned());
+                let plus = _mm256_blendv_epi8(
+                    _mm256_shuffle_epi8(t0, nibbles),
+                    _mm256_shuffle_epi8(t1, nibbles),
+                    _mm256_sllv_epi32(top, exp),
+                );
+                _mm256_blendv_epi8(plus, _mm256_sub_epi8(all, plus), _mm256_sllv_epi32(top, sign))
+            };
+            let lo = decode(_mm256_and_si256(v, low), w.add(64 + 8 * h));
+            let hi = decode(_mm256_and_si256(_mm256_srli_epi16::<4>(v), low), w.add(80 + 8 * h));
+            (lo, hi)
+        }
+    }
+}
+
 impl Tiles for Avx2 {
     /// Four rows: two vectors of accumulators each.
     const MR: usize = 4;
 
-    /// Panel `pi` times activation rows `i0..i0 + TR`.
-    ///
     /// # Safety
     /// As [`Tiles::tile`].
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
-        let (a, p) = (run.a, run.p);
-        let k = p.k;
-        let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(a.dblock));
-        // SAFETY (this function): as the AVX-512 kernel's `tile`.
-        unsafe {
-            let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.unsigned.as_ptr().cast()));
-            let low = _mm256_set1_epi8(0x0f);
-            let ones = _mm256_set1_epi16(1);
-            let wbase = run.codes(pi);
-            let mut accf = [[_mm256_setzero_ps(); 2]; TR];
-            // Decoded block: [group][half] low and high nibbles' values.
-            let mut lo = [[_mm256_setzero_si256(); 2]; 4];
-            let mut hi = [[_mm256_setzero_si256(); 2]; 4];
-            for b in 0..cols {
-                let s = scales::<SC>(p, (pi * cols + b) * ROWS);
-                for g in 0..groups {
-                    let w = wbase.add((b * groups + g) * 64);
-                    for h in 0..2 {
-                        let v = _mm256_loadu_si256(w.add(32 * h).cast());
-                        lo[g][h] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, low));
-                        hi[g][h] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
-                    }
+        // SAFETY: the caller's guarantee; the features are enabled here.
+        unsafe { tile::<Nibbles, BLOCK, SC, TR>(run, pi, i0) }
+    }
+}
+
+impl Tiles for Avx2Six {
+    const MR: usize = 4;
+    const SIX: bool = true;
+
+    /// # Safety
+    /// As [`Tiles::tile`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
+        // SAFETY: the caller's guarantee; the features are enabled here.
+        unsafe { tile::<Six, BLOCK, SC, TR>(run, pi, i0) }
+    }
+}
+
+/// Panel `pi` times activation rows `i0..i0 + TR`, groups decoded by `G`.
+///
+/// # Safety
+/// As [`Tiles::tile`], inlined into a function enabling AVX2, FMA and F16C.
+#[inline(always)]
+unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
+    let (a, p) = (run.a, run.p);
+    let k = p.k;
+    let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(a.dblock));
+    // SAFETY (this function): as the AVX-512 kernel's `tile`.
+    unsafe {
+        let consts = G::consts(p);
+        let ones = _mm256_set1_epi16(1);
+        let wbase = run.codes(pi);
+        let mut accf = [[_mm256_setzero_ps(); 2]; TR];
+        // Decoded block: [group][half] low and high nibbles' values.
+        let mut lo = [[_mm256_setzero_si256(); 2]; 4];
+        let mut hi = [[_mm256_setzero_si256(); 2]; 4];
+        for b in 0..cols {
+            let s = scales::<SC>(p, (pi * cols + b) * ROWS);
+            for g in 0..groups {
+                let w = wbase.add((b * groups + g) * G::GB);
+                for h in 0..2 {
+                    (lo[g][h], hi[g][h]) = G::half(consts, w, h);
                 }
-                for (r, acc_f) in accf.iter_mut().enumerate() {
-                    let i = i0 + r;
-                    let q = a.q.as_ptr().add(i * k + b * BLOCK).cast::<i32>();
-                    let corr = _mm256_set1_epi32(*a.corr.get_unchecked(i * cols + b));
-                    let mut acc = [corr, corr];
-                    // Two groups' four i16 pair sums at a time: |sum| <= 4 * 2 * 24 * 127 < 2^15.
+            }
+            for (r, acc_f) in accf.iter_mut().enumerate() {
+                let i = i0 + r;
+                let q = a.q.as_ptr().add(i * k + b * BLOCK).cast::<i32>();
+                let corr = _mm256_set1_epi32(*a.corr.get_unchecked(i * cols + b));
+                let mut acc = [corr, corr];
+                // Up to `G::I16_TERMS` products summed in i16, then widened into i32.
+                if G::I16_TERMS >= 4 {
+                    // Two groups' four i16 pair sums at a time, then widened.
                     for g2 in 0..groups.div_ceil(2) {
                         let mut s16 = [_mm256_setzero_si256(); 2];
                         for g in 2 * g2..(2 * g2 + 2).min(groups) {
@@ -108,19 +247,30 @@ impl Tiles for Avx2 {
                             *acc_h = _mm256_add_epi32(*acc_h, _mm256_madd_epi16(s_h, ones));
                         }
                     }
-                    let dv = _mm256_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / a.dblock));
-                    for h in 0..2 {
-                        let c = _mm256_mul_ps(s[h], dv);
-                        acc_f[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), c, acc_f[h]);
+                } else {
+                    // Each product widened on its own.
+                    for g in 0..groups {
+                        let q_lo = _mm256_set1_epi32(q.add(2 * g).read_unaligned());
+                        let q_hi = _mm256_set1_epi32(q.add(2 * g + 1).read_unaligned());
+                        for (h, acc_h) in acc.iter_mut().enumerate() {
+                            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[g][h], q_lo), ones);
+                            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[g][h], q_hi), ones);
+                            *acc_h = _mm256_add_epi32(*acc_h, _mm256_add_epi32(pl, ph));
+                        }
                     }
                 }
+                let dv = _mm256_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / a.dblock));
+                for h in 0..2 {
+                    let c = _mm256_mul_ps(s[h], dv);
+                    acc_f[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), c, acc_f[h]);
+                }
             }
-            let vscale = _mm256_set1_ps(p.vscale);
-            for (r, acc_f) in accf.iter().enumerate() {
-                let o = run.out(i0 + r, pi);
-                _mm256_storeu_ps(o, _mm256_mul_ps(acc_f[0], vscale));
-                _mm256_storeu_ps(o.add(8), _mm256_mul_ps(acc_f[1], vscale));
-            }
+        }
+        let vscale = _mm256_set1_ps(p.vscale);
+        for (r, acc_f) in accf.iter().enumerate() {
+            let o = run.out(i0 + r, pi);
+            _mm256_storeu_ps(o, _mm256_mul_ps(acc_f[0], vscale));
+            _mm256_storeu_ps(o.add(8), _mm256_mul_ps(acc_f[1], vscale));
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The AVX-512 VNNI panel kernel: per 8-element group of a block, one 64-byte load
+//! The AVX-512 VNNI panel kernels: per 8-element group of a block, one 64-byte load
 //! gives 16 rows x 8 codes; masking and shifting split it into two vectors of 16 rows x
 //! 4 codes, one `vpshufb` each maps codes to unsigned values, and one `vpdpbusd` each
 //! multiplies them with four activation bytes broadcast to every lane. A block's 16
@@ -9,6 +9,12 @@
 //! with a software prefetch ahead of each panel's codes: what Intel's cores stream
 //! faster ([`walk`]).
 //!
+//! Six-bit panels (E2M3) take the same tiles with another group decoding (VBMI on top
+//! of VNNI): the plane's two 16-byte halves are spread to the vectors' qwords
+//! (`vpermq`), `vpmultishiftqb` moves each position's two top bits to bits 4 and 5 of
+//! its byte, one `vpternlogd` merges them under the low nibble, and `vpermb` maps the
+//! six-bit codes to unsigned values through a 64-byte table.
+//!
 //! Scales are decoded in registers: UE8M0 by shifting the byte into an f32 exponent
 //! (0 and 255 patched to 2^-127 and NaN), UE4M3 by shifting it under an f32's exponent
 //! and multiplying by 2^120 (exact, subnormals included; `0x7f` and up patched to
@@ -16,16 +22,19 @@
 //! usual case, recorded at pack time) skip the patching. The tests check all 256 byte
 //! codes against the tables, and the unpatched decoding on every code it may meet.
 //!
-//! Every function needs AVX-512 F, BW and VNNI: `Kernel::of` only picks this
-//! kernel where `Isa::vnni` holds.
+//! Every function needs AVX-512 F, BW and VNNI (and VBMI for the six-bit tiles):
+//! `Kernel::of` only picks these kernels where `Isa::vnni` (and `Isa::vbmi`) hold.
 
 use core::arch::x86_64::*;
 
 use super::drive::{self, Run, Tiles};
 use super::{ActRows, PanelScales, Panels, ROWS, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN};
 
-/// The AVX-512 VNNI tiles (see [`Tiles`]).
+/// The AVX-512 VNNI tiles of four-bit panels (see [`Tiles`]).
 pub(super) struct Avx512Vnni;
+
+/// The AVX-512 VNNI + VBMI tiles of six-bit panels.
+pub(super) struct Avx512Six;
 
 /// Int8 mode for panels `p0..p1` and the `m` activation rows of `a`, as
 /// `super::portable::rows` (which gives the same bits).
@@ -36,6 +45,16 @@ pub(super) struct Avx512Vnni;
 pub(super) unsafe fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
     // SAFETY: the caller's guarantee.
     unsafe { rows_walking(a, m, p, (p0, p1), buf, walk()) }
+}
+
+/// [`rows`] for six-bit panels.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, VNNI and VBMI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
+pub(super) unsafe fn rows_six(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
+    // SAFETY: the caller's guarantee.
+    unsafe { rows_six_walking(a, m, p, (p0, p1), buf, walk()) }
 }
 
 /// [`rows`] with the single-row walk `(panels, prefetch)` given (see [`walk`]; the
@@ -57,110 +76,257 @@ pub(super) unsafe fn rows_walking(
     unsafe { drive::rows::<Avx512Vnni>(a, m, p, p0, p1, buf, walk) }
 }
 
+/// [`rows_six`] with the single-row walk given.
+///
+/// # Safety
+/// As [`rows_six`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
+pub(super) unsafe fn rows_six_walking(
+    a: &ActRows<'_>,
+    m: usize,
+    p: &Panels,
+    (p0, p1): (usize, usize),
+    buf: &mut [f32],
+    walk: (usize, usize),
+) {
+    // SAFETY: as `rows_walking`.
+    unsafe { drive::rows::<Avx512Six>(a, m, p, p0, p1, buf, walk) }
+}
+
+/// How a tile turns a group's bytes into its two vectors of unsigned operands (16 rows
+/// x 4 elements each: the low-nibble and high-nibble positions).
+trait Groups {
+    /// Bytes per group.
+    const GB: usize;
+    /// What the decoding keeps in registers for a tile.
+    type Consts: Copy;
+    /// The constants of panels `p`.
+    ///
+    /// # Safety
+    /// The CPU has the tile's features, inlined into a function that enables them.
+    unsafe fn consts(p: &Panels) -> Self::Consts;
+    /// The two vectors of the group at `w`.
+    ///
+    /// # Safety
+    /// As [`Self::consts`], and `Self::GB` bytes readable at `w`.
+    unsafe fn group(c: Self::Consts, w: *const u8) -> (__m512i, __m512i);
+}
+
+/// Four-bit codes: mask or shift, then `vpshufb` through the 16-entry table.
+struct Nibbles;
+
+impl Groups for Nibbles {
+    const GB: usize = 64;
+    type Consts = (__m512i, __m512i);
+
+    #[inline(always)]
+    unsafe fn consts(p: &Panels) -> Self::Consts {
+        // SAFETY: `unsigned` holds 64 bytes; the caller guarantees the features.
+        unsafe { (_mm512_broadcast_i32x4(_mm_loadu_si128(p.unsigned.as_ptr().cast())), _mm512_set1_epi8(0x0f)) }
+    }
+
+    #[inline(always)]
+    unsafe fn group((lut, low): Self::Consts, w: *const u8) -> (__m512i, __m512i) {
+        // SAFETY: the caller guarantees 64 bytes at `w` and the features.
+        unsafe {
+            let v = _mm512_loadu_si512(w.cast());
+            let lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
+            let hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16::<4>(v), low));
+            (lo, hi)
+        }
+    }
+}
+
+/// Six-bit codes: the low nibble merged with the plane's top bits, then `vpermb`
+/// through the 64-entry table (see the module docs).
+struct Six;
+
+/// `vpmultishiftqb` controls: byte `p` of a vector takes the 8 bits of its qword that
+/// start 4 below its top bits (bit `8 (p % 8) + 2 ((p % 32) / 8)` of the plane quarter
+/// spread to that qword), so they land in bits 4 and 5.
+const SIX_SHIFTS: [u8; 64] = {
+    let mut c = [0u8; 64];
+    let mut p = 0;
+    while p < 64 {
+        c[p] = ((8 * (p % 8) + 2 * ((p % 32) / 8) + 60) % 64) as u8;
+        p += 1;
+    }
+    c
+};
+
+impl Groups for Six {
+    const GB: usize = 96;
+    /// (table, shift controls, low-nibble mask, qword spread).
+    type Consts = (__m512i, __m512i, __m512i, __m512i);
+
+    #[inline(always)]
+    unsafe fn consts(p: &Panels) -> Self::Consts {
+        // SAFETY: `unsigned` and `SIX_SHIFTS` hold 64 bytes; the caller guarantees the
+        // features.
+        unsafe {
+            (
+                _mm512_loadu_si512(p.unsigned.as_ptr().cast()),
+                _mm512_loadu_si512(SIX_SHIFTS.as_ptr().cast()),
+                _mm512_set1_epi8(0x0f),
+                // Qwords 0..4 take the quarter in qword 0, 4..8 the one in qword 1.
+                _mm512_set_epi64(1, 1, 1, 1, 0, 0, 0, 0),
+            )
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn group((table, shifts, low, spread): Self::Consts, w: *const u8) -> (__m512i, __m512i) {
+        // SAFETY: the caller guarantees 96 bytes at `w` and the features.
+        unsafe {
+            let v = _mm512_loadu_si512(w.cast());
+            let decode = |nibbles: __m512i, plane: *const u8| {
+                let half = _mm512_castsi128_si512(_mm_loadu_si128(plane.cast()));
+                let top = _mm512_multishift_epi64_epi8(shifts, _mm512_permutexvar_epi64(spread, half));
+                // Bits 0..4 from the nibbles, 4.. from `top` (`vpermb` reads bits 0..6).
+                _mm512_permutexvar_epi8(_mm512_ternarylogic_epi32::<0xe4>(nibbles, top, low), table)
+            };
+            (decode(v, w.add(64)), decode(_mm512_srli_epi16::<4>(v), w.add(80)))
+        }
+    }
+}
+
 impl Tiles for Avx512Vnni {
     /// Eight rows: one vector of accumulators each.
     const MR: usize = 8;
 
-    /// Panel `pi` times activation rows `i0..i0 + TR`.
-    ///
     /// # Safety
     /// As [`Tiles::tile`].
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
-        let (a, p) = (run.a, run.p);
-        let k = p.k;
-        let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(a.dblock));
-        // SAFETY (this function): group (pi, g) is 64 bytes inside `codes`; (pi, b, r)
-        // inside the scales; activation row i < m has k bytes of q, xb factors and cols
-        // corrections; the output row i holds (pi - p0 + 1) * 16 <= stride floats.
-        unsafe {
-            let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(p.unsigned.as_ptr().cast()));
-            let low = _mm512_set1_epi8(0x0f);
-            let wbase = run.codes(pi);
-            let mut accf = [_mm512_setzero_ps(); TR];
-            let mut lo = [_mm512_setzero_si512(); 4];
-            let mut hi = [_mm512_setzero_si512(); 4];
-            for b in 0..cols {
-                let s = scales16::<SC>(p, (pi * cols + b) * ROWS);
-                for g in 0..groups {
-                    let v = _mm512_loadu_si512(wbase.add((b * groups + g) * 64).cast());
-                    lo[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
-                    hi[g] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16::<4>(v), low));
-                }
-                for (r, acc_f) in accf.iter_mut().enumerate() {
-                    let i = i0 + r;
-                    let q = a.q.as_ptr().add(i * k + b * BLOCK).cast::<i32>();
-                    let mut acc = _mm512_set1_epi32(*a.corr.get_unchecked(i * cols + b));
-                    for g in 0..groups {
-                        acc = _mm512_dpbusd_epi32(acc, lo[g], _mm512_set1_epi32(q.add(2 * g).read_unaligned()));
-                        acc = _mm512_dpbusd_epi32(acc, hi[g], _mm512_set1_epi32(q.add(2 * g + 1).read_unaligned()));
-                    }
-                    let c = _mm512_mul_ps(s, _mm512_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / a.dblock)));
-                    *acc_f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), c, *acc_f);
-                }
-            }
-            let vscale = _mm512_set1_ps(p.vscale);
-            for (r, acc_f) in accf.iter().enumerate() {
-                let o = run.out(i0 + r, pi);
-                _mm512_storeu_ps(o, _mm512_mul_ps(*acc_f, vscale));
-            }
-        }
+        // SAFETY: the caller's guarantee; the features are enabled here.
+        unsafe { tile::<Nibbles, BLOCK, SC, TR>(run, pi, i0) }
     }
 
-    /// Panels `pi..pi + NP` times activation row 0 (the GEMV): each block's activation
-    /// bytes broadcast once for the NP panels, whose codes stream side by side, each
-    /// `walk.1` bytes ahead in the prefetcher. The same operations per panel as
-    /// [`Self::tile`] with one row, in the same order: the same bits.
-    ///
     /// # Safety
     /// As [`Tiles::tile1`].
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(run: &Run<'_>, pi: usize) {
-        let (a, p) = (run.a, run.p);
-        let k = p.k;
-        let (cols, groups) = (k / BLOCK, BLOCK / 8);
-        let pf = run.walk.1;
-        // SAFETY (this function): as `tile` with one activation row, for each of the NP
-        // panels; a prefetch is a hint, valid for any address.
-        unsafe {
-            let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(p.unsigned.as_ptr().cast()));
-            let low = _mm512_set1_epi8(0x0f);
-            let wbase: [*const u8; NP] = core::array::from_fn(|j| run.codes(pi + j));
-            let mut accf = [_mm512_setzero_ps(); NP];
-            let mut bq = [_mm512_setzero_si512(); 8];
-            for b in 0..cols {
-                let q = a.q.as_ptr().add(b * BLOCK).cast::<i32>();
-                for (g, v) in bq.iter_mut().enumerate().take(2 * groups) {
-                    *v = _mm512_set1_epi32(q.add(g).read_unaligned());
-                }
-                let corr = _mm512_set1_epi32(*a.corr.get_unchecked(b));
-                let d = _mm512_set1_ps(*a.d.get_unchecked(b * BLOCK / a.dblock));
-                for (j, acc_f) in accf.iter_mut().enumerate() {
-                    let s = scales16::<SC>(p, ((pi + j) * cols + b) * ROWS);
-                    let w = wbase[j].add(b * groups * 64);
-                    if pf > 0 {
-                        for g in 0..groups {
-                            _mm_prefetch::<_MM_HINT_T0>(w.add(pf + g * 64).cast());
-                        }
-                    }
-                    let mut acc = corr;
-                    for g in 0..groups {
-                        let v = _mm512_loadu_si512(w.add(g * 64).cast());
-                        let lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, low));
-                        let hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16::<4>(v), low));
-                        acc = _mm512_dpbusd_epi32(acc, lo, bq[2 * g]);
-                        acc = _mm512_dpbusd_epi32(acc, hi, bq[2 * g + 1]);
-                    }
-                    *acc_f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(s, d), *acc_f);
-                }
+        // SAFETY: as `tile`.
+        unsafe { tile1::<Nibbles, BLOCK, SC, NP>(run, pi) }
+    }
+}
+
+impl Tiles for Avx512Six {
+    const MR: usize = 8;
+    const SIX: bool = true;
+
+    /// # Safety
+    /// As [`Tiles::tile`].
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
+    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
+        // SAFETY: the caller's guarantee; the features are enabled here.
+        unsafe { tile::<Six, BLOCK, SC, TR>(run, pi, i0) }
+    }
+
+    /// # Safety
+    /// As [`Tiles::tile1`].
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
+    unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(run: &Run<'_>, pi: usize) {
+        // SAFETY: as `tile`.
+        unsafe { tile1::<Six, BLOCK, SC, NP>(run, pi) }
+    }
+}
+
+/// Panel `pi` times activation rows `i0..i0 + TR`, groups decoded by `G`.
+///
+/// # Safety
+/// As [`Tiles::tile`], inlined into a function enabling `G`'s features.
+#[inline(always)]
+unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
+    let (a, p) = (run.a, run.p);
+    let k = p.k;
+    let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(a.dblock));
+    // SAFETY (this function): group (pi, g) is `G::GB` bytes inside `codes`; (pi, b, r)
+    // inside the scales; activation row i < m has k bytes of q, xb factors and cols
+    // corrections; the output row i holds (pi - p0 + 1) * 16 <= stride floats.
+    unsafe {
+        let consts = G::consts(p);
+        let wbase = run.codes(pi);
+        let mut accf = [_mm512_setzero_ps(); TR];
+        let mut lo = [_mm512_setzero_si512(); 4];
+        let mut hi = [_mm512_setzero_si512(); 4];
+        for b in 0..cols {
+            let s = scales16::<SC>(p, (pi * cols + b) * ROWS);
+            for g in 0..groups {
+                (lo[g], hi[g]) = G::group(consts, wbase.add((b * groups + g) * G::GB));
             }
-            let vscale = _mm512_set1_ps(p.vscale);
-            for (j, acc_f) in accf.iter().enumerate() {
-                let o = run.out(0, pi + j);
-                _mm512_storeu_ps(o, _mm512_mul_ps(*acc_f, vscale));
+            for (r, acc_f) in accf.iter_mut().enumerate() {
+                let i = i0 + r;
+                let q = a.q.as_ptr().add(i * k + b * BLOCK).cast::<i32>();
+                let mut acc = _mm512_set1_epi32(*a.corr.get_unchecked(i * cols + b));
+                for g in 0..groups {
+                    acc = _mm512_dpbusd_epi32(acc, lo[g], _mm512_set1_epi32(q.add(2 * g).read_unaligned()));
+                    acc = _mm512_dpbusd_epi32(acc, hi[g], _mm512_set1_epi32(q.add(2 * g + 1).read_unaligned()));
+                }
+                let c = _mm512_mul_ps(s, _mm512_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / a.dblock)));
+                *acc_f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), c, *acc_f);
             }
+        }
+        let vscale = _mm512_set1_ps(p.vscale);
+        for (r, acc_f) in accf.iter().enumerate() {
+            let o = run.out(i0 + r, pi);
+            _mm512_storeu_ps(o, _mm512_mul_ps(*acc_f, vscale));
+        }
+    }
+}
+
+/// Panels `pi..pi + NP` times activation row 0 (the GEMV): each block's activation
+/// bytes broadcast once for the NP panels, whose codes stream side by side, each
+/// `walk.1` bytes ahead in the prefetcher. The same operations per panel as [`tile`]
+/// with one row, in the same order: the same bits.
+///
+/// # Safety
+/// As [`Tiles::tile1`], inlined into a function enabling `G`'s features.
+#[inline(always)]
+unsafe fn tile1<G: Groups, const BLOCK: usize, const SC: u8, const NP: usize>(run: &Run<'_>, pi: usize) {
+    let (a, p) = (run.a, run.p);
+    let k = p.k;
+    let (cols, groups) = (k / BLOCK, BLOCK / 8);
+    let pf = run.walk.1;
+    // SAFETY (this function): as `tile` with one activation row, for each of the NP
+    // panels; a prefetch is a hint, valid for any address.
+    unsafe {
+        let consts = G::consts(p);
+        let wbase: [*const u8; NP] = core::array::from_fn(|j| run.codes(pi + j));
+        let mut accf = [_mm512_setzero_ps(); NP];
+        let mut bq = [_mm512_setzero_si512(); 8];
+        for b in 0..cols {
+            let q = a.q.as_ptr().add(b * BLOCK).cast::<i32>();
+            for (g, v) in bq.iter_mut().enumerate().take(2 * groups) {
+                *v = _mm512_set1_epi32(q.add(g).read_unaligned());
+            }
+            let corr = _mm512_set1_epi32(*a.corr.get_unchecked(b));
+            let d = _mm512_set1_ps(*a.d.get_unchecked(b * BLOCK / a.dblock));
+            for (j, acc_f) in accf.iter_mut().enumerate() {
+                let s = scales16::<SC>(p, ((pi + j) * cols + b) * ROWS);
+                let w = wbase[j].add(b * groups * G::GB);
+                if pf > 0 {
+                    for line in 0..(groups * G::GB).div_ceil(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(w.add(pf + line * 64).cast());
+                    }
+                }
+                let mut acc = corr;
+                for g in 0..groups {
+                    let (lo, hi) = G::group(consts, w.add(g * G::GB));
+                    acc = _mm512_dpbusd_epi32(acc, lo, bq[2 * g]);
+                    acc = _mm512_dpbusd_epi32(acc, hi, bq[2 * g + 1]);
+                }
+                *acc_f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(s, d), *acc_f);
+            }
+        }
+        let vscale = _mm512_set1_ps(p.vscale);
+        for (j, acc_f) in accf.iter().enumerate() {
+            let o = run.out(0, pi + j);
+            _mm512_storeu_ps(o, _mm512_mul_ps(*acc_f, vscale));
         }
     }
 }

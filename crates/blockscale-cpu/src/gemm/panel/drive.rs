@@ -32,15 +32,15 @@ pub(super) struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// The codes of panel `pi`: `k / 8` groups of 64 bytes (see the module docs of
-    /// `panel`).
+    /// The codes of panel `pi`: `k / 8` groups of 64 bytes, or 96 for six-bit codes
+    /// (see the module docs of `panel`).
     ///
     /// # Safety
     /// `pi` is a panel of the weights.
     #[inline(always)]
     pub unsafe fn codes(&self, pi: usize) -> *const u8 {
         // SAFETY: the caller's guarantee; `check_kernel_inputs` checked the codes' length.
-        unsafe { self.p.codes.as_ptr().add(pi * (self.p.k / 8) * 64) }
+        unsafe { self.p.codes.as_ptr().add(pi * (self.p.k / 8) * self.p.group_bytes()) }
     }
 
     /// The 16 outputs of activation row `i` and panel `pi` in `buf`.
@@ -59,6 +59,10 @@ impl Run<'_> {
 pub(super) trait Tiles {
     /// Activation rows per tile: each decoded block serves up to this many (at most 8).
     const MR: usize;
+
+    /// Whether the tiles take six-bit panels (blocks of 32, UE8M0 scales) rather than
+    /// four-bit ones.
+    const SIX: bool = false;
 
     /// Panel `pi` times activation rows `i0..i0 + TR`, into `run.buf`.
     ///
@@ -101,9 +105,17 @@ pub(super) unsafe fn rows<X: Tiles>(
 ) {
     let (stride, kind) = check_kernel_inputs(a, m, p, p0, p1, buf);
     let run = Run { a, p, p0, stride, buf: buf.as_mut_ptr(), walk };
+    assert_eq!(X::SIX, p.six, "the tiles take the panels' code width");
     // SAFETY: every length the tiles read and write was checked above; the caller
     // guarantees the features.
     unsafe {
+        if X::SIX {
+            // Six-bit panels: blocks of 32 with UE8M0 scales (`check_kernel_inputs`).
+            return match kind {
+                UE8M0_PLAIN => panels::<X, 32, UE8M0_PLAIN>(&run, m, p1),
+                _ => panels::<X, 32, UE8M0>(&run, m, p1),
+            };
+        }
         match (p.block, kind) {
             (16, UE4M3) => panels::<X, 16, UE4M3>(&run, m, p1),
             (16, UE4M3_PLAIN) => panels::<X, 16, UE4M3_PLAIN>(&run, m, p1),

@@ -1,6 +1,6 @@
-//! 4-bit weights rearranged once into 16-row panels for the int8 dot-product kernels
-//! (AVX-512 VNNI `vpdpbusd`, or AVX2 `vpmaddubsw` + `vpmaddwd`), and the weight-only
-//! product on them.
+//! 4-bit and MXFP6 E2M3 weights rearranged once into 16-row panels for the int8
+//! dot-product kernels (AVX-512 VNNI `vpdpbusd`, or AVX2 `vpmaddubsw` + `vpmaddwd`), and
+//! the weight-only product on them.
 //!
 //! # Layout
 //!
@@ -30,6 +30,23 @@
 //! The quantized GEMM of two NVFP4 or two MXFP4 matrices feeds the same kernels A's
 //! own codes and block scales instead ([`Acts::from_nibbles`]): nothing is quantized,
 //! every block sum is exact.
+//!
+//! # Six-bit panels (MXFP6 E2M3)
+//!
+//! E2M3 values are `n / 8` with `|n| <= 60`, so `n + 60` is an unsigned byte of at most
+//! 120 and the same arithmetic holds with `o = 60`, `vscale = 1/8` (every block sum
+//! exact in i32; `vpmaddubsw` pairs reach `2 * 120 * 127 < 2^15`, so the AVX2 kernel
+//! widens each product to i32 on its own). A group is 96 bytes: the 64 bytes above,
+//! holding the codes' low four bits, then a 32-byte plane of their top two bits (sign
+//! and high exponent bit). Call the low-nibble vector of the group vector 0 and the
+//! high-nibble one vector 1, and position `v = 4 r + i` in each the code of row `r`,
+//! element `8 g + i` (vector 0) or `8 g + 4 + i` (vector 1). Plane byte `8 c + j`
+//! (`c < 4`, `j < 8`) holds in bits `2 t, 2 t + 1` (`t < 4`) the top two bits of
+//! position `32 (c % 2) + 8 t + j` of vector `c / 2`. So each 8-byte quarter of the plane
+//! serves 32 positions (eight rows), with the bits of position `p` of those 32 in byte
+//! `p % 8`: a broadcast of the quarter puts every position's bits in its own byte
+//! (AVX2), and AVX-512's `vpmultishiftqb` selects them for 64 positions at once.
+//! Six-bit panels take the same activations; the byte scales are UE8M0.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -74,15 +91,20 @@ pub(crate) struct Panels {
     pub k: usize,
     /// Elements per scale block: 16 or 32.
     pub block: usize,
-    /// Code to the unsigned operand `value + offset`.
-    pub unsigned: [u8; 16],
-    /// Code to its integer value (as [`NibbleWeights::values`]).
-    pub values: [i8; 16],
+    /// Six-bit codes (E2M3; 96-byte groups) rather than four-bit ones (64-byte groups).
+    pub six: bool,
+    /// Code to the unsigned operand `value + offset` (entries past 16 unused for
+    /// four-bit codes).
+    pub unsigned: [u8; 64],
+    /// Code to its integer value (as [`NibbleWeights::values`]; E2M3 codes give eight
+    /// times their value).
+    pub values: [i8; 64],
     /// What `unsigned` adds to every value.
     pub offset: i32,
     /// Element value = `values[code] * vscale`.
     pub vscale: f32,
-    /// `[panels, k / 8, 16, 4]` bytes (see the module docs).
+    /// `[panels, k / 8, 64]` bytes, or `[panels, k / 8, 96]` for six-bit codes (see the
+    /// module docs).
     pub codes: Vec<u8>,
     /// `[panels, k / block, 16]`.
     pub scales: PanelScales,
@@ -91,30 +113,68 @@ pub(crate) struct Panels {
 impl Panels {
     /// Rearranges row-major nibble weights (`w.k` a multiple of 16) into panels.
     pub(crate) fn pack(w: &NibbleWeights<'_>, format: Option<ScaleFormat>) -> Self {
-        let (n, k, block) = (w.n, w.k, w.block);
+        let kh = w.k / 2;
+        let values = core::array::from_fn(|c| if c < 16 { w.values[c] } else { 0 });
+        let codes = |row: usize, out: &mut [u8]| {
+            for (two, b) in out.chunks_exact_mut(2).zip(&w.data[row * kh..(row + 1) * kh]) {
+                two[0] = b & 0xf;
+                two[1] = b >> 4;
+            }
+        };
+        Self::build((w.n, w.k, w.block, false), values, w.vscale, &w.scales, format, codes)
+    }
+
+    /// Rearranges row-major MXFP6 E2M3 weights (`data`: each row's `k` codes packed four
+    /// per three bytes, `k` a multiple of 32) with their UE8M0 block scales into six-bit
+    /// panels.
+    pub(crate) fn pack_e2m3(data: &[u8], n: usize, k: usize, scales: &Scales<'_>) -> Self {
+        let values = core::array::from_fn(|c| (blockscale_formats::E2M3::from_bits(c as u8).to_f32() * 8.0) as i8);
+        let kp = k / 4 * 3;
+        let codes = |row: usize, out: &mut [u8]| {
+            crate::kernels::unpack_fp6(Isa::Portable, &data[row * kp..(row + 1) * kp], out);
+        };
+        Self::build((n, k, 32, true), values, 0.125, scales, Some(ScaleFormat::UE8M0), codes)
+    }
+
+    /// The panels of `n x k` codes in blocks of `block` (`codes(row, out)` writes row
+    /// `row`'s `k` codes), with their integer `values`, `vscale` and block scales.
+    fn build(
+        (n, k, block, six): (usize, usize, usize, bool),
+        values: [i8; 64],
+        vscale: f32,
+        w_scales: &Scales<'_>,
+        format: Option<ScaleFormat>,
+        codes_of: impl Fn(usize, &mut [u8]) + Sync,
+    ) -> Self {
         assert!(k.is_multiple_of(16) && k.is_multiple_of(block), "k = {k}, block = {block}");
         let panels = n.div_ceil(ROWS);
-        let (kh, groups, cols) = (k / 2, k / 8, k / block);
-        let code = |row: usize, e: usize| -> u8 {
-            if row >= n {
-                return 0;
+        let (groups, cols, gb) = (k / 8, k / block, group_bytes(six));
+        let mut codes = vec![0u8; panels * groups * gb];
+        codes.par_chunks_mut(groups * gb).enumerate().for_each(|(p, panel)| {
+            // The panel's rows as one code per byte (padding rows: code 0).
+            let mut rows = vec![0u8; ROWS * k];
+            for (r, out) in rows.chunks_exact_mut(k.max(1)).enumerate() {
+                if p * ROWS + r < n {
+                    codes_of(p * ROWS + r, out);
+                }
             }
-            let b = w.data[row * kh + e / 2];
-            if e.is_multiple_of(2) { b & 0xf } else { b >> 4 }
-        };
-        let mut codes = vec![0u8; panels * groups * 64];
-        codes.par_chunks_mut(groups * 64).enumerate().for_each(|(p, panel)| {
-            for (g, group) in panel.chunks_exact_mut(64).enumerate() {
+            for (g, group) in panel.chunks_exact_mut(gb).enumerate() {
                 for r in 0..ROWS {
                     for i in 0..4 {
-                        let row = p * ROWS + r;
-                        group[4 * r + i] = code(row, 8 * g + i) | (code(row, 8 * g + 4 + i) << 4);
+                        let (c0, c1) = (rows[r * k + 8 * g + i], rows[r * k + 8 * g + 4 + i]);
+                        let v = 4 * r + i;
+                        group[v] = (c0 & 0xf) | (c1 << 4);
+                        if six {
+                            for (vector, c) in [(0, c0), (1, c1)] {
+                                group[64 + plane_byte(vector, v)] |= (c >> 4) << plane_shift(v);
+                            }
+                        }
                     }
                 }
             }
         });
-        let index = w.scales.index();
-        let scales = match &w.scales {
+        let index = w_scales.index();
+        let scales = match w_scales {
             Scales::Bytes { data, lut, .. } => {
                 let format = format.expect("byte scales have a format");
                 let data = panel_order(data, n, cols, index);
@@ -123,9 +183,15 @@ impl Panels {
             }
             Scales::F16 { data, .. } => PanelScales::F16(panel_order(data, n, cols, index)),
         };
-        let offset = -i32::from(*w.values.iter().min().expect("16 values")).min(0);
-        let unsigned = core::array::from_fn(|c| (i32::from(w.values[c]) + offset) as u8);
-        Self { n, k, block, unsigned, values: w.values, offset, vscale: w.vscale, codes, scales }
+        let used = if six { 64 } else { 16 };
+        let offset = -i32::from(*values[..used].iter().min().expect("values")).min(0);
+        let unsigned = core::array::from_fn(|c| if c < used { (i32::from(values[c]) + offset) as u8 } else { 0 });
+        Self { n, k, block, six, unsigned, values, offset, vscale, codes, scales }
+    }
+
+    /// Bytes per group of 16 rows x 8 elements.
+    pub(crate) fn group_bytes(&self) -> usize {
+        group_bytes(self.six)
     }
 
     /// Panels.
@@ -146,8 +212,13 @@ impl Panels {
     pub(crate) fn code(&self, row: usize, e: usize) -> u8 {
         let (p, r) = (row / ROWS, row % ROWS);
         let (g, j) = (e / 8, e % 8);
-        let b = self.codes[(p * (self.k / 8) + g) * 64 + 4 * r + j % 4];
-        if j < 4 { b & 0xf } else { b >> 4 }
+        let (base, v, vector) = ((p * (self.k / 8) + g) * self.group_bytes(), 4 * r + j % 4, j / 4);
+        let b = self.codes[base + v];
+        let low = if vector == 0 { b & 0xf } else { b >> 4 };
+        if !self.six {
+            return low;
+        }
+        low | ((self.codes[base + 64 + plane_byte(vector, v)] >> plane_shift(v)) & 3) << 4
     }
 
     /// Bytes held (codes and scales).
@@ -158,6 +229,23 @@ impl Panels {
                 PanelScales::F16(data) => 2 * data.len(),
             }
     }
+}
+
+/// Bytes per group of 16 rows x 8 elements: 64 of low nibbles, and for six-bit codes a
+/// 32-byte plane of their top two bits.
+const fn group_bytes(six: bool) -> usize {
+    if six { 96 } else { 64 }
+}
+
+/// The plane byte (from the plane's start) holding the top bits of position `v` of
+/// `vector` (see the module docs).
+fn plane_byte(vector: usize, v: usize) -> usize {
+    8 * (2 * vector + v / 32) + v % 8
+}
+
+/// Where in its plane byte the top bits of position `v` sit.
+fn plane_shift(v: usize) -> usize {
+    2 * ((v % 32) / 8)
 }
 
 /// Scales `data` (rows `0..n`, `cols` per row, stored as `index` says) in panel order
@@ -295,12 +383,13 @@ pub(crate) enum Kernel {
 }
 
 impl Kernel {
-    /// The panel kernel of an instruction set: AVX-512 VNNI where the ISA has it, else
-    /// AVX2 (on AVX-512 CPUs without VNNI too), else the portable one.
-    pub(crate) fn of(isa: Isa) -> Self {
+    /// The panel kernel of an instruction set for four-bit or (`six`) six-bit panels:
+    /// AVX-512 VNNI where the ISA has it (and VBMI for six-bit panels), else AVX2 (on
+    /// AVX-512 CPUs without them too), else the portable one.
+    pub(crate) fn of(isa: Isa, six: bool) -> Self {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 if isa.vnni() => Self::Avx512Vnni,
+            Isa::Avx512 if isa.vnni() && (!six || isa.vbmi()) => Self::Avx512Vnni,
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => Self::Avx2,
             _ => Self::Portable,
@@ -336,7 +425,9 @@ pub(crate) fn check_kernel_inputs(
     assert!(block == 16 || block == 32);
     assert!(a.dblock > 0 && a.dblock.is_multiple_of(block), "an activation factor covers whole weight blocks");
     assert!(a.q.len() >= m * k && a.d.len() >= m * k.div_ceil(a.dblock) && a.corr.len() >= m * cols);
-    assert!(p.codes.len() >= p.panels() * (k / 8) * 64);
+    assert!(p.codes.len() >= p.panels() * (k / 8) * p.group_bytes());
+    let ue8m0 = matches!(p.scales, PanelScales::Bytes { format: ScaleFormat::UE8M0, .. });
+    assert!(!p.six || (block == 32 && ue8m0), "six-bit panels have blocks of 32 with UE8M0 scales");
     let scales = p.panels() * cols * ROWS;
     let kind = match &p.scales {
         PanelScales::Bytes { data, format, plain, .. } => {
@@ -361,7 +452,7 @@ pub(crate) fn check_kernel_inputs(
 fn panels_per_task(p: &Panels) -> usize {
     let panels = p.panels();
     let tasks = 8 * rayon::current_num_threads();
-    let min = (32 * 1024 / (ROWS * p.k / 2).max(1)).max(1);
+    let min = (32 * 1024 / (p.k / 8 * p.group_bytes()).max(1)).max(1);
     panels.div_ceil(tasks).max(min).min(panels).max(1)
 }
 
@@ -412,13 +503,22 @@ const ROWS_PER_TASK: usize = 32;
 /// at the end. The arithmetic of an output is the same either way.
 pub(crate) fn run(kernel: Kernel, a: &Acts, m: usize, p: &Panels, parallel: bool) -> Vec<f32> {
     let (n, k, block) = (p.n, p.k, p.block);
+    // Six-bit panels need VBMI on top of VNNI (`Kernel::of` knows; a kernel named
+    // directly without it takes AVX2).
+    #[cfg(target_arch = "x86_64")]
+    let kernel =
+        if kernel == Kernel::Avx512Vnni && p.six && !crate::kernels::vbmi_available() { Kernel::Avx2 } else { kernel };
     let call = |rows: &ActRows<'_>, mm: usize, p0: usize, p1: usize, buf: &mut [f32]| match kernel {
         Kernel::Portable => portable::rows(rows, mm, p, p0, p1, buf),
-        // SAFETY: `Kernel::of` only picks `Avx512Vnni` where `Isa::vnni` holds
-        // and `Avx2` where `avx2_available()`; the kernels check every length they
-        // read and write.
+        // SAFETY: `Kernel::of` only picks `Avx512Vnni` where `Isa::vnni` holds (and,
+        // as checked above, six-bit panels take it only with VBMI) and `Avx2` where
+        // `avx2_available()`; the kernels check every length they read and write.
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512Vnni if p.six => unsafe { avx512::rows_six(rows, mm, p, p0, p1, buf) },
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512Vnni => unsafe { avx512::rows(rows, mm, p, p0, p1, buf) },
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 if p.six => unsafe { avx2::rows_six(rows, mm, p, p0, p1, buf) },
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx2 => unsafe { avx2::rows(rows, mm, p, p0, p1, buf) },
     };

@@ -4,7 +4,7 @@
 //! mode's bound of an f64 reference computed here from the row-major weights.
 
 use blockscale_formats::rng::SplitMix64;
-use blockscale_formats::{E2M1, ScaleFormat, UE4M3, UE8M0};
+use blockscale_formats::{E2M1, E2M3, ScaleFormat, UE4M3, UE8M0};
 use half::f16;
 use proptest::prelude::*;
 
@@ -16,7 +16,12 @@ enum Kind {
     Mxfp4,
     Nvfp4,
     Int4,
+    /// MXFP6 E2M3: six-bit panels.
+    Mxfp6,
 }
+
+/// Every kind.
+const KINDS: [Kind; 4] = [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4, Kind::Mxfp6];
 
 /// Row-major weights of one kind, with their scales as codes or f16.
 struct Weights {
@@ -36,9 +41,11 @@ impl Weights {
         let cols = k / block;
         let layout = if swizzled { ScaleIndex::Swizzled128x4 { cols } } else { ScaleIndex::Linear { cols } };
         let len = layout.storage_len(n);
-        let data = (0..n * k / 2).map(|_| rng.next_u64() as u8).collect();
+        // Four-bit codes two per byte; six-bit ones packed four per three bytes.
+        let bytes = if kind == Kind::Mxfp6 { n * k / 4 * 3 } else { n * k / 2 };
+        let data = (0..bytes).map(|_| rng.next_u64() as u8).collect();
         let (codes, halves, lut) = match kind {
-            Kind::Mxfp4 => (
+            Kind::Mxfp4 | Kind::Mxfp6 => (
                 (0..len).map(|_| 118 + (rng.next_u64() % 18) as u8).collect(),
                 vec![],
                 core::array::from_fn(|b| UE8M0::from_bits(b as u8).to_f32()),
@@ -61,27 +68,60 @@ impl Weights {
         if self.kind == Kind::Nvfp4 { 16 } else { 32 }
     }
 
-    fn nibble(&self) -> NibbleWeights<'_> {
-        let (values, vscale) = match self.kind {
-            Kind::Int4 => (core::array::from_fn(|c| c as i8 - 8), 1.0),
-            _ => (core::array::from_fn(|c| (E2M1::from_bits(c as u8).to_f32() * 2.0) as i8), 0.5),
-        };
-        let scales = match self.kind {
+    /// Code to integer value, and the factor that makes it the element's value.
+    fn values(&self) -> ([i8; 64], f32) {
+        match self.kind {
+            Kind::Int4 => (core::array::from_fn(|c| (c % 16) as i8 - 8), 1.0),
+            Kind::Mxfp6 => (core::array::from_fn(|c| (E2M3::from_bits(c as u8).to_f32() * 8.0) as i8), 0.125),
+            _ => (core::array::from_fn(|c| (E2M1::from_bits(c as u8 % 16).to_f32() * 2.0) as i8), 0.5),
+        }
+    }
+
+    fn scales(&self) -> Scales<'_> {
+        match self.kind {
             Kind::Int4 => Scales::F16 { data: &self.halves, index: self.layout },
             _ => Scales::Bytes { data: &self.codes, lut: &self.lut, index: self.layout },
-        };
-        NibbleWeights { data: &self.data, n: self.n, k: self.k, block: self.block(), values, vscale, scales }
+        }
+    }
+
+    /// The panels of these weights.
+    fn panels(&self) -> Panels {
+        match self.kind {
+            Kind::Mxfp6 => Panels::pack_e2m3(&self.data, self.n, self.k, &self.scales()),
+            _ => Panels::pack(&self.nibble(), self.format()),
+        }
+    }
+
+    fn nibble(&self) -> NibbleWeights<'_> {
+        assert!(self.kind != Kind::Mxfp6, "six-bit codes have no nibble view");
+        let (all, vscale) = self.values();
+        let values = core::array::from_fn(|c| all[c]);
+        NibbleWeights {
+            data: &self.data,
+            n: self.n,
+            k: self.k,
+            block: self.block(),
+            values,
+            vscale,
+            scales: self.scales(),
+        }
     }
 
     fn format(&self) -> Option<ScaleFormat> {
         match self.kind {
-            Kind::Mxfp4 => Some(ScaleFormat::UE8M0),
+            Kind::Mxfp4 | Kind::Mxfp6 => Some(ScaleFormat::UE8M0),
             Kind::Nvfp4 => Some(ScaleFormat::UE4M3),
             Kind::Int4 => None,
         }
     }
 
     fn code(&self, row: usize, e: usize) -> u8 {
+        if self.kind == Kind::Mxfp6 {
+            // Four codes in three bytes, least significant bits first.
+            let at = row * self.k / 4 * 3 + e / 4 * 3;
+            let bits = u32::from_le_bytes([self.data[at], self.data[at + 1], self.data[at + 2], 0]);
+            return ((bits >> (6 * (e % 4))) & 0x3f) as u8;
+        }
         let b = self.data[row * self.k / 2 + e / 2];
         if e.is_multiple_of(2) { b & 0xf } else { b >> 4 }
     }
@@ -95,7 +135,7 @@ impl Weights {
     /// quantized activations `(q, d)`, and the sum of its terms' magnitudes.
     fn reference(&self, q: &[i8], d: &[f32], m: usize) -> Vec<(f64, f64)> {
         let (k, block) = (self.k, self.block());
-        let nw = self.nibble();
+        let (values, vscale) = self.values();
         let mut out = Vec::with_capacity(m * self.n);
         for i in 0..m {
             for j in 0..self.n {
@@ -103,26 +143,27 @@ impl Weights {
                 for b in 0..k / block {
                     let s = f64::from(self.scale(j, b)) * f64::from(d[i * k.div_ceil(32) + b * block / 32]);
                     for e in b * block..(b + 1) * block {
-                        let t = f64::from(q[i * k + e]) * f64::from(nw.values[usize::from(self.code(j, e))]) * s;
+                        let t = f64::from(q[i * k + e]) * f64::from(values[usize::from(self.code(j, e))]) * s;
                         v += t;
                         a += t.abs();
                     }
                 }
-                out.push((v * f64::from(nw.vscale), a * f64::from(nw.vscale)));
+                out.push((v * f64::from(vscale), a * f64::from(vscale)));
             }
         }
         out
     }
 }
 
-fn kernels() -> Vec<Kernel> {
+/// The kernels this CPU runs on four-bit or (`six`) six-bit panels.
+fn kernels(six: bool) -> Vec<Kernel> {
     let mut v = vec![Kernel::Portable];
     #[cfg(target_arch = "x86_64")]
     if crate::avx2_available() {
         v.push(Kernel::Avx2);
     }
     #[cfg(target_arch = "x86_64")]
-    if vnni_available() {
+    if if six { crate::kernels::vbmi_available() } else { vnni_available() } {
         v.push(Kernel::Avx512Vnni);
     }
     v
@@ -131,11 +172,12 @@ fn kernels() -> Vec<Kernel> {
 #[test]
 fn every_code_and_scale_is_where_the_layout_says() {
     let mut rng = SplitMix64::new(1);
-    for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
+    for kind in KINDS {
         for (n, k, swizzled) in [(1, 32, false), (17, 64, true), (33, 96, false), (130, 160, true)] {
             let w = Weights::new(kind, n, k, swizzled, &mut rng);
-            let p = Panels::pack(&w.nibble(), w.format());
-            assert_eq!(p.codes.len(), n.div_ceil(16) * 16 * k / 2);
+            let p = w.panels();
+            let per_row = if kind == Kind::Mxfp6 { k / 4 * 3 } else { k / 2 };
+            assert_eq!(p.codes.len(), n.div_ceil(16) * 16 * per_row);
             for row in 0..n.div_ceil(16) * 16 {
                 for e in 0..k {
                     let want = if row < n { w.code(row, e) } else { 0 };
@@ -146,11 +188,21 @@ fn every_code_and_scale_is_where_the_layout_says() {
                     assert_eq!(p.scale(row / 16, c, row % 16).to_bits(), want.to_bits(), "{kind:?} {row} {c}");
                 }
             }
-            // The unsigned operands are the values shifted by the offset into 0..=24.
-            for c in 0..16 {
+            // The unsigned operands are the values shifted by the offset into 0..=24
+            // (0..=120 for E2M3), the values those of the formats.
+            let (values, vscale) = w.values();
+            let used = if kind == Kind::Mxfp6 { 64 } else { 16 };
+            assert_eq!((&p.values[..used], p.vscale), (&values[..used], vscale));
+            for c in 0..used {
                 assert_eq!(i32::from(p.unsigned[c]), i32::from(p.values[c]) + p.offset);
             }
-            assert_eq!(p.offset, if kind == Kind::Int4 { 8 } else { 12 });
+            let offset = match kind {
+                Kind::Int4 => 8,
+                Kind::Mxfp6 => 60,
+                _ => 12,
+            };
+            assert_eq!(p.offset, offset);
+            assert!(p.unsigned.iter().all(|&u| u <= 120));
         }
     }
 }
@@ -207,11 +259,11 @@ fn plain_scales_are_flagged_only_without_special_codes() {
         // must not count.
         for swizzled in [false, true] {
             let mut w = Weights::new(kind, 20, 64, swizzled, &mut rng);
-            assert!(plain(&Panels::pack(&w.nibble(), w.format())), "{kind:?} swizzled {swizzled}");
+            assert!(plain(&w.panels()), "{kind:?} swizzled {swizzled}");
             for &c in &specials {
                 let at = w.layout.at(19, 1);
                 let old = std::mem::replace(&mut w.codes[at], c);
-                assert!(!plain(&Panels::pack(&w.nibble(), w.format())), "{kind:?} code {c:#04x}");
+                assert!(!plain(&w.panels()), "{kind:?} code {c:#04x}");
                 w.codes[at] = old;
             }
         }
@@ -244,7 +296,7 @@ fn special_scale_codes_take_the_patched_decoding() {
 /// Runs `kernel` on `x` (`m x k`) and checks it against the f64 reference: within the
 /// int8 mode's bound, and the same bits as the portable kernel.
 fn check(w: &Weights, x: &[f32], m: usize, label: &str) {
-    let p = Panels::pack(&w.nibble(), w.format());
+    let p = w.panels();
     let (k, xb) = (w.k, w.k.div_ceil(32));
     let (mut q, mut d) = (vec![0i8; m * k], vec![0f32; m * xb]);
     for i in 0..m {
@@ -260,7 +312,7 @@ fn check(w: &Weights, x: &[f32], m: usize, label: &str) {
     let rounds = (k / w.block() + 4) as f64;
     let gamma = rounds * 2f64.powi(-24) / (1.0 - rounds * 2f64.powi(-24));
     let mut portable = None;
-    for kernel in kernels() {
+    for kernel in kernels(p.six) {
         for parallel in [false, true] {
             let mut out = vec![f32::NAN; m * w.n];
             gemm_panels(kernel, x, m, &p, parallel, &mut out);
@@ -283,7 +335,7 @@ fn check(w: &Weights, x: &[f32], m: usize, label: &str) {
 #[test]
 fn kernels_agree_bit_for_bit_within_the_int8_bound() {
     let mut rng = SplitMix64::new(7);
-    for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
+    for kind in KINDS {
         let b = if kind == Kind::Nvfp4 { 16 } else { 32 };
         let mut shapes =
             vec![(1, 1, b), (1, 16, 4 * b), (3, 17, 8 * b), (9, 33, 2 * b), (16, 40, 6 * b), (1, 131, 16 * b)];
@@ -308,17 +360,19 @@ fn integer_inputs_with_power_of_two_scales_are_exact() {
     // Activations with ±127 in every 32-block have d = 1 and q = x; power-of-two scales
     // keep every partial sum exact in f32, so the result is the exact value.
     let mut rng = SplitMix64::new(3);
-    for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
+    for kind in KINDS {
         let (n, k, m) = (37, 256, 5);
         let mut w = Weights::new(kind, n, k, false, &mut rng);
-        w.codes.iter_mut().for_each(|c| *c = if kind == Kind::Mxfp4 { 126 + (*c % 3) } else { 0x30 + 8 * (*c % 3) });
+        w.codes.iter_mut().for_each(|c| {
+            *c = if matches!(kind, Kind::Mxfp4 | Kind::Mxfp6) { 126 + (*c % 3) } else { 0x30 + 8 * (*c % 3) }
+        });
         w.halves.iter_mut().for_each(|h| *h = f16::from_f32(2f32.powi((h.to_f32() * 10.0) as i32 % 3 - 1)));
         let x: Vec<f32> =
             (0..m * k).map(|i| if i % 32 == 0 { 127.0 } else { (rng.next_u64() % 255) as f32 - 127.0 }).collect();
-        let p = Panels::pack(&w.nibble(), w.format());
+        let p = w.panels();
         let (q, d): (Vec<i8>, Vec<f32>) = (x.iter().map(|&v| v as i8).collect(), vec![1.0; m * k / 32]);
         let want = w.reference(&q, &d, m);
-        for kernel in kernels() {
+        for kernel in kernels(p.six) {
             let mut out = vec![0f32; m * n];
             gemm_panels(kernel, &x, m, &p, true, &mut out);
             for (idx, (o, (v, _))) in out.iter().zip(&want).enumerate() {
@@ -332,12 +386,12 @@ fn integer_inputs_with_power_of_two_scales_are_exact() {
 fn non_finite_rows_propagate_and_leave_the_others_alone() {
     let mut rng = SplitMix64::new(5);
     let w = Weights::new(Kind::Mxfp4, 20, 64, false, &mut rng);
-    let p = Panels::pack(&w.nibble(), w.format());
+    let p = w.panels();
     let mut x: Vec<f32> = (0..3 * 64).map(|_| rng.uniform_f32(-1.0, 1.0)).collect();
     x[64 + 5] = f32::NAN;
     x[2 * 64 + 9] = f32::INFINITY;
     let finite: Vec<f32> = x[..64].to_vec();
-    for kernel in kernels() {
+    for kernel in kernels(p.six) {
         let mut out = vec![0f32; 3 * 20];
         gemm_panels(kernel, &x, 3, &p, true, &mut out);
         let mut alone = vec![0f32; 20];
@@ -356,9 +410,9 @@ fn a_nan_scale_gives_nan_outputs_for_its_row_only() {
         let mut w = Weights::new(kind, 18, 64, false, &mut rng);
         let cols = 64 / w.block();
         w.codes[3 * cols + 1] = nan;
-        let p = Panels::pack(&w.nibble(), w.format());
+        let p = w.panels();
         let x: Vec<f32> = (0..64).map(|_| rng.uniform_f32(-1.0, 1.0)).collect();
-        for kernel in kernels() {
+        for kernel in kernels(p.six) {
             let mut out = vec![0f32; 18];
             gemm_panels(kernel, &x, 1, &p, false, &mut out);
             for (j, v) in out.iter().enumerate() {
@@ -372,7 +426,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
     fn random_shapes_agree_and_stay_in_bound(
-        kind in prop_oneof![Just(Kind::Mxfp4), Just(Kind::Nvfp4), Just(Kind::Int4)],
+        kind in prop_oneof![Just(Kind::Mxfp4), Just(Kind::Nvfp4), Just(Kind::Int4), Just(Kind::Mxfp6)],
         m in 1usize..12, n in 1usize..70, blocks in 1usize..12, seed in any::<u64>(), swizzled in any::<bool>()
     ) {
         let mut rng = SplitMix64::new(seed);
@@ -394,11 +448,11 @@ fn every_single_row_walk_gives_the_portable_bits() {
         return;
     }
     let mut rng = SplitMix64::new(11);
-    for kind in [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4] {
+    for kind in KINDS {
         let b = if kind == Kind::Nvfp4 { 16 } else { 32 };
         for (n, k) in [(16 * 7 + 3, 8 * b), (16 * 4, 2 * b), (5, b)] {
             let w = Weights::new(kind, n, k, false, &mut rng);
-            let p = Panels::pack(&w.nibble(), w.format());
+            let p = w.panels();
             let x: Vec<f32> = (0..k).map(|_| rng.uniform_f32(-1.0, 1.0) * 4.0).collect();
             let acts = Acts::new(&x, 1, &p);
             let rows = acts.rows(0, 1, k, p.block);
@@ -407,9 +461,19 @@ fn every_single_row_walk_gives_the_portable_bits() {
             portable::rows(&rows, 1, &p, 0, panels, &mut want);
             for walk in [(1, 0), (2, 0), (2, 512), (3, 64), (4, 1024)] {
                 let mut got = vec![f32::NAN; panels * ROWS];
-                // SAFETY: the CPU has AVX-512 F, BW and VNNI (checked above); the buffers
-                // hold every panel's rows.
-                unsafe { avx512::rows_walking(&rows, 1, &p, (0, panels), &mut got, walk) };
+                if p.six && !crate::kernels::vbmi_available() {
+                    eprintln!("SKIPPED: six-bit walks need AVX-512 VBMI");
+                    continue;
+                }
+                // SAFETY: the CPU has AVX-512 F, BW and VNNI (checked above), and VBMI for
+                // six-bit panels; the buffers hold every panel's rows.
+                unsafe {
+                    if p.six {
+                        avx512::rows_six_walking(&rows, 1, &p, (0, panels), &mut got, walk);
+                    } else {
+                        avx512::rows_walking(&rows, 1, &p, (0, panels), &mut got, walk);
+                    }
+                }
                 let (g, e): (Vec<u32>, Vec<u32>) =
                     got.iter().zip(&want).map(|(a, b)| (a.to_bits(), b.to_bits())).unzip();
                 assert_eq!(g, e, "{kind:?} {n}x{k} walk {walk:?}");
