@@ -178,6 +178,11 @@ const GEMV_SCHEMES: [Scheme; 6] = [
     Scheme::MxFp6E2M3,
 ];
 
+/// Whether `scheme`'s elements are E4M3 (panels without an AVX2 kernel).
+fn e4m3(scheme: Scheme) -> bool {
+    matches!(scheme, Scheme::MxFp8E4M3 | Scheme::Fp8Block(_))
+}
+
 fn gemv_cases(v: &mut Vec<Case>) {
     for (n, k) in [(4096, 4096), (16384, 2048)] {
         let x = data(1, k, 7).mapv(bf16::from_f32);
@@ -224,7 +229,7 @@ fn gemv_cases(v: &mut Vec<Case>) {
                 });
             c.bytes = q.storage_bytes() as f64;
             v.push(c);
-            // Panel weights: the 4-bit schemes and MXFP6 E2M3.and MXFP6 E2M3.
+            // Panel weights: the 4-bit schemes, MXFP6 E2M3 and E4M3.and MXFP6 E2M3.
             let Ok(panels) = PanelWeights::new(q) else { continue };
             let panels: &'static PanelWeights = Box::leak(Box::new(panels));
             for single in [true, false] {
@@ -241,7 +246,8 @@ fn gemv_cases(v: &mut Vec<Case>) {
                 c.bytes = panels.storage_bytes() as f64;
                 v.push(c);
             }
-            if blockscale_cpu::avx2_available() {
+            // E4M3 panels have no AVX2 kernel (the portable one would run).
+            if blockscale_cpu::avx2_available() && !e4m3(scheme) {
                 // The kernel of CPUs without AVX-512 VNNI.
                 let opts =
                     GemmOptions::default().with_simd(Simd::Avx2).with_activations(ActivationPrecision::Int8Blocks);
@@ -295,13 +301,13 @@ fn batch_and_cold_cases(v: &mut Vec<Case>) {
             v.push(c);
         }
 
-        // Panel weights: the 4-bit schemes and MXFP6 E2M3.
+        // Panel weights: the 4-bit schemes, MXFP6 E2M3 and E4M3.
         let Some(panels) = panels else { continue };
         let opts = GemmOptions::default().with_activations(ActivationPrecision::Int8Blocks);
         v.push(case(format!("gemv M=16 {scheme} {n}x{k}: panels, int8 act, all threads"), macs, false, move || {
             black_box(gemm_weight_only_panels::<bf16, f32>(x16.view(), panels, &Epilogue::default(), &opts).unwrap());
         }));
-        if blockscale_cpu::avx2_available() {
+        if blockscale_cpu::avx2_available() && !e4m3(scheme) {
             let opts = opts.with_simd(Simd::Avx2);
             v.push(case(
                 format!("gemv M=16 {scheme} {n}x{k}: panels, int8 act, Simd::Avx2, all threads"),

@@ -110,8 +110,9 @@ pub enum CpuError {
     SimdUnavailable(&'static str),
     /// Panel weights asked of a matrix they do not hold.
     #[error(
-        "panel weights are built from row-major NVFP4, MXFP4, INT4 (G32 or G128) or MXFP6 E2M3 \
-         matrices, not {scheme} with {layout} data; multiply it as it is with gemm_weight_only"
+        "panel weights are built from row-major NVFP4, MXFP4, INT4 (G32 or G128), MXFP6 E2M3, \
+         MXFP8 E4M3 or FP8 block matrices, not {scheme} with {layout} data; multiply it as it is \
+         with gemm_weight_only"
     )]
     UnsupportedPanel {
         /// The matrix's scheme.

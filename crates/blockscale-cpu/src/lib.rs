@@ -75,7 +75,7 @@ pub use error::CpuError;
 pub use fake::fake_quantize;
 pub use gemm::{
     Activation, ActivationPrecision, Epilogue, GemmOptions, PanelWeights, gemm, gemm_reference, gemm_weight_only,
-    gemm_weight_only_panels, gemm_weight_only_reference, gemv, gemv_panels, vnni_available,
+    gemm_weight_only_panels, gemm_weight_only_reference, gemv, gemv_panels, vbmi_available, vnni_available,
 };
 pub use input::Input;
 pub use kernels::{avx2_available, avx512_available};

@@ -270,7 +270,7 @@ fn panel_product(a: &QuantizedMatrix, b: &QuantizedMatrix, isa: Isa, parallel: b
     if a.scheme() != b.scheme() || !matches!(a.scheme(), Scheme::NvFp4 | Scheme::MxFp4) {
         return None;
     }
-    let kernel = super::panel::Kernel::of(isa, false);
+    let kernel = super::panel::Kernel::of(isa, super::panel::Width::Four);
     if kernel == super::panel::Kernel::Portable {
         return None;
     }

@@ -39,7 +39,7 @@ use blockscale_formats::Source;
 use ndarray::{Array2, ArrayView2};
 
 pub use epilogue::{Activation, Epilogue};
-pub use panel::vnni_available;
+pub use panel::{vbmi_available, vnni_available};
 
 use crate::kernels::Isa;
 use crate::{CpuError, Input, Simd};
@@ -248,16 +248,23 @@ pub fn gemv<I: Input, O: Source>(
     Ok(gemm_weight_only(view, w, epilogue, options)?.into_raw_vec_and_offset().0)
 }
 
-/// 4-bit weights (NVFP4, MXFP4, INT4-G32 and G128) and MXFP6 E2M3 weights rearranged
-/// once, for a model's lifetime, into the 16-row panels the int8 kernels stream: on CPUs
-/// with AVX-512 VNNI each 64-byte load feeds two `vpdpbusd` of 16 rows x 4 elements
-/// (AVX2: the same with `vpmaddubsw`), with no per-call repacking. E2M3 values are
-/// integers times 1/8 (at most 60 in magnitude), so they take the same exact int8
-/// products: their codes' low four bits are laid out as the 4-bit codes, followed per
-/// 64 bytes by 32 bytes of their top two bits (AVX-512 VBMI reassembles them with
-/// `vpmultishiftqb` and maps them with `vpermb`). The values and scales are those of the
-/// matrix they were built from; they take the same memory (plus padding of the last
-/// panel to 16 rows). Multiply them with
+/// 4-bit weights (NVFP4, MXFP4, INT4-G32 and G128), MXFP6 E2M3 and E4M3 weights (MXFP8
+/// E4M3, FP8 block) rearranged once, for a model's lifetime, into the 16-row panels the
+/// int8 kernels stream: on CPUs with AVX-512 VNNI each 64-byte load feeds two
+/// `vpdpbusd` of 16 rows x 4 elements (AVX2: the same with `vpmaddubsw`), with no
+/// per-call repacking. E2M3 values are integers times 1/8 (at most 60 in magnitude), so
+/// they take the same exact int8 products: their codes' low four bits are laid out as the
+/// 4-bit codes, followed per 64 bytes by 32 bytes of their top two bits (AVX-512 VBMI
+/// reassembles them with `vpmultishiftqb` and maps them with `vpermb`). E4M3 values are
+/// integers below 2^18 times 2^-9: each is split exactly into three 7-bit parts (three
+/// `vpermt2b` lookups, three `vpdpbusd`). The values and scales are those of the matrix
+/// they were built from; they take the same memory (plus padding of the last panel to
+/// 16 rows; FP8 block's scales once per 16 rows and 128 columns).
+///
+/// Six- and eight-bit panels run their AVX-512 kernel on CPUs with VNNI and VBMI (Ice
+/// Lake, Zen 4 and later); six-bit ones also have an AVX2 kernel, but eight-bit ones then
+/// take the portable kernel, tens of times slower than `gemm_weight_only` on the
+/// row-major matrix: build E4M3 panels only where [`vbmi_available`] says so. Multiply them with
 /// [`gemm_weight_only_panels`] or [`gemv_panels`], which quantize the activations to
 /// int8 per 32 values ([`ActivationPrecision::Int8Blocks`], llama.cpp's Q8_0 rule, with
 /// the same error bound as the row-major kernels in that mode).
@@ -285,11 +292,29 @@ impl PanelWeights {
     ///
     /// # Errors
     /// [`CpuError::UnsupportedPanel`] for a scheme other than NVFP4, MXFP4, INT4 (G32
-    /// or G128) and MXFP6 E2M3, or block-interleaved data.
+    /// or G128), MXFP6 E2M3, MXFP8 E4M3 and FP8 block, or block-interleaved data.
     pub fn new(w: &QuantizedMatrix) -> Result<Self, CpuError> {
         let format = w.scheme().scale_format();
         let lut = fast::scale_lut(format);
         let unsupported = || CpuError::UnsupportedPanel { scheme: w.scheme(), layout: w.data_layout() };
+        if let Some(bw) = bytes::ByteWeights::new(w).filter(|b| b.elem == bytes::Elem::E4M3) {
+            let (n, k) = (w.rows(), w.k());
+            let (scales, sblock) = match bw.scales {
+                bytes::ByteScales::Ue8m0 { data, index } => {
+                    let scales = nibble::Scales::Bytes { data, lut: &lut, index };
+                    (panel::panel_scales(&scales, Some(format), n, k / bw.block), bw.block)
+                }
+                bytes::ByteScales::F32 { data, cols, block_rows } => {
+                    let rows = |r: usize, dst: &mut [f32]| dst.copy_from_slice(&data[r / block_rows * cols..][..cols]);
+                    (panel::panel_scales_f32(n, cols, rows), bw.block)
+                }
+            };
+            return Ok(Self {
+                scheme: w.scheme(),
+                global: None,
+                panels: panel::Panels::pack_e4m3(bw.data, n, k, scales, sblock),
+            });
+        }
         if w.scheme() == blockscale_formats::Scheme::MxFp6E2M3 {
             if w.data_layout() != blockscale_formats::DataLayout::RowMajor {
                 return Err(unsupported());
@@ -361,7 +386,7 @@ pub fn gemm_weight_only_panels<I: Input, O: Source>(
     let (m, n) = (x.nrows(), w.rows());
     let alpha = epilogue::resolve_weight_only(epilogue, w.scheme, w.global, n)?;
     let r = Resolved { alpha, bias: epilogue.bias, activation: epilogue.activation };
-    let kernel = panel::Kernel::of(Isa::select(options.simd)?, w.panels.six);
+    let kernel = panel::Kernel::of(Isa::select(options.simd)?, w.panels.width);
     let mut out = vec![0f32; m * n];
     panel::gemm_panels(kernel, &xs, m, &w.panels, !options.single_threaded, &mut out);
     Ok(fast::finish(out, m, n, &r, !options.single_threaded))

@@ -131,8 +131,9 @@ pub fn vnni_available() -> bool {
     features().vnni
 }
 
-/// Whether this CPU has AVX-512 F, BW, VNNI and VBMI (the 6-bit panel kernel's set).
-pub(crate) fn vbmi_available() -> bool {
+/// Whether this CPU has AVX-512 F, BW, VNNI and VBMI (the six- and eight-bit panel
+/// kernels' set).
+pub fn vbmi_available() -> bool {
     features().vbmi
 }
 

@@ -17,7 +17,7 @@
 use core::arch::x86_64::*;
 
 use super::drive::{self, Run, Tiles};
-use super::{ActRows, PanelScales, Panels, ROWS, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN};
+use super::{ActRows, PanelScales, Panels, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, Width};
 
 /// The AVX2 tiles of four-bit panels (see [`Tiles`]).
 pub(super) struct Avx2;
@@ -64,6 +64,9 @@ unsafe fn scales<const SC: u8>(p: &Panels, at: usize) -> [__m256; 2] {
             PanelScales::Bytes { data, .. } => {
                 let c = data.as_ptr().add(at).cast::<i64>();
                 [bytes8::<SC>(c.read_unaligned()), bytes8::<SC>(c.add(1).read_unaligned())]
+            }
+            PanelScales::F32(data) => {
+                [_mm256_loadu_ps(data.as_ptr().add(at)), _mm256_loadu_ps(data.as_ptr().add(at + 8))]
             }
         }
     }
@@ -186,7 +189,7 @@ impl Tiles for Avx2 {
 
 impl Tiles for Avx2Six {
     const MR: usize = 4;
-    const SIX: bool = true;
+    const WIDTH: Width = Width::Six;
 
     /// # Safety
     /// As [`Tiles::tile`].
@@ -217,7 +220,7 @@ unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run
         let mut lo = [[_mm256_setzero_si256(); 2]; 4];
         let mut hi = [[_mm256_setzero_si256(); 2]; 4];
         for b in 0..cols {
-            let s = scales::<SC>(p, (pi * cols + b) * ROWS);
+            let s = scales::<SC>(p, p.scale_at(pi, b));
             for g in 0..groups {
                 let w = wbase.add((b * groups + g) * G::GB);
                 for h in 0..2 {

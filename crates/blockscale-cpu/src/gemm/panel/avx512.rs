@@ -22,19 +22,29 @@
 //! usual case, recorded at pack time) skip the patching. The tests check all 256 byte
 //! codes against the tables, and the unpatched decoding on every code it may meet.
 //!
-//! Every function needs AVX-512 F, BW and VNNI (and VBMI for the six-bit tiles):
-//! `Kernel::of` only picks these kernels where `Isa::vnni` (and `Isa::vbmi`) hold.
+//! Eight-bit panels (E4M3) decode each 64-byte vector of codes into three operands, one
+//! per 7-bit part of the value: `vpermt2b` looks each code's magnitude up in a 128-byte
+//! table per part (offset included), a masked `vpsubb` turns `o + n` into `o - n` where
+//! the code's sign bit (`vpmovb2m`) is set, and three `vpdpbusd` go into three
+//! accumulators, which combine as `S0 + (S1 << 7) + (S2 << 14)` per block.
+//!
+//! Every function needs AVX-512 F, BW and VNNI (and VBMI for the six- and eight-bit
+//! tiles): `Kernel::of` only picks these kernels where `Isa::vnni` (and `Isa::vbmi`)
+//! hold.
 
 use core::arch::x86_64::*;
 
 use super::drive::{self, Run, Tiles};
-use super::{ActRows, PanelScales, Panels, ROWS, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN};
+use super::{ActRows, E4M3_OFFSETS, PanelScales, Panels, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, Width};
 
 /// The AVX-512 VNNI tiles of four-bit panels (see [`Tiles`]).
 pub(super) struct Avx512Vnni;
 
 /// The AVX-512 VNNI + VBMI tiles of six-bit panels.
 pub(super) struct Avx512Six;
+
+/// The AVX-512 VNNI + VBMI tiles of eight-bit (E4M3) panels.
+pub(super) struct Avx512Eight;
 
 /// Int8 mode for panels `p0..p1` and the `m` activation rows of `a`, as
 /// `super::portable::rows` (which gives the same bits).
@@ -55,6 +65,16 @@ pub(super) unsafe fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: 
 pub(super) unsafe fn rows_six(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
     // SAFETY: the caller's guarantee.
     unsafe { rows_six_walking(a, m, p, (p0, p1), buf, walk()) }
+}
+
+/// [`rows`] for eight-bit panels.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, VNNI and VBMI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
+pub(super) unsafe fn rows_eight(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
+    // SAFETY: the caller's guarantee.
+    unsafe { rows_eight_walking(a, m, p, (p0, p1), buf, walk()) }
 }
 
 /// [`rows`] with the single-row walk `(panels, prefetch)` given (see [`walk`]; the
@@ -93,23 +113,96 @@ pub(super) unsafe fn rows_six_walking(
     unsafe { drive::rows::<Avx512Six>(a, m, p, p0, p1, buf, walk) }
 }
 
+/// [`rows_eight`] with the single-row walk given.
+///
+/// # Safety
+/// As [`rows_eight`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
+pub(super) unsafe fn rows_eight_walking(
+    a: &ActRows<'_>,
+    m: usize,
+    p: &Panels,
+    (p0, p1): (usize, usize),
+    buf: &mut [f32],
+    walk: (usize, usize),
+) {
+    // SAFETY: as `rows_walking`.
+    unsafe { drive::rows::<Avx512Eight>(a, m, p, p0, p1, buf, walk) }
+}
+
 /// How a tile turns a group's bytes into its two vectors of unsigned operands (16 rows
-/// x 4 elements each: the low-nibble and high-nibble positions).
+/// x 4 elements each: the low-nibble and high-nibble positions, or for E4M3 the two
+/// 64-byte halves), and multiplies them with activation bytes into a row's block sum.
 trait Groups {
     /// Bytes per group.
     const GB: usize;
     /// What the decoding keeps in registers for a tile.
     type Consts: Copy;
+    /// One decoded vector: its operand (or, for E4M3, its three parts' operands).
+    type V: Copy;
+    /// A row's i32 block sums (one vector, or one per part).
+    type Acc: Copy;
     /// The constants of panels `p`.
     ///
     /// # Safety
     /// The CPU has the tile's features, inlined into a function that enables them.
     unsafe fn consts(p: &Panels) -> Self::Consts;
+    /// A placeholder decoded vector (zeros).
+    ///
+    /// # Safety
+    /// As [`Self::consts`].
+    unsafe fn zero() -> Self::V;
     /// The two vectors of the group at `w`.
     ///
     /// # Safety
     /// As [`Self::consts`], and `Self::GB` bytes readable at `w`.
-    unsafe fn group(c: Self::Consts, w: *const u8) -> (__m512i, __m512i);
+    unsafe fn group(c: Self::Consts, w: *const u8) -> (Self::V, Self::V);
+    /// A block's sums before any product, from `corr = -offset Σ q` of its activations.
+    ///
+    /// # Safety
+    /// As [`Self::consts`].
+    unsafe fn start(corr: i32) -> Self::Acc;
+    /// `acc` plus the products of `v` with the four activation bytes broadcast in `q`.
+    ///
+    /// # Safety
+    /// As [`Self::consts`].
+    unsafe fn dot(acc: Self::Acc, v: Self::V, q: __m512i) -> Self::Acc;
+    /// The block sums `Σ value q`, exact.
+    ///
+    /// # Safety
+    /// As [`Self::consts`].
+    unsafe fn sum(acc: Self::Acc) -> __m512i;
+}
+
+/// The one-operand form of [`Groups`]' products (four- and six-bit codes).
+macro_rules! one_operand {
+    () => {
+        type V = __m512i;
+        type Acc = __m512i;
+
+        #[inline(always)]
+        unsafe fn zero() -> __m512i {
+            // SAFETY: the caller guarantees the features.
+            unsafe { _mm512_setzero_si512() }
+        }
+
+        #[inline(always)]
+        unsafe fn start(corr: i32) -> __m512i {
+            // SAFETY: the caller guarantees the features.
+            unsafe { _mm512_set1_epi32(corr) }
+        }
+
+        #[inline(always)]
+        unsafe fn dot(acc: __m512i, v: __m512i, q: __m512i) -> __m512i {
+            // SAFETY: the caller guarantees the features.
+            unsafe { _mm512_dpbusd_epi32(acc, v, q) }
+        }
+
+        #[inline(always)]
+        unsafe fn sum(acc: __m512i) -> __m512i {
+            acc
+        }
+    };
 }
 
 /// Four-bit codes: mask or shift, then `vpshufb` through the 16-entry table.
@@ -118,6 +211,7 @@ struct Nibbles;
 impl Groups for Nibbles {
     const GB: usize = 64;
     type Consts = (__m512i, __m512i);
+    one_operand!();
 
     #[inline(always)]
     unsafe fn consts(p: &Panels) -> Self::Consts {
@@ -158,6 +252,7 @@ impl Groups for Six {
     const GB: usize = 96;
     /// (table, shift controls, low-nibble mask, qword spread).
     type Consts = (__m512i, __m512i, __m512i, __m512i);
+    one_operand!();
 
     #[inline(always)]
     unsafe fn consts(p: &Panels) -> Self::Consts {
@@ -190,6 +285,80 @@ impl Groups for Six {
     }
 }
 
+/// E4M3 codes: three 7-bit parts a value (see the module docs).
+struct Eight;
+
+impl Groups for Eight {
+    const GB: usize = 128;
+    /// (the three parts' tables as low and high 64 bytes, `2 o` of each part).
+    type Consts = ([[__m512i; 2]; 3], [__m512i; 3]);
+    type V = [__m512i; 3];
+    type Acc = [__m512i; 3];
+
+    #[inline(always)]
+    unsafe fn consts(p: &Panels) -> Self::Consts {
+        // SAFETY: `parts` holds three tables of 128 bytes (`check_kernel_inputs`); the
+        // caller guarantees the features.
+        unsafe {
+            let t = |i: usize, h: usize| _mm512_loadu_si512(p.parts[i].as_ptr().add(64 * h).cast());
+            let twice = |i: usize| _mm512_set1_epi8((2 * E4M3_OFFSETS[i]) as i8);
+            ([[t(0, 0), t(0, 1)], [t(1, 0), t(1, 1)], [t(2, 0), t(2, 1)]], [twice(0), twice(1), twice(2)])
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn zero() -> Self::V {
+        // SAFETY: the caller guarantees the features.
+        unsafe { [_mm512_setzero_si512(); 3] }
+    }
+
+    #[inline(always)]
+    unsafe fn group((tables, twice): Self::Consts, w: *const u8) -> (Self::V, Self::V) {
+        // SAFETY: the caller guarantees 128 bytes at `w` and the features.
+        unsafe {
+            let decode = |at: usize| {
+                let v = _mm512_loadu_si512(w.add(at).cast());
+                let negative = _mm512_movepi8_mask(v);
+                core::array::from_fn(|i| {
+                    // `o + n_i` by the magnitude (`vpermt2b` reads the index's low seven
+                    // bits), `2 o - (o + n_i) = o - n_i` for negative codes.
+                    let plus = _mm512_permutex2var_epi8(tables[i][0], v, tables[i][1]);
+                    _mm512_mask_sub_epi8(plus, negative, twice[i], plus)
+                })
+            };
+            (decode(0), decode(64))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn start(corr: i32) -> Self::Acc {
+        // `corr = -Σ q` (the panels' offset is 1): each part starts at `-o_i Σ q`.
+        // SAFETY: the caller guarantees the features.
+        unsafe { E4M3_OFFSETS.map(|o| _mm512_set1_epi32(o * corr)) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot(acc: Self::Acc, v: Self::V, q: __m512i) -> Self::Acc {
+        // SAFETY: the caller guarantees the features.
+        unsafe {
+            [
+                _mm512_dpbusd_epi32(acc[0], v[0], q),
+                _mm512_dpbusd_epi32(acc[1], v[1], q),
+                _mm512_dpbusd_epi32(acc[2], v[2], q),
+            ]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn sum(acc: Self::Acc) -> __m512i {
+        // S0 + 2^7 S1 + 2^14 S2: below 2^31 in magnitude (module docs), so exact.
+        // SAFETY: the caller guarantees the features.
+        unsafe {
+            _mm512_add_epi32(acc[0], _mm512_add_epi32(_mm512_slli_epi32::<7>(acc[1]), _mm512_slli_epi32::<14>(acc[2])))
+        }
+    }
+}
+
 impl Tiles for Avx512Vnni {
     /// Eight rows: one vector of accumulators each.
     const MR: usize = 8;
@@ -215,7 +384,7 @@ impl Tiles for Avx512Vnni {
 
 impl Tiles for Avx512Six {
     const MR: usize = 8;
-    const SIX: bool = true;
+    const WIDTH: Width = Width::Six;
 
     /// # Safety
     /// As [`Tiles::tile`].
@@ -236,6 +405,30 @@ impl Tiles for Avx512Six {
     }
 }
 
+impl Tiles for Avx512Eight {
+    /// Four rows: each holds three accumulators a block.
+    const MR: usize = 4;
+    const WIDTH: Width = Width::Eight;
+
+    /// # Safety
+    /// As [`Tiles::tile`].
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
+    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
+        // SAFETY: the caller's guarantee; the features are enabled here.
+        unsafe { tile::<Eight, BLOCK, SC, TR>(run, pi, i0) }
+    }
+
+    /// # Safety
+    /// As [`Tiles::tile1`].
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
+    unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(run: &Run<'_>, pi: usize) {
+        // SAFETY: as `tile`.
+        unsafe { tile1::<Eight, BLOCK, SC, NP>(run, pi) }
+    }
+}
+
 /// Panel `pi` times activation rows `i0..i0 + TR`, groups decoded by `G`.
 ///
 /// # Safety
@@ -252,23 +445,23 @@ unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run
         let consts = G::consts(p);
         let wbase = run.codes(pi);
         let mut accf = [_mm512_setzero_ps(); TR];
-        let mut lo = [_mm512_setzero_si512(); 4];
-        let mut hi = [_mm512_setzero_si512(); 4];
+        let mut lo = [G::zero(); 4];
+        let mut hi = [G::zero(); 4];
         for b in 0..cols {
-            let s = scales16::<SC>(p, (pi * cols + b) * ROWS);
+            let s = scales16::<SC>(p, p.scale_at(pi, b));
             for g in 0..groups {
                 (lo[g], hi[g]) = G::group(consts, wbase.add((b * groups + g) * G::GB));
             }
             for (r, acc_f) in accf.iter_mut().enumerate() {
                 let i = i0 + r;
                 let q = a.q.as_ptr().add(i * k + b * BLOCK).cast::<i32>();
-                let mut acc = _mm512_set1_epi32(*a.corr.get_unchecked(i * cols + b));
+                let mut acc = G::start(*a.corr.get_unchecked(i * cols + b));
                 for g in 0..groups {
-                    acc = _mm512_dpbusd_epi32(acc, lo[g], _mm512_set1_epi32(q.add(2 * g).read_unaligned()));
-                    acc = _mm512_dpbusd_epi32(acc, hi[g], _mm512_set1_epi32(q.add(2 * g + 1).read_unaligned()));
+                    acc = G::dot(acc, lo[g], _mm512_set1_epi32(q.add(2 * g).read_unaligned()));
+                    acc = G::dot(acc, hi[g], _mm512_set1_epi32(q.add(2 * g + 1).read_unaligned()));
                 }
                 let c = _mm512_mul_ps(s, _mm512_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / a.dblock)));
-                *acc_f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), c, *acc_f);
+                *acc_f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(G::sum(acc)), c, *acc_f);
             }
         }
         let vscale = _mm512_set1_ps(p.vscale);
@@ -304,23 +497,23 @@ unsafe fn tile1<G: Groups, const BLOCK: usize, const SC: u8, const NP: usize>(ru
             for (g, v) in bq.iter_mut().enumerate().take(2 * groups) {
                 *v = _mm512_set1_epi32(q.add(g).read_unaligned());
             }
-            let corr = _mm512_set1_epi32(*a.corr.get_unchecked(b));
+            let corr = *a.corr.get_unchecked(b);
             let d = _mm512_set1_ps(*a.d.get_unchecked(b * BLOCK / a.dblock));
             for (j, acc_f) in accf.iter_mut().enumerate() {
-                let s = scales16::<SC>(p, ((pi + j) * cols + b) * ROWS);
+                let s = scales16::<SC>(p, p.scale_at(pi + j, b));
                 let w = wbase[j].add(b * groups * G::GB);
                 if pf > 0 {
                     for line in 0..(groups * G::GB).div_ceil(64) {
                         _mm_prefetch::<_MM_HINT_T0>(w.add(pf + line * 64).cast());
                     }
                 }
-                let mut acc = corr;
+                let mut acc = G::start(corr);
                 for g in 0..groups {
                     let (lo, hi) = G::group(consts, w.add(g * G::GB));
-                    acc = _mm512_dpbusd_epi32(acc, lo, bq[2 * g]);
-                    acc = _mm512_dpbusd_epi32(acc, hi, bq[2 * g + 1]);
+                    acc = G::dot(acc, lo, bq[2 * g]);
+                    acc = G::dot(acc, hi, bq[2 * g + 1]);
                 }
-                *acc_f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(s, d), *acc_f);
+                *acc_f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(G::sum(acc)), _mm512_mul_ps(s, d), *acc_f);
             }
         }
         let vscale = _mm512_set1_ps(p.vscale);
@@ -369,6 +562,7 @@ unsafe fn scales16<const SC: u8>(p: &Panels, at: usize) -> __m512 {
         match &p.scales {
             PanelScales::Bytes { data, .. } => bytes16::<SC>(_mm_loadu_si128(data.as_ptr().add(at).cast())),
             PanelScales::F16(data) => _mm512_cvtph_ps(_mm256_loadu_si256(data.as_ptr().add(at).cast())),
+            PanelScales::F32(data) => _mm512_loadu_ps(data.as_ptr().add(at)),
         }
     }
 }

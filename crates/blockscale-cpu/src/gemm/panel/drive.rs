@@ -6,7 +6,7 @@
 //! `#[inline(always)]`, so the loops are compiled with that ISA's features and every
 //! tile is monomorphized for it.
 
-use super::{ActRows, F16, Panels, ROWS, UE4M3, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, check_kernel_inputs};
+use super::{ActRows, F16, F32, Panels, ROWS, UE4M3, UE4M3_PLAIN, UE8M0, UE8M0_PLAIN, Width, check_kernel_inputs};
 
 /// Activation rows per pass over the task's panels (64 rows of K = 4096 int8: 256 KiB).
 const ROW_BLOCK: usize = 64;
@@ -60,9 +60,8 @@ pub(super) trait Tiles {
     /// Activation rows per tile: each decoded block serves up to this many (at most 8).
     const MR: usize;
 
-    /// Whether the tiles take six-bit panels (blocks of 32, UE8M0 scales) rather than
-    /// four-bit ones.
-    const SIX: bool = false;
+    /// The code width of the panels the tiles take (six- and eight-bit: blocks of 32).
+    const WIDTH: Width = Width::Four;
 
     /// Panel `pi` times activation rows `i0..i0 + TR`, into `run.buf`.
     ///
@@ -105,14 +104,16 @@ pub(super) unsafe fn rows<X: Tiles>(
 ) {
     let (stride, kind) = check_kernel_inputs(a, m, p, p0, p1, buf);
     let run = Run { a, p, p0, stride, buf: buf.as_mut_ptr(), walk };
-    assert_eq!(X::SIX, p.six, "the tiles take the panels' code width");
+    assert_eq!(X::WIDTH, p.width, "the tiles take the panels' code width");
     // SAFETY: every length the tiles read and write was checked above; the caller
     // guarantees the features.
     unsafe {
-        if X::SIX {
-            // Six-bit panels: blocks of 32 with UE8M0 scales (`check_kernel_inputs`).
+        if X::WIDTH != Width::Four {
+            // Six- and eight-bit panels: blocks of 32 with UE8M0 or (eight-bit) f32
+            // scales (`check_kernel_inputs`).
             return match kind {
                 UE8M0_PLAIN => panels::<X, 32, UE8M0_PLAIN>(&run, m, p1),
+                F32 => panels::<X, 32, F32>(&run, m, p1),
                 _ => panels::<X, 32, UE8M0>(&run, m, p1),
             };
         }

@@ -1,6 +1,6 @@
-//! 4-bit and MXFP6 E2M3 weights rearranged once into 16-row panels for the int8
-//! dot-product kernels (AVX-512 VNNI `vpdpbusd`, or AVX2 `vpmaddubsw` + `vpmaddwd`), and
-//! the weight-only product on them.
+//! 4-bit, MXFP6 E2M3 and E4M3 (MXFP8, FP8 block) weights rearranged once into 16-row
+//! panels for the int8 dot-product kernels (AVX-512 VNNI `vpdpbusd`, or AVX2
+//! `vpmaddubsw` + `vpmaddwd`), and the weight-only product on them.
 //!
 //! # Layout
 //!
@@ -47,6 +47,22 @@
 //! `p % 8`: a broadcast of the quarter puts every position's bits in its own byte
 //! (AVX2), and AVX-512's `vpmultishiftqb` selects them for 64 positions at once.
 //! Six-bit panels take the same activations; the byte scales are UE8M0.
+//!
+//! # Eight-bit panels (E4M3: MXFP8 E4M3, FP8 block)
+//!
+//! E4M3 values are `n / 2^9` with `|n| < 2^18` (`n = m` for subnormal codes, `(8 + m)
+//! << (e - 1)` otherwise), too wide for one int8 but exact in three 7-bit parts: `n =
+//! n0 + 2^7 n1 + 2^14 n2` with `n0, n1 < 128` and `n2 <= 14`. A group is 128 bytes, one
+//! code a byte: vector 0 (bytes `0..64`) holds position `v = 4 r + i` = (row `r`,
+//! element `8 g + i`), vector 1 (bytes `64..128`) element `8 g + 4 + i`. The kernels map a
+//! code's magnitude (its low seven bits) to each part plus an offset (`o = 127, 127, 14`)
+//! with a 128-entry table, turn `o + n_i` into `o - n_i` for negative codes, and take
+//! one `vpdpbusd` per part; the part sums (each starting at `-o_i Σ q`, so exact: at most
+//! `32 * 127 * 127` for parts 0 and 1, `32 * 14 * 127` for part 2) combine exactly as
+//! `I = S0 + 2^7 S1 + 2^14 S2` (`|I| <= 32 * 127 * 229376 < 2^31`). From there the
+//! arithmetic is the 4-bit panels': `out = 2^-9 Σ_b I_b (s_b d_b)`. FP8 block's f32
+//! scales are stored once per 128 columns (`sblock`), MXFP8's UE8M0 bytes once per 32.
+//! A weight row holding an E4M3 NaN code (`0x7f`, `0xff`) gives NaN outputs.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -65,13 +81,38 @@ use blockscale_formats::ScaleFormat;
 
 use super::nibble::{NibbleWeights, ScaleIndex, Scales};
 use crate::kernels::Isa;
-pub use crate::kernels::vnni_available;
+pub use crate::kernels::{vbmi_available, vnni_available};
 
 /// Rows per panel.
 pub(crate) const ROWS: usize = 16;
 
 /// Elements per activation quantization block.
 const XBLOCK: usize = 32;
+
+/// The code width of a [`Panels`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Width {
+    /// 4-bit codes (E2M1, INT4): 64-byte groups.
+    Four,
+    /// E2M3 codes: 96-byte groups (low nibbles, then a plane of the top two bits).
+    Six,
+    /// E4M3 codes, one a byte: 128-byte groups, three int8 parts a value.
+    Eight,
+}
+
+impl Width {
+    /// Bytes per group of 16 rows x 8 elements.
+    pub(crate) const fn group_bytes(self) -> usize {
+        match self {
+            Self::Four => 64,
+            Self::Six => 96,
+            Self::Eight => 128,
+        }
+    }
+}
+
+/// The offsets of the three parts of an E4M3 value (see the module docs).
+pub(crate) const E4M3_OFFSETS: [i32; 3] = [127, 127, 14];
 
 /// The block scales of a [`Panels`], in panel order.
 pub(crate) enum PanelScales {
@@ -81,6 +122,8 @@ pub(crate) enum PanelScales {
     Bytes { data: Vec<u8>, format: ScaleFormat, lut: Box<[f32; 256]>, plain: bool },
     /// f16 scales (INT4-G32).
     F16(Vec<f16>),
+    /// f32 scales (FP8 block).
+    F32(Vec<f32>),
 }
 
 /// Weights in the panel layout (see the module docs).
@@ -89,24 +132,30 @@ pub(crate) struct Panels {
     pub n: usize,
     /// Reduction length, a multiple of `block`.
     pub k: usize,
-    /// Elements per scale block: 16 or 32.
+    /// Elements per product block (one activation factor, one i32 block sum): 16 or 32.
     pub block: usize,
-    /// Six-bit codes (E2M3; 96-byte groups) rather than four-bit ones (64-byte groups).
-    pub six: bool,
-    /// Code to the unsigned operand `value + offset` (entries past 16 unused for
-    /// four-bit codes).
+    /// Elements per stored scale along K: `block`, or 128 for FP8 block's scales.
+    pub sblock: usize,
+    /// The code width.
+    pub width: Width,
+    /// Code to the unsigned operand `value + offset` (four- and six-bit codes; entries
+    /// past 16 unused for four-bit ones).
     pub unsigned: [u8; 64],
+    /// E4M3 magnitude (code & 0x7f) to `o_i + n_i` for the three parts (see the module
+    /// docs); empty for other widths.
+    pub parts: Vec<[u8; 128]>,
     /// Code to its integer value (as [`NibbleWeights::values`]; E2M3 codes give eight
-    /// times their value).
-    pub values: [i8; 64],
+    /// times their value, E4M3 codes `2^9` times theirs, NaN codes 0).
+    pub values: [i32; 256],
+    /// Weight rows holding a NaN code: their outputs are NaN.
+    pub nan_rows: Vec<usize>,
     /// What `unsigned` adds to every value.
     pub offset: i32,
     /// Element value = `values[code] * vscale`.
     pub vscale: f32,
-    /// `[panels, k / 8, 64]` bytes, or `[panels, k / 8, 96]` for six-bit codes (see the
-    /// module docs).
+    /// `[panels, k / 8, width.group_bytes()]` bytes (see the module docs).
     pub codes: Vec<u8>,
-    /// `[panels, k / block, 16]`.
+    /// `[panels, k / sblock, 16]`.
     pub scales: PanelScales,
 }
 
@@ -114,41 +163,76 @@ impl Panels {
     /// Rearranges row-major nibble weights (`w.k` a multiple of 16) into panels.
     pub(crate) fn pack(w: &NibbleWeights<'_>, format: Option<ScaleFormat>) -> Self {
         let kh = w.k / 2;
-        let values = core::array::from_fn(|c| if c < 16 { w.values[c] } else { 0 });
+        let values = core::array::from_fn(|c| if c < 16 { i32::from(w.values[c]) } else { 0 });
         let codes = |row: usize, out: &mut [u8]| {
             for (two, b) in out.chunks_exact_mut(2).zip(&w.data[row * kh..(row + 1) * kh]) {
                 two[0] = b & 0xf;
                 two[1] = b >> 4;
             }
         };
-        Self::build((w.n, w.k, w.block, false), values, w.vscale, &w.scales, format, codes)
+        let scales = panel_scales(&w.scales, format, w.n, w.k / w.block);
+        Self::build((w.n, w.k, w.block, Width::Four), values, w.vscale, scales, w.block, codes)
     }
 
     /// Rearranges row-major MXFP6 E2M3 weights (`data`: each row's `k` codes packed four
     /// per three bytes, `k` a multiple of 32) with their UE8M0 block scales into six-bit
     /// panels.
     pub(crate) fn pack_e2m3(data: &[u8], n: usize, k: usize, scales: &Scales<'_>) -> Self {
-        let values = core::array::from_fn(|c| (blockscale_formats::E2M3::from_bits(c as u8).to_f32() * 8.0) as i8);
+        let values = core::array::from_fn(|c| (blockscale_formats::E2M3::from_bits(c as u8).to_f32() * 8.0) as i32);
         let kp = k / 4 * 3;
         let codes = |row: usize, out: &mut [u8]| {
             crate::kernels::unpack_fp6(Isa::Portable, &data[row * kp..(row + 1) * kp], out);
         };
-        Self::build((n, k, 32, true), values, 0.125, scales, Some(ScaleFormat::UE8M0), codes)
+        let scales = panel_scales(scales, Some(ScaleFormat::UE8M0), n, k / 32);
+        Self::build((n, k, 32, Width::Six), values, 0.125, scales, 32, codes)
+    }
+
+    /// Rearranges row-major E4M3 weights (`data`: `n x k` codes, `k` a multiple of 32)
+    /// into eight-bit panels, with `scales` already in panel order and covering `sblock`
+    /// elements each (32 for MXFP8's UE8M0 bytes, 128 for FP8 block's f32).
+    pub(crate) fn pack_e4m3(data: &[u8], n: usize, k: usize, scales: PanelScales, sblock: usize) -> Self {
+        // `2^9` times the value; NaN codes 0 (their rows are flagged below).
+        let magnitude = |mag: u8| -> i32 {
+            if mag == 0x7f {
+                return 0;
+            }
+            let (e, m) = (i32::from(mag >> 3), i32::from(mag & 7));
+            if e == 0 { m } else { (8 + m) << (e - 1) }
+        };
+        let values = core::array::from_fn(|c| {
+            let v = magnitude(c as u8 & 0x7f);
+            if c >= 0x80 { -v } else { v }
+        });
+        let codes = |row: usize, out: &mut [u8]| out.copy_from_slice(&data[row * k..(row + 1) * k]);
+        let mut p = Self::build((n, k, 32, Width::Eight), values, 2f32.powi(-9), scales, sblock, codes);
+        p.parts = (0..3)
+            .map(|i| {
+                core::array::from_fn(|mag| {
+                    let n = magnitude(mag as u8);
+                    let part = if i < 2 { (n >> (7 * i)) & 127 } else { n >> 14 };
+                    (E4M3_OFFSETS[i] + part) as u8
+                })
+            })
+            .collect();
+        p.offset = 1;
+        p.nan_rows = (0..n).filter(|&r| data[r * k..(r + 1) * k].iter().any(|&c| c & 0x7f == 0x7f)).collect();
+        p
     }
 
     /// The panels of `n x k` codes in blocks of `block` (`codes(row, out)` writes row
-    /// `row`'s `k` codes), with their integer `values`, `vscale` and block scales.
+    /// `row`'s `k` codes), with their integer `values`, `vscale` and block scales (in
+    /// panel order, one per `sblock` elements).
     fn build(
-        (n, k, block, six): (usize, usize, usize, bool),
-        values: [i8; 64],
+        (n, k, block, width): (usize, usize, usize, Width),
+        values: [i32; 256],
         vscale: f32,
-        w_scales: &Scales<'_>,
-        format: Option<ScaleFormat>,
+        scales: PanelScales,
+        sblock: usize,
         codes_of: impl Fn(usize, &mut [u8]) + Sync,
     ) -> Self {
-        assert!(k.is_multiple_of(16) && k.is_multiple_of(block), "k = {k}, block = {block}");
+        assert!(k.is_multiple_of(16) && k.is_multiple_of(sblock) && sblock.is_multiple_of(block), "k = {k}");
         let panels = n.div_ceil(ROWS);
-        let (groups, cols, gb) = (k / 8, k / block, group_bytes(six));
+        let (groups, gb) = (k / 8, width.group_bytes());
         let mut codes = vec![0u8; panels * groups * gb];
         codes.par_chunks_mut(groups * gb).enumerate().for_each(|(p, panel)| {
             // The panel's rows as one code per byte (padding rows: code 0).
@@ -163,8 +247,12 @@ impl Panels {
                     for i in 0..4 {
                         let (c0, c1) = (rows[r * k + 8 * g + i], rows[r * k + 8 * g + 4 + i]);
                         let v = 4 * r + i;
+                        if width == Width::Eight {
+                            (group[v], group[64 + v]) = (c0, c1);
+                            continue;
+                        }
                         group[v] = (c0 & 0xf) | (c1 << 4);
-                        if six {
+                        if width == Width::Six {
                             for (vector, c) in [(0, c0), (1, c1)] {
                                 group[64 + plane_byte(vector, v)] |= (c >> 4) << plane_shift(v);
                             }
@@ -173,25 +261,26 @@ impl Panels {
                 }
             }
         });
-        let index = w_scales.index();
-        let scales = match w_scales {
-            Scales::Bytes { data, lut, .. } => {
-                let format = format.expect("byte scales have a format");
-                let data = panel_order(data, n, cols, index);
-                let plain = plain_codes(&data, format, n, cols);
-                PanelScales::Bytes { data, format, lut: Box::new(**lut), plain }
-            }
-            Scales::F16 { data, .. } => PanelScales::F16(panel_order(data, n, cols, index)),
+        let used = match width {
+            Width::Four => 16,
+            Width::Six => 64,
+            Width::Eight => 0,
         };
-        let used = if six { 64 } else { 16 };
-        let offset = -i32::from(*values[..used].iter().min().expect("values")).min(0);
-        let unsigned = core::array::from_fn(|c| if c < used { (i32::from(values[c]) + offset) as u8 } else { 0 });
-        Self { n, k, block, six, unsigned, values, offset, vscale, codes, scales }
+        let offset = -values[..used].iter().copied().min().unwrap_or(0).min(0);
+        let unsigned = core::array::from_fn(|c| if c < used { (values[c] + offset) as u8 } else { 0 });
+        let (parts, nan_rows) = (Vec::new(), Vec::new());
+        Self { n, k, block, sblock, width, unsigned, parts, values, nan_rows, offset, vscale, codes, scales }
     }
 
     /// Bytes per group of 16 rows x 8 elements.
     pub(crate) fn group_bytes(&self) -> usize {
-        group_bytes(self.six)
+        self.width.group_bytes()
+    }
+
+    /// Index of the first of the 16 scales of panel `pi` and product block `b`.
+    #[inline(always)]
+    pub(crate) fn scale_at(&self, pi: usize, b: usize) -> usize {
+        (pi * (self.k / self.sblock) + b * self.block / self.sblock) * ROWS
     }
 
     /// Panels.
@@ -199,12 +288,13 @@ impl Panels {
         self.n.div_ceil(ROWS)
     }
 
-    /// Scale (panel `p`, block `b`, row `r`) as f32.
+    /// Scale (panel `p`, product block `b`, row `r`) as f32.
     pub(crate) fn scale(&self, p: usize, b: usize, r: usize) -> f32 {
-        let i = (p * (self.k / self.block) + b) * ROWS + r;
+        let i = self.scale_at(p, b) + r;
         match &self.scales {
             PanelScales::Bytes { data, lut, .. } => lut[usize::from(data[i])],
             PanelScales::F16(data) => data[i].to_f32(),
+            PanelScales::F32(data) => data[i],
         }
     }
 
@@ -213,9 +303,12 @@ impl Panels {
         let (p, r) = (row / ROWS, row % ROWS);
         let (g, j) = (e / 8, e % 8);
         let (base, v, vector) = ((p * (self.k / 8) + g) * self.group_bytes(), 4 * r + j % 4, j / 4);
+        if self.width == Width::Eight {
+            return self.codes[base + 64 * vector + v];
+        }
         let b = self.codes[base + v];
         let low = if vector == 0 { b & 0xf } else { b >> 4 };
-        if !self.six {
+        if self.width == Width::Four {
             return low;
         }
         low | ((self.codes[base + 64 + plane_byte(vector, v)] >> plane_shift(v)) & 3) << 4
@@ -227,14 +320,37 @@ impl Panels {
             + match &self.scales {
                 PanelScales::Bytes { data, .. } => data.len(),
                 PanelScales::F16(data) => 2 * data.len(),
+                PanelScales::F32(data) => 4 * data.len(),
             }
     }
 }
 
-/// Bytes per group of 16 rows x 8 elements: 64 of low nibbles, and for six-bit codes a
-/// 32-byte plane of their top two bits.
-const fn group_bytes(six: bool) -> usize {
-    if six { 96 } else { 64 }
+/// Byte or f16 block scales (`cols` per row of `n`) in panel order.
+pub(crate) fn panel_scales(w_scales: &Scales<'_>, format: Option<ScaleFormat>, n: usize, cols: usize) -> PanelScales {
+    let index = w_scales.index();
+    match w_scales {
+        Scales::Bytes { data, lut, .. } => {
+            let format = format.expect("byte scales have a format");
+            let data = panel_order(data, n, cols, index);
+            let plain = plain_codes(&data, format, n, cols);
+            PanelScales::Bytes { data, format, lut: Box::new(**lut), plain }
+        }
+        Scales::F16 { data, .. } => PanelScales::F16(panel_order(data, n, cols, index)),
+    }
+}
+
+/// f32 scales of `n` rows in panel order (padding rows 0), `rows(r, dst)` writing row
+/// `r`'s `cols` of them.
+pub(crate) fn panel_scales_f32(n: usize, cols: usize, rows: impl Fn(usize, &mut [f32])) -> PanelScales {
+    let mut out = vec![0f32; n.div_ceil(ROWS) * cols * ROWS];
+    let mut row = vec![0f32; cols];
+    for r in 0..n {
+        rows(r, &mut row);
+        for (c, &v) in row.iter().enumerate() {
+            out[((r / ROWS) * cols + c) * ROWS + r % ROWS] = v;
+        }
+    }
+    PanelScales::F32(out)
 }
 
 /// The plane byte (from the plane's start) holding the top bits of position `v` of
@@ -383,15 +499,16 @@ pub(crate) enum Kernel {
 }
 
 impl Kernel {
-    /// The panel kernel of an instruction set for four-bit or (`six`) six-bit panels:
-    /// AVX-512 VNNI where the ISA has it (and VBMI for six-bit panels), else AVX2 (on
-    /// AVX-512 CPUs without them too), else the portable one.
-    pub(crate) fn of(isa: Isa, six: bool) -> Self {
+    /// The panel kernel of an instruction set for panels of `width`: AVX-512 VNNI where
+    /// the ISA has it (and VBMI for six- and eight-bit panels), else AVX2 (on AVX-512
+    /// CPUs without them too; eight-bit panels have no AVX2 kernel), else the portable
+    /// one.
+    pub(crate) fn of(isa: Isa, width: Width) -> Self {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 if isa.vnni() && (!six || isa.vbmi()) => Self::Avx512Vnni,
+            Isa::Avx512 if isa.vnni() && (width == Width::Four || isa.vbmi()) => Self::Avx512Vnni,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::Avx512 => Self::Avx2,
+            Isa::Avx2 | Isa::Avx512 if width != Width::Eight => Self::Avx2,
             _ => Self::Portable,
         }
     }
@@ -405,6 +522,7 @@ pub(crate) const UE4M3: u8 = 1;
 pub(crate) const F16: u8 = 2;
 pub(crate) const UE8M0_PLAIN: u8 = 3;
 pub(crate) const UE4M3_PLAIN: u8 = 4;
+pub(crate) const F32: u8 = 5;
 
 /// Checks every length a SIMD kernel reads and writes for panels `p0..p1` and the `m`
 /// activation rows of `a` into `buf` (`[m, buf.len() / m]`); returns the row stride of
@@ -427,8 +545,16 @@ pub(crate) fn check_kernel_inputs(
     assert!(a.q.len() >= m * k && a.d.len() >= m * k.div_ceil(a.dblock) && a.corr.len() >= m * cols);
     assert!(p.codes.len() >= p.panels() * (k / 8) * p.group_bytes());
     let ue8m0 = matches!(p.scales, PanelScales::Bytes { format: ScaleFormat::UE8M0, .. });
-    assert!(!p.six || (block == 32 && ue8m0), "six-bit panels have blocks of 32 with UE8M0 scales");
-    let scales = p.panels() * cols * ROWS;
+    match p.width {
+        Width::Four => assert!(p.sblock == block && !matches!(p.scales, PanelScales::F32(_))),
+        Width::Six => assert!(block == 32 && p.sblock == 32 && ue8m0, "six-bit panels: UE8M0 scales a block of 32"),
+        Width::Eight => {
+            let f32s = matches!(p.scales, PanelScales::F32(_));
+            assert!(block == 32 && p.parts.len() == 3 && (ue8m0 && p.sblock == 32 || f32s), "eight-bit panels");
+        }
+    }
+    assert!(p.sblock.is_multiple_of(block) && k.is_multiple_of(p.sblock));
+    let scales = p.panels() * (k / p.sblock) * ROWS;
     let kind = match &p.scales {
         PanelScales::Bytes { data, format, plain, .. } => {
             assert!(data.len() >= scales);
@@ -442,6 +568,10 @@ pub(crate) fn check_kernel_inputs(
         PanelScales::F16(data) => {
             assert!(data.len() >= scales);
             F16
+        }
+        PanelScales::F32(data) => {
+            assert!(data.len() >= scales);
+            F32
         }
     };
     (stride, kind)
@@ -460,6 +590,17 @@ fn panels_per_task(p: &Panels) -> usize {
 /// the row-major `m x k` activations `x`, activations quantized to int8 per 32 (rows
 /// with NaN or infinity computed in f32 instead).
 pub(crate) fn gemm_panels(kernel: Kernel, x: &[f32], m: usize, p: &Panels, parallel: bool, out: &mut [f32]) {
+    products(kernel, x, m, p, parallel, out);
+    // Rows with a NaN code: any sum holding a NaN term is NaN.
+    for &j in &p.nan_rows {
+        for o in out.iter_mut().skip(j).step_by(p.n) {
+            *o = f32::NAN;
+        }
+    }
+}
+
+/// [`gemm_panels`] before the NaN codes' rows are set.
+fn products(kernel: Kernel, x: &[f32], m: usize, p: &Panels, parallel: bool, out: &mut [f32]) {
     let (n, k) = (p.n, p.k);
     assert!(x.len() == m * k && out.len() == m * n, "x {} / out {} for {m} x {k} x {n}", x.len(), out.len());
     if m == 0 || n == 0 {
@@ -503,22 +644,30 @@ const ROWS_PER_TASK: usize = 32;
 /// at the end. The arithmetic of an output is the same either way.
 pub(crate) fn run(kernel: Kernel, a: &Acts, m: usize, p: &Panels, parallel: bool) -> Vec<f32> {
     let (n, k, block) = (p.n, p.k, p.block);
-    // Six-bit panels need VBMI on top of VNNI (`Kernel::of` knows; a kernel named
-    // directly without it takes AVX2).
+    // Six- and eight-bit panels need VBMI on top of VNNI, and eight-bit ones have no
+    // AVX2 kernel (`Kernel::of` knows; a kernel named directly without them takes the
+    // next one).
     #[cfg(target_arch = "x86_64")]
-    let kernel =
-        if kernel == Kernel::Avx512Vnni && p.six && !crate::kernels::vbmi_available() { Kernel::Avx2 } else { kernel };
+    let kernel = match kernel {
+        Kernel::Avx512Vnni if p.width != Width::Four && !crate::kernels::vbmi_available() => {
+            Kernel::of(Isa::Avx2, p.width)
+        }
+        Kernel::Avx2 if p.width == Width::Eight => Kernel::Portable,
+        other => other,
+    };
     let call = |rows: &ActRows<'_>, mm: usize, p0: usize, p1: usize, buf: &mut [f32]| match kernel {
         Kernel::Portable => portable::rows(rows, mm, p, p0, p1, buf),
         // SAFETY: `Kernel::of` only picks `Avx512Vnni` where `Isa::vnni` holds (and,
         // as checked above, six-bit panels take it only with VBMI) and `Avx2` where
         // `avx2_available()`; the kernels check every length they read and write.
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx512Vnni if p.six => unsafe { avx512::rows_six(rows, mm, p, p0, p1, buf) },
+        Kernel::Avx512Vnni if p.width == Width::Six => unsafe { avx512::rows_six(rows, mm, p, p0, p1, buf) },
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512Vnni if p.width == Width::Eight => unsafe { avx512::rows_eight(rows, mm, p, p0, p1, buf) },
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx512Vnni => unsafe { avx512::rows(rows, mm, p, p0, p1, buf) },
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 if p.six => unsafe { avx2::rows_six(rows, mm, p, p0, p1, buf) },
+        Kernel::Avx2 if p.width == Width::Six => unsafe { avx2::rows_six(rows, mm, p, p0, p1, buf) },
         #[cfg(target_arch = "x86_64")]
         Kernel::Avx2 => unsafe { avx2::rows(rows, mm, p, p0, p1, buf) },
     };

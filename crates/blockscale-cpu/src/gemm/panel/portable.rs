@@ -16,10 +16,11 @@ pub(super) fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, 
                 let q = &a.q[i * k..(i + 1) * k];
                 let mut acc = 0f32;
                 for b in 0..cols {
-                    // Σ (v + offset) q, then the offset's share taken off: Σ v q, exact.
-                    let mut dot = a.corr[i * cols + b];
+                    // Σ v q, exact in i32: what the SIMD kernels form as Σ (v + o) q less
+                    // the offset's share (and, for E4M3, from three parts).
+                    let mut dot = 0i32;
                     for (e, &qe) in q.iter().enumerate().skip(b * block).take(block) {
-                        dot += i32::from(p.unsigned[usize::from(p.code(row, e))]) * i32::from(qe);
+                        dot += p.values[usize::from(p.code(row, e))] * i32::from(qe);
                     }
                     let s = p.scale(pi, b, r) * a.d[i * xb + b * block / a.dblock];
                     acc = (dot as f32).mul_add(s, acc);
@@ -39,7 +40,8 @@ pub(super) fn f32_row(x: &[f32], p: &Panels, out: &mut [f32]) {
         for b in 0..k / block {
             let mut sum = 0f32;
             for (e, &xe) in x.iter().enumerate().skip(b * block).take(block) {
-                sum += xe * f32::from(p.values[usize::from(p.code(row, e))]);
+                // Integer values below 2^18: exact in f32.
+                sum += xe * p.values[usize::from(p.code(row, e))] as f32;
             }
             acc = sum.mul_add(p.scale(row / ROWS, b, row % ROWS), acc);
         }

@@ -4,7 +4,7 @@
 //! mode's bound of an f64 reference computed here from the row-major weights.
 
 use blockscale_formats::rng::SplitMix64;
-use blockscale_formats::{E2M1, E2M3, ScaleFormat, UE4M3, UE8M0};
+use blockscale_formats::{E2M1, E2M3, E4M3, ScaleFormat, UE4M3, UE8M0};
 use half::f16;
 use proptest::prelude::*;
 
@@ -18,10 +18,30 @@ enum Kind {
     Int4,
     /// MXFP6 E2M3: six-bit panels.
     Mxfp6,
+    /// MXFP8 E4M3: eight-bit panels, UE8M0 scales.
+    Mxfp8,
+    /// FP8 block: eight-bit panels, f32 scales per 128 x 128.
+    Fp8Block,
 }
 
 /// Every kind.
-const KINDS: [Kind; 4] = [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4, Kind::Mxfp6];
+const KINDS: [Kind; 6] = [Kind::Mxfp4, Kind::Nvfp4, Kind::Int4, Kind::Mxfp6, Kind::Mxfp8, Kind::Fp8Block];
+
+impl Kind {
+    /// What K must be a multiple of.
+    fn unit(self) -> usize {
+        match self {
+            Kind::Nvfp4 => 16,
+            Kind::Fp8Block => 128,
+            _ => 32,
+        }
+    }
+
+    /// E4M3 codes, one a byte.
+    fn eight(self) -> bool {
+        matches!(self, Kind::Mxfp8 | Kind::Fp8Block)
+    }
+}
 
 /// Row-major weights of one kind, with their scales as codes or f16.
 struct Weights {
@@ -31,6 +51,8 @@ struct Weights {
     data: Vec<u8>,
     codes: Vec<u8>,
     halves: Vec<f16>,
+    /// FP8 block's scales, `[n / 128, k / 128]` (rounded up).
+    f32s: Vec<f32>,
     lut: [f32; 256],
     layout: ScaleIndex,
 }
@@ -41,11 +63,26 @@ impl Weights {
         let cols = k / block;
         let layout = if swizzled { ScaleIndex::Swizzled128x4 { cols } } else { ScaleIndex::Linear { cols } };
         let len = layout.storage_len(n);
-        // Four-bit codes two per byte; six-bit ones packed four per three bytes.
-        let bytes = if kind == Kind::Mxfp6 { n * k / 4 * 3 } else { n * k / 2 };
-        let data = (0..bytes).map(|_| rng.next_u64() as u8).collect();
+        // Four-bit codes two per byte; six-bit ones packed four per three bytes; E4M3
+        // one a byte, NaN codes left out (they have their own test).
+        let bytes = match kind {
+            Kind::Mxfp6 => n * k / 4 * 3,
+            Kind::Mxfp8 | Kind::Fp8Block => n * k,
+            _ => n * k / 2,
+        };
+        let data = (0..bytes)
+            .map(|_| rng.next_u64() as u8)
+            .map(|b| if kind.eight() && b & 0x7f == 0x7f { b - 1 } else { b })
+            .collect();
+        let f32s = match kind {
+            Kind::Fp8Block => {
+                (0..n.div_ceil(128) * k / 128).map(|_| 0.01 + 2.0 * rng.uniform_f32(-1.0, 1.0).abs()).collect()
+            }
+            _ => vec![],
+        };
         let (codes, halves, lut) = match kind {
-            Kind::Mxfp4 | Kind::Mxfp6 => (
+            Kind::Fp8Block => (vec![], vec![], [0.0; 256]),
+            Kind::Mxfp4 | Kind::Mxfp6 | Kind::Mxfp8 => (
                 (0..len).map(|_| 118 + (rng.next_u64() % 18) as u8).collect(),
                 vec![],
                 core::array::from_fn(|b| UE8M0::from_bits(b as u8).to_f32()),
@@ -61,19 +98,24 @@ impl Weights {
                 [0.0; 256],
             ),
         };
-        Self { kind, n, k, data, codes, halves, lut, layout }
+        Self { kind, n, k, data, codes, halves, f32s, lut, layout }
     }
 
     fn block(&self) -> usize {
         if self.kind == Kind::Nvfp4 { 16 } else { 32 }
     }
 
-    /// Code to integer value, and the factor that makes it the element's value.
-    fn values(&self) -> ([i8; 64], f32) {
+    /// Code to integer value (NaN codes 0), and the factor that makes it the element's
+    /// value, from the formats' own decoding.
+    fn values(&self) -> ([i32; 256], f32) {
         match self.kind {
-            Kind::Int4 => (core::array::from_fn(|c| (c % 16) as i8 - 8), 1.0),
-            Kind::Mxfp6 => (core::array::from_fn(|c| (E2M3::from_bits(c as u8).to_f32() * 8.0) as i8), 0.125),
-            _ => (core::array::from_fn(|c| (E2M1::from_bits(c as u8 % 16).to_f32() * 2.0) as i8), 0.5),
+            Kind::Int4 => (core::array::from_fn(|c| (c % 16) as i32 - 8), 1.0),
+            Kind::Mxfp6 => (core::array::from_fn(|c| (E2M3::from_bits(c as u8 % 64).to_f32() * 8.0) as i32), 0.125),
+            Kind::Mxfp8 | Kind::Fp8Block => {
+                let v = |c: usize| E4M3::from_bits(c as u8).to_f32();
+                (core::array::from_fn(|c| if v(c).is_nan() { 0 } else { (v(c) * 512.0) as i32 }), 2f32.powi(-9))
+            }
+            _ => (core::array::from_fn(|c| (E2M1::from_bits(c as u8 % 16).to_f32() * 2.0) as i32), 0.5),
         }
     }
 
@@ -86,16 +128,26 @@ impl Weights {
 
     /// The panels of these weights.
     fn panels(&self) -> Panels {
+        let (n, k) = (self.n, self.k);
         match self.kind {
-            Kind::Mxfp6 => Panels::pack_e2m3(&self.data, self.n, self.k, &self.scales()),
+            Kind::Mxfp6 => Panels::pack_e2m3(&self.data, n, k, &self.scales()),
+            Kind::Mxfp8 => {
+                let scales = panel_scales(&self.scales(), self.format(), n, k / 32);
+                Panels::pack_e4m3(&self.data, n, k, scales, 32)
+            }
+            Kind::Fp8Block => {
+                let cols = k / 128;
+                let rows = |r: usize, dst: &mut [f32]| dst.copy_from_slice(&self.f32s[r / 128 * cols..][..cols]);
+                Panels::pack_e4m3(&self.data, n, k, panel_scales_f32(n, cols, rows), 128)
+            }
             _ => Panels::pack(&self.nibble(), self.format()),
         }
     }
 
     fn nibble(&self) -> NibbleWeights<'_> {
-        assert!(self.kind != Kind::Mxfp6, "six-bit codes have no nibble view");
+        assert!(matches!(self.kind, Kind::Mxfp4 | Kind::Nvfp4 | Kind::Int4), "only 4-bit codes have a nibble view");
         let (all, vscale) = self.values();
-        let values = core::array::from_fn(|c| all[c]);
+        let values = core::array::from_fn(|c| all[c] as i8);
         NibbleWeights {
             data: &self.data,
             n: self.n,
@@ -109,13 +161,16 @@ impl Weights {
 
     fn format(&self) -> Option<ScaleFormat> {
         match self.kind {
-            Kind::Mxfp4 | Kind::Mxfp6 => Some(ScaleFormat::UE8M0),
+            Kind::Mxfp4 | Kind::Mxfp6 | Kind::Mxfp8 => Some(ScaleFormat::UE8M0),
             Kind::Nvfp4 => Some(ScaleFormat::UE4M3),
-            Kind::Int4 => None,
+            Kind::Int4 | Kind::Fp8Block => None,
         }
     }
 
     fn code(&self, row: usize, e: usize) -> u8 {
+        if self.kind.eight() {
+            return self.data[row * self.k + e];
+        }
         if self.kind == Kind::Mxfp6 {
             // Four codes in three bytes, least significant bits first.
             let at = row * self.k / 4 * 3 + e / 4 * 3;
@@ -127,6 +182,9 @@ impl Weights {
     }
 
     fn scale(&self, row: usize, c: usize) -> f32 {
+        if self.kind == Kind::Fp8Block {
+            return self.f32s[row / 128 * (self.k / 128) + c * 32 / 128];
+        }
         let i = self.layout.at(row, c);
         if self.kind == Kind::Int4 { self.halves[i].to_f32() } else { self.lut[usize::from(self.codes[i])] }
     }
@@ -155,15 +213,15 @@ impl Weights {
     }
 }
 
-/// The kernels this CPU runs on four-bit or (`six`) six-bit panels.
-fn kernels(six: bool) -> Vec<Kernel> {
+/// The kernels this CPU runs on panels of `width`.
+fn kernels(width: Width) -> Vec<Kernel> {
     let mut v = vec![Kernel::Portable];
     #[cfg(target_arch = "x86_64")]
-    if crate::avx2_available() {
+    if crate::avx2_available() && width != Width::Eight {
         v.push(Kernel::Avx2);
     }
     #[cfg(target_arch = "x86_64")]
-    if if six { crate::kernels::vbmi_available() } else { vnni_available() } {
+    if if width == Width::Four { vnni_available() } else { crate::kernels::vbmi_available() } {
         v.push(Kernel::Avx512Vnni);
     }
     v
@@ -173,10 +231,15 @@ fn kernels(six: bool) -> Vec<Kernel> {
 fn every_code_and_scale_is_where_the_layout_says() {
     let mut rng = SplitMix64::new(1);
     for kind in KINDS {
-        for (n, k, swizzled) in [(1, 32, false), (17, 64, true), (33, 96, false), (130, 160, true)] {
+        for (n, k, swizzled) in [(1, 32usize, false), (17, 64, true), (33, 96, false), (130, 160, true)] {
+            let k = k.div_ceil(kind.unit()) * kind.unit();
             let w = Weights::new(kind, n, k, swizzled, &mut rng);
             let p = w.panels();
-            let per_row = if kind == Kind::Mxfp6 { k / 4 * 3 } else { k / 2 };
+            let per_row = match kind {
+                Kind::Mxfp6 => k / 4 * 3,
+                Kind::Mxfp8 | Kind::Fp8Block => k,
+                _ => k / 2,
+            };
             assert_eq!(p.codes.len(), n.div_ceil(16) * 16 * per_row);
             for row in 0..n.div_ceil(16) * 16 {
                 for e in 0..k {
@@ -191,10 +254,25 @@ fn every_code_and_scale_is_where_the_layout_says() {
             // The unsigned operands are the values shifted by the offset into 0..=24
             // (0..=120 for E2M3), the values those of the formats.
             let (values, vscale) = w.values();
-            let used = if kind == Kind::Mxfp6 { 64 } else { 16 };
+            let used = match kind {
+                Kind::Mxfp6 => 64,
+                Kind::Mxfp8 | Kind::Fp8Block => 256,
+                _ => 16,
+            };
             assert_eq!((&p.values[..used], p.vscale), (&values[..used], vscale));
+            if kind.eight() {
+                // Each magnitude's three parts, less their offsets, rebuild `2^9 |value|`.
+                for (mag, &want) in values.iter().enumerate().take(128) {
+                    let part = |i: usize| i32::from(p.parts[i][mag]) - E4M3_OFFSETS[i];
+                    let n = part(0) + (part(1) << 7) + (part(2) << 14);
+                    assert_eq!(n, want, "{kind:?} magnitude {mag:#04x}");
+                    assert!((0..3).all(|i| (0..128).contains(&part(i))) && part(2) <= 14);
+                }
+                assert_eq!(p.offset, 1);
+                continue;
+            }
             for c in 0..used {
-                assert_eq!(i32::from(p.unsigned[c]), i32::from(p.values[c]) + p.offset);
+                assert_eq!(i32::from(p.unsigned[c]), p.values[c] + p.offset);
             }
             let offset = match kind {
                 Kind::Int4 => 8,
@@ -252,7 +330,7 @@ fn plain_scales_are_flagged_only_without_special_codes() {
     let mut rng = SplitMix64::new(11);
     let plain = |p: &Panels| match &p.scales {
         PanelScales::Bytes { plain, .. } => *plain,
-        PanelScales::F16(_) => panic!("byte scales expected"),
+        PanelScales::F16(_) | PanelScales::F32(_) => panic!("byte scales expected"),
     };
     for (kind, specials) in [(Kind::Mxfp4, vec![0x00u8, 0xff]), (Kind::Nvfp4, vec![0x7f, 0x80, 0xfe])] {
         // 20 rows: the swizzled layout's padding rows and columns hold code 0, which
@@ -312,7 +390,7 @@ fn check(w: &Weights, x: &[f32], m: usize, label: &str) {
     let rounds = (k / w.block() + 4) as f64;
     let gamma = rounds * 2f64.powi(-24) / (1.0 - rounds * 2f64.powi(-24));
     let mut portable = None;
-    for kernel in kernels(p.six) {
+    for kernel in kernels(p.width) {
         for parallel in [false, true] {
             let mut out = vec![f32::NAN; m * w.n];
             gemm_panels(kernel, x, m, &p, parallel, &mut out);
@@ -336,7 +414,7 @@ fn check(w: &Weights, x: &[f32], m: usize, label: &str) {
 fn kernels_agree_bit_for_bit_within_the_int8_bound() {
     let mut rng = SplitMix64::new(7);
     for kind in KINDS {
-        let b = if kind == Kind::Nvfp4 { 16 } else { 32 };
+        let b = kind.unit();
         let mut shapes =
             vec![(1, 1, b), (1, 16, 4 * b), (3, 17, 8 * b), (9, 33, 2 * b), (16, 40, 6 * b), (1, 131, 16 * b)];
         if kind == Kind::Nvfp4 {
@@ -364,15 +442,26 @@ fn integer_inputs_with_power_of_two_scales_are_exact() {
         let (n, k, m) = (37, 256, 5);
         let mut w = Weights::new(kind, n, k, false, &mut rng);
         w.codes.iter_mut().for_each(|c| {
-            *c = if matches!(kind, Kind::Mxfp4 | Kind::Mxfp6) { 126 + (*c % 3) } else { 0x30 + 8 * (*c % 3) }
+            *c = if matches!(kind, Kind::Mxfp4 | Kind::Mxfp6 | Kind::Mxfp8) {
+                126 + (*c % 3)
+            } else {
+                0x30 + 8 * (*c % 3)
+            }
         });
         w.halves.iter_mut().for_each(|h| *h = f16::from_f32(2f32.powi((h.to_f32() * 10.0) as i32 % 3 - 1)));
+        w.f32s.iter_mut().for_each(|f| *f = 2f32.powi((*f * 10.0) as i32 % 3 - 1));
+        if kind.eight() {
+            // Every partial sum stays an integer below 2^24 times the smallest unit (as
+            // for the 4-bit kinds: 32 * 127 * 12 * 8 blocks * a scale ratio of 4) only for
+            // `2^9 |value| <= 120`: codes of exponent 1..4.
+            w.data.iter_mut().for_each(|c| *c = (*c & 0x87) | (0x08 + (*c & 0x18)));
+        }
         let x: Vec<f32> =
             (0..m * k).map(|i| if i % 32 == 0 { 127.0 } else { (rng.next_u64() % 255) as f32 - 127.0 }).collect();
         let p = w.panels();
         let (q, d): (Vec<i8>, Vec<f32>) = (x.iter().map(|&v| v as i8).collect(), vec![1.0; m * k / 32]);
         let want = w.reference(&q, &d, m);
-        for kernel in kernels(p.six) {
+        for kernel in kernels(p.width) {
             let mut out = vec![0f32; m * n];
             gemm_panels(kernel, &x, m, &p, true, &mut out);
             for (idx, (o, (v, _))) in out.iter().zip(&want).enumerate() {
@@ -391,7 +480,7 @@ fn non_finite_rows_propagate_and_leave_the_others_alone() {
     x[64 + 5] = f32::NAN;
     x[2 * 64 + 9] = f32::INFINITY;
     let finite: Vec<f32> = x[..64].to_vec();
-    for kernel in kernels(p.six) {
+    for kernel in kernels(p.width) {
         let mut out = vec![0f32; 3 * 20];
         gemm_panels(kernel, &x, 3, &p, true, &mut out);
         let mut alone = vec![0f32; 20];
@@ -412,7 +501,7 @@ fn a_nan_scale_gives_nan_outputs_for_its_row_only() {
         w.codes[3 * cols + 1] = nan;
         let p = w.panels();
         let x: Vec<f32> = (0..64).map(|_| rng.uniform_f32(-1.0, 1.0)).collect();
-        for kernel in kernels(p.six) {
+        for kernel in kernels(p.width) {
             let mut out = vec![0f32; 18];
             gemm_panels(kernel, &x, 1, &p, false, &mut out);
             for (j, v) in out.iter().enumerate() {
@@ -426,11 +515,13 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
     fn random_shapes_agree_and_stay_in_bound(
-        kind in prop_oneof![Just(Kind::Mxfp4), Just(Kind::Nvfp4), Just(Kind::Int4), Just(Kind::Mxfp6)],
+        kind in prop_oneof![
+            Just(Kind::Mxfp4), Just(Kind::Nvfp4), Just(Kind::Int4), Just(Kind::Mxfp6), Just(Kind::Mxfp8), Just(Kind::Fp8Block)
+        ],
         m in 1usize..12, n in 1usize..70, blocks in 1usize..12, seed in any::<u64>(), swizzled in any::<bool>()
     ) {
         let mut rng = SplitMix64::new(seed);
-        let k = blocks * if kind == Kind::Nvfp4 { 16 } else { 32 };
+        let k = blocks * kind.unit();
         let w = Weights::new(kind, n, k, swizzled, &mut rng);
         let x: Vec<f32> = (0..m * k).map(|_| rng.uniform_f32(-1.0, 1.0) * 8.0).collect();
         check(&w, &x, m, "proptest");
@@ -449,7 +540,7 @@ fn every_single_row_walk_gives_the_portable_bits() {
     }
     let mut rng = SplitMix64::new(11);
     for kind in KINDS {
-        let b = if kind == Kind::Nvfp4 { 16 } else { 32 };
+        let b = kind.unit();
         for (n, k) in [(16 * 7 + 3, 8 * b), (16 * 4, 2 * b), (5, b)] {
             let w = Weights::new(kind, n, k, false, &mut rng);
             let p = w.panels();
@@ -461,22 +552,43 @@ fn every_single_row_walk_gives_the_portable_bits() {
             portable::rows(&rows, 1, &p, 0, panels, &mut want);
             for walk in [(1, 0), (2, 0), (2, 512), (3, 64), (4, 1024)] {
                 let mut got = vec![f32::NAN; panels * ROWS];
-                if p.six && !crate::kernels::vbmi_available() {
-                    eprintln!("SKIPPED: six-bit walks need AVX-512 VBMI");
+                if p.width != Width::Four && !crate::kernels::vbmi_available() {
+                    eprintln!("SKIPPED: six- and eight-bit walks need AVX-512 VBMI");
                     continue;
                 }
                 // SAFETY: the CPU has AVX-512 F, BW and VNNI (checked above), and VBMI for
-                // six-bit panels; the buffers hold every panel's rows.
+                // six- and eight-bit panels; the buffers hold every panel's rows.
                 unsafe {
-                    if p.six {
-                        avx512::rows_six_walking(&rows, 1, &p, (0, panels), &mut got, walk);
-                    } else {
-                        avx512::rows_walking(&rows, 1, &p, (0, panels), &mut got, walk);
+                    match p.width {
+                        Width::Four => avx512::rows_walking(&rows, 1, &p, (0, panels), &mut got, walk),
+                        Width::Six => avx512::rows_six_walking(&rows, 1, &p, (0, panels), &mut got, walk),
+                        Width::Eight => avx512::rows_eight_walking(&rows, 1, &p, (0, panels), &mut got, walk),
                     }
                 }
                 let (g, e): (Vec<u32>, Vec<u32>) =
                     got.iter().zip(&want).map(|(a, b)| (a.to_bits(), b.to_bits())).unzip();
                 assert_eq!(g, e, "{kind:?} {n}x{k} walk {walk:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn e4m3_nan_codes_give_nan_outputs_for_their_row_only() {
+    let mut rng = SplitMix64::new(17);
+    for kind in [Kind::Mxfp8, Kind::Fp8Block] {
+        let (n, k) = (19, 256);
+        let mut w = Weights::new(kind, n, k, false, &mut rng);
+        w.data[4 * k + 37] = 0x7f;
+        w.data[17 * k + 200] = 0xff;
+        let p = w.panels();
+        assert_eq!(p.nan_rows, vec![4, 17]);
+        let x: Vec<f32> = (0..2 * k).map(|_| rng.uniform_f32(-1.0, 1.0)).collect();
+        for kernel in kernels(p.width) {
+            let mut out = vec![0f32; 2 * n];
+            gemm_panels(kernel, &x, 2, &p, true, &mut out);
+            for (idx, v) in out.iter().enumerate() {
+                assert_eq!(v.is_nan(), matches!(idx % n, 4 | 17), "{kind:?} {kernel:?} [{idx}]: {v}");
             }
         }
     }
