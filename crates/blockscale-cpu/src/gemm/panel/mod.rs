@@ -55,11 +55,10 @@
 //! n0 + 2^7 n1 + 2^14 n2` with `n0, n1 < 128` and `n2 <= 14`. A group is 128 bytes, one
 //! code a byte: vector 0 (bytes `0..64`) holds position `v = 4 r + i` = (row `r`,
 //! element `8 g + i`), vector 1 (bytes `64..128`) element `8 g + 4 + i`. The kernels map a
-//! code's magnitude (its low seven bits) to each part plus an offset (`o = 127, 127, 14`)
-//! with a 128-entry table, turn `o + n_i` into `o - n_i` for negative codes, and take
-//! one `vpdpbusd` per part; the part sums (each starting at `-o_i Σ q`, so exact: at most
-//! `32 * 127 * 127` for parts 0 and 1, `32 * 14 * 127` for part 2) combine exactly as
-//! `I = S0 + 2^7 S1 + 2^14 S2` (`|I| <= 32 * 127 * 229376 < 2^31`). From there the
+//! code's magnitude (its low seven bits) to each part with a 128-entry table, negate the
+//! activation bytes that meet negative codes, and take one `vpdpbusd` per part; the part
+//! sums (exact: at most `32 * 127 * 127` in magnitude) combine exactly as `I = S0 + 2^7 S1
+//! + 2^14 S2` (`|I| <= 32 * 127 * 229376 < 2^31`). Nothing is offset (`o = 0`). From there the
 //! arithmetic is the 4-bit panels': `out = 2^-9 Σ_b I_b (s_b d_b)`. FP8 block's f32
 //! scales are stored once per 128 columns (`sblock`), MXFP8's UE8M0 bytes once per 32.
 //! A weight row holding an E4M3 NaN code (`0x7f`, `0xff`) gives NaN outputs.
@@ -111,9 +110,6 @@ impl Width {
     }
 }
 
-/// The offsets of the three parts of an E4M3 value (see the module docs).
-pub(crate) const E4M3_OFFSETS: [i32; 3] = [127, 127, 14];
-
 /// The block scales of a [`Panels`], in panel order.
 pub(crate) enum PanelScales {
     /// One byte per scale, UE4M3 or UE8M0, with its decoding table. `plain` says that
@@ -141,8 +137,8 @@ pub(crate) struct Panels {
     /// Code to the unsigned operand `value + offset` (four- and six-bit codes; entries
     /// past 16 unused for four-bit ones).
     pub unsigned: [u8; 64],
-    /// E4M3 magnitude (code & 0x7f) to `o_i + n_i` for the three parts (see the module
-    /// docs); empty for other widths.
+    /// E4M3 magnitude (code & 0x7f) to its three parts `n_i` (see the module docs);
+    /// empty for other widths.
     pub parts: Vec<[u8; 128]>,
     /// Code to its integer value (as [`NibbleWeights::values`]; E2M3 codes give eight
     /// times their value, E4M3 codes `2^9` times theirs, NaN codes 0).
@@ -209,12 +205,11 @@ impl Panels {
             .map(|i| {
                 core::array::from_fn(|mag| {
                     let n = magnitude(mag as u8);
-                    let part = if i < 2 { (n >> (7 * i)) & 127 } else { n >> 14 };
-                    (E4M3_OFFSETS[i] + part) as u8
+                    (if i < 2 { (n >> (7 * i)) & 127 } else { n >> 14 }) as u8
                 })
             })
             .collect();
-        p.offset = 1;
+        p.offset = 0;
         p.nan_rows = (0..n).filter(|&r| data[r * k..(r + 1) * k].iter().any(|&c| c & 0x7f == 0x7f)).collect();
         p
     }
