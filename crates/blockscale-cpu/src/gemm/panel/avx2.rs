@@ -173,33 +173,28 @@ impl Groups for Six {
     }
 }
 
-impl Tiles for Avx2 {
-    /// Four rows: two vectors of accumulators each.
-    const MR: usize = 4;
+/// The `Tiles` of an AVX2 tile type (four rows a tile: two vectors of accumulators
+/// each; the single-row walk is the default one).
+macro_rules! tiles {
+    ($tiles:ty, $width:expr, $groups:ty) => {
+        impl Tiles for $tiles {
+            const MR: usize = 4;
+            const WIDTH: Width = $width;
 
-    /// # Safety
-    /// As [`Tiles::tile`].
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
-        // SAFETY: the caller's guarantee; the features are enabled here.
-        unsafe { tile::<Nibbles, BLOCK, SC, TR>(run, pi, i0) }
-    }
+            /// # Safety
+            /// As [`Tiles::tile`].
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
+                // SAFETY: the caller's guarantee; the features are enabled here.
+                unsafe { tile::<$groups, BLOCK, SC, TR>(run, pi, i0) }
+            }
+        }
+    };
 }
 
-impl Tiles for Avx2Six {
-    const MR: usize = 4;
-    const WIDTH: Width = Width::Six;
-
-    /// # Safety
-    /// As [`Tiles::tile`].
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
-        // SAFETY: the caller's guarantee; the features are enabled here.
-        unsafe { tile::<Six, BLOCK, SC, TR>(run, pi, i0) }
-    }
-}
+tiles!(Avx2, Width::Four, Nibbles);
+tiles!(Avx2Six, Width::Six, Six);
 
 /// Panel `pi` times activation rows `i0..i0 + TR`, groups decoded by `G`.
 ///

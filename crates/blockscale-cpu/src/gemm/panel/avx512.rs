@@ -48,89 +48,57 @@ pub(super) struct Avx512Six;
 /// The AVX-512 VNNI + VBMI tiles of eight-bit (E4M3) panels.
 pub(super) struct Avx512Eight;
 
-/// Int8 mode for panels `p0..p1` and the `m` activation rows of `a`, as
-/// `super::portable::rows` (which gives the same bits).
-///
-/// # Safety
-/// The CPU has AVX-512 F, BW and VNNI.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
-    // SAFETY: the caller's guarantee.
-    unsafe { rows_walking(a, m, p, (p0, p1), buf, walk()) }
+/// The entry points of one tile type: `$rows` runs int8 mode for panels `p0..p1` and the
+/// `m` activation rows of `a`, as `super::portable::rows` (which gives the same bits),
+/// with this CPU's single-row walk; `$walking` takes the walk `(panels, prefetch)` given
+/// (see [`walk`]; the tests run every walk on any CPU).
+macro_rules! entries {
+    ($rows:ident, $walking:ident, $tiles:ty, $features:literal, $needs:literal) => {
+        #[doc = concat!("Int8 mode on the ", stringify!($tiles), " tiles (see [`entries`]).")]
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU has ", $needs, ".")]
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
+            // SAFETY: the caller's guarantee.
+            unsafe { $walking(a, m, p, (p0, p1), buf, walk()) }
+        }
+
+        #[doc = concat!("[`", stringify!($rows), "`] with the single-row walk given.")]
+        ///
+        /// # Safety
+        #[doc = concat!("As [`", stringify!($rows), "`].")]
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $walking(
+            a: &ActRows<'_>,
+            m: usize,
+            p: &Panels,
+            (p0, p1): (usize, usize),
+            buf: &mut [f32],
+            walk: (usize, usize),
+        ) {
+            // SAFETY: the caller guarantees the features, which this function enables
+            // for the driver inlined into it.
+            unsafe { drive::rows::<$tiles>(a, m, p, p0, p1, buf, walk) }
+        }
+    };
 }
 
-/// [`rows`] for six-bit panels.
-///
-/// # Safety
-/// The CPU has AVX-512 F, BW, VNNI and VBMI.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
-pub(super) unsafe fn rows_six(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
-    // SAFETY: the caller's guarantee.
-    unsafe { rows_six_walking(a, m, p, (p0, p1), buf, walk()) }
-}
-
-/// [`rows`] for eight-bit panels.
-///
-/// # Safety
-/// The CPU has AVX-512 F, BW, VNNI and VBMI.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
-pub(super) unsafe fn rows_eight(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
-    // SAFETY: the caller's guarantee.
-    unsafe { rows_eight_walking(a, m, p, (p0, p1), buf, walk()) }
-}
-
-/// [`rows`] with the single-row walk `(panels, prefetch)` given (see [`walk`]; the
-/// tests run every walk on any CPU).
-///
-/// # Safety
-/// As [`rows`].
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn rows_walking(
-    a: &ActRows<'_>,
-    m: usize,
-    p: &Panels,
-    (p0, p1): (usize, usize),
-    buf: &mut [f32],
-    walk: (usize, usize),
-) {
-    // SAFETY: the caller guarantees the features, which this function enables for the
-    // driver inlined into it.
-    unsafe { drive::rows::<Avx512Vnni>(a, m, p, p0, p1, buf, walk) }
-}
-
-/// [`rows_six`] with the single-row walk given.
-///
-/// # Safety
-/// As [`rows_six`].
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
-pub(super) unsafe fn rows_six_walking(
-    a: &ActRows<'_>,
-    m: usize,
-    p: &Panels,
-    (p0, p1): (usize, usize),
-    buf: &mut [f32],
-    walk: (usize, usize),
-) {
-    // SAFETY: as `rows_walking`.
-    unsafe { drive::rows::<Avx512Six>(a, m, p, p0, p1, buf, walk) }
-}
-
-/// [`rows_eight`] with the single-row walk given.
-///
-/// # Safety
-/// As [`rows_eight`].
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
-pub(super) unsafe fn rows_eight_walking(
-    a: &ActRows<'_>,
-    m: usize,
-    p: &Panels,
-    (p0, p1): (usize, usize),
-    buf: &mut [f32],
-    walk: (usize, usize),
-) {
-    // SAFETY: as `rows_walking`.
-    unsafe { drive::rows::<Avx512Eight>(a, m, p, p0, p1, buf, walk) }
-}
+entries!(rows, rows_walking, Avx512Vnni, "avx512f,avx512bw,avx512vnni", "AVX-512 F, BW and VNNI");
+entries!(
+    rows_six,
+    rows_six_walking,
+    Avx512Six,
+    "avx512f,avx512bw,avx512vnni,avx512vbmi",
+    "AVX-512 F, BW, VNNI and VBMI"
+);
+entries!(
+    rows_eight,
+    rows_eight_walking,
+    Avx512Eight,
+    "avx512f,avx512bw,avx512vnni,avx512vbmi",
+    "AVX-512 F, BW, VNNI and VBMI"
+);
 
 /// How a tile turns a group's bytes into its two vectors of unsigned operands (16 rows
 /// x 4 elements each: the low-nibble and high-nibble positions, or for E4M3 the two
@@ -361,75 +329,40 @@ impl Groups for Eight {
     }
 }
 
-impl Tiles for Avx512Vnni {
-    /// Eight rows: one vector of accumulators each.
-    const MR: usize = 8;
+/// The `Tiles` of an AVX-512 tile type: rows per tile, code width, group decoding and the
+/// features its functions enable.
+macro_rules! tiles {
+    ($tiles:ty, $mr:expr, $width:expr, $groups:ty, $features:literal) => {
+        impl Tiles for $tiles {
+            const MR: usize = $mr;
+            const WIDTH: Width = $width;
 
-    /// # Safety
-    /// As [`Tiles::tile`].
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
-        // SAFETY: the caller's guarantee; the features are enabled here.
-        unsafe { tile::<Nibbles, BLOCK, SC, TR>(run, pi, i0) }
-    }
+            /// # Safety
+            /// As [`Tiles::tile`].
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
+                // SAFETY: the caller's guarantee; the features are enabled here.
+                unsafe { tile::<$groups, BLOCK, SC, TR>(run, pi, i0) }
+            }
 
-    /// # Safety
-    /// As [`Tiles::tile1`].
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(run: &Run<'_>, pi: usize) {
-        // SAFETY: as `tile`.
-        unsafe { tile1::<Nibbles, BLOCK, SC, NP>(run, pi) }
-    }
+            /// # Safety
+            /// As [`Tiles::tile1`].
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(run: &Run<'_>, pi: usize) {
+                // SAFETY: as `tile`.
+                unsafe { tile1::<$groups, BLOCK, SC, NP>(run, pi) }
+            }
+        }
+    };
 }
 
-impl Tiles for Avx512Six {
-    const MR: usize = 8;
-    const WIDTH: Width = Width::Six;
-
-    /// # Safety
-    /// As [`Tiles::tile`].
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
-    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
-        // SAFETY: the caller's guarantee; the features are enabled here.
-        unsafe { tile::<Six, BLOCK, SC, TR>(run, pi, i0) }
-    }
-
-    /// # Safety
-    /// As [`Tiles::tile1`].
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
-    unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(run: &Run<'_>, pi: usize) {
-        // SAFETY: as `tile`.
-        unsafe { tile1::<Six, BLOCK, SC, NP>(run, pi) }
-    }
-}
-
-impl Tiles for Avx512Eight {
-    /// Four rows: each holds three accumulators a block.
-    const MR: usize = 4;
-    const WIDTH: Width = Width::Eight;
-
-    /// # Safety
-    /// As [`Tiles::tile`].
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
-    unsafe fn tile<const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
-        // SAFETY: the caller's guarantee; the features are enabled here.
-        unsafe { tile::<Eight, BLOCK, SC, TR>(run, pi, i0) }
-    }
-
-    /// # Safety
-    /// As [`Tiles::tile1`].
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi")]
-    unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(run: &Run<'_>, pi: usize) {
-        // SAFETY: as `tile`.
-        unsafe { tile1::<Eight, BLOCK, SC, NP>(run, pi) }
-    }
-}
+// Eight rows a tile (one vector of accumulators each); four for E4M3, whose rows hold
+// three accumulators a block.
+tiles!(Avx512Vnni, 8, Width::Four, Nibbles, "avx512f,avx512bw,avx512vnni");
+tiles!(Avx512Six, 8, Width::Six, Six, "avx512f,avx512bw,avx512vnni,avx512vbmi");
+tiles!(Avx512Eight, 4, Width::Eight, Eight, "avx512f,avx512bw,avx512vnni,avx512vbmi");
 
 /// Panel `pi` times activation rows `i0..i0 + TR`, groups decoded by `G`.
 ///
