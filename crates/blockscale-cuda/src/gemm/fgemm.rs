@@ -9,7 +9,8 @@
 //! tiles of FP8 block pairs share each weight tile: a cluster of two CTAs, each copying
 //! half of it into both by multicast ([`Plan::choose`]; DECISIONS.md #57).
 //!
-//! It runs FP8 block pairs of up to [`MAX_M`] = 128 rows whose tiles fill their waves;
+//! It runs FP8 block pairs of up to [`MAX_M`] = 128 rows (256 where K is at most 8192)
+//! whose tiles fill their waves;
 //! CUTLASS's blockwise kernel (`mod.rs`) takes the rest, where it measured faster
 //! (docs/DECISIONS.md #44 has the numbers). MXFP8 pairs with K a multiple of 128 and
 //! row-major codes take it up to [`MX_MAX_M`] = 512 rows (the alternative is a dequantize
@@ -111,11 +112,19 @@ fn tile_m(m: usize, n: usize, slots: usize) -> usize {
 
 /// The fewest K blocks a split keeps.
 const MIN_SPLIT_BLOCKS: usize = 4;
-/// The largest M this kernel takes by default. Up to 128 it measured at least as fast
-/// as CUTLASS at every DeepSeek-V3 shape it takes (128 x 32768 x 512 about even, 128 x
-/// 7168 x 16384 with pairs); at 512 slower at every one (H100; docs/DECISIONS.md #44,
-/// #57).
+/// The largest M this kernel takes by default at any K. Up to 128 it measured at least
+/// as fast as CUTLASS at every DeepSeek-V3 shape it takes (128 x 32768 x 512 about even,
+/// 128 x 7168 x 16384 with pairs); at 512 slower at every one (H100; docs/DECISIONS.md
+/// #44, #57).
 const MAX_M: usize = 128;
+
+/// The largest M it takes by default where K is at most [`SHORT_K`]: at M = 256 it beat
+/// CUTLASS at the five DeepSeek-V3 shapes with K up to 7168 (1.13-1.38x) and lost at K =
+/// 16384 (0.83x), where its promotion's scale loads bound it (H100; DECISIONS.md #58, #59).
+const SHORT_K_MAX_M: usize = 256;
+
+/// The longest K of [`SHORT_K_MAX_M`].
+const SHORT_K: usize = 8192;
 
 /// The largest M an MXFP8 pair takes this kernel at by default. Its scales cost two f32
 /// operations per output every 32 of K, which bounds it near half the FP8 tensor cores'
@@ -123,10 +132,15 @@ const MAX_M: usize = 128;
 /// M = 4096 twice as long (H100, N = K = 4096; docs/DECISIONS.md #46).
 const MX_MAX_M: usize = 512;
 
-/// `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` (read once), else [`MAX_M`].
-fn max_m() -> usize {
-    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M").unwrap_or(MAX_M))
+/// Whether FP8 block pairs of `m` rows and reduction `k` may take this kernel:
+/// `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` (read once) bounds M at every K where it is set;
+/// else [`MAX_M`], and [`SHORT_K_MAX_M`] up to K = [`SHORT_K`].
+fn within_max_m(m: usize, k: usize) -> bool {
+    static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    match *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M")) {
+        Some(max) => m <= max,
+        None => m <= MAX_M || (m <= SHORT_K_MAX_M && k <= SHORT_K),
+    }
 }
 
 /// `BLOCKSCALE_GEMM_MX_WGMMA_MAX_M` (read once), else [`MX_MAX_M`].
@@ -156,7 +170,7 @@ fn max_splits() -> usize {
 }
 
 /// Whether this kernel runs `a` x `b` here: Hopper, and FP8 block activations times FP8
-/// 128x128 weights with M up to [`max_m`] and tiles that fill their waves (see
+/// 128x128 weights with M up to [`within_max_m`]'s bound and tiles that fill their waves (see
 /// [`fills_waves`]), or MXFP8 x MXFP8 with row-major codes, K a multiple of 128 (whole
 /// stages; each row's four scales of a stage are one aligned word) and M up to
 /// [`mx_max_m`].
@@ -166,7 +180,7 @@ pub(super) fn applies(dev: &Device, a: &DeviceQuantized, b: &DeviceQuantized) ->
         return false;
     }
     match Format::of(a, b) {
-        Some(Format::Fp8Block) => m <= max_m() && fills_waves(m, n, dev.sm_count() as usize),
+        Some(Format::Fp8Block) => within_max_m(m, k) && fills_waves(m, n, dev.sm_count() as usize),
         Some(Format::Mx { .. }) => {
             // The kernel addresses each operand's scales in 32-bit words.
             let scale_bytes = |rows: usize| rows.next_multiple_of(128) * (k / 32).next_multiple_of(4);
