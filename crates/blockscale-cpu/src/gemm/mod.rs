@@ -263,7 +263,7 @@ pub fn gemv<I: Input, O: Source>(
 ///
 /// Six- and eight-bit panels run their AVX-512 kernel on CPUs with VNNI and VBMI (Ice
 /// Lake, Zen 4 and later); six-bit ones also have an AVX2 kernel, but eight-bit ones then
-/// take the portable kernel, tens of times slower than `gemm_weight_only` on the
+/// take the portable kernel, about 16 times slower than `gemm_weight_only` on the
 /// row-major matrix: build E4M3 panels only where [`vbmi_available`] says so. Multiply them with
 /// [`gemm_weight_only_panels`] or [`gemv_panels`], which quantize the activations to
 /// int8 per 32 values ([`ActivationPrecision::Int8Blocks`], llama.cpp's Q8_0 rule, with
