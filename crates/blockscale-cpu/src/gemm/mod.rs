@@ -259,15 +259,15 @@ pub fn gemv<I: Input, O: Source>(
 /// integers below 2^18 times 2^-9: each is split exactly into three 7-bit parts (three
 /// `vpermt2b` lookups, three `vpdpbusd`). The values and scales are those of the matrix
 /// they were built from; they take the same memory (plus padding of the last panel to
-/// 16 rows; FP8 block's scales once per 16 rows and 128 columns).
+/// 16 rows; FP8 block's scales once per 16 rows and 128 columns). Multiply them with
+/// [`gemm_weight_only_panels`] or [`gemv_panels`], which quantize the activations to
+/// int8 per 32 values ([`ActivationPrecision::Int8Blocks`], llama.cpp's Q8_0 rule, with
+/// the same error bound as the row-major kernels in that mode).
 ///
 /// Six- and eight-bit panels run their AVX-512 kernel on CPUs with VNNI and VBMI (Ice
 /// Lake, Zen 4 and later); six-bit ones also have an AVX2 kernel, but eight-bit ones then
 /// take the portable kernel, about 16 times slower than `gemm_weight_only` on the
-/// row-major matrix: build E4M3 panels only where [`vbmi_available`] says so. Multiply them with
-/// [`gemm_weight_only_panels`] or [`gemv_panels`], which quantize the activations to
-/// int8 per 32 values ([`ActivationPrecision::Int8Blocks`], llama.cpp's Q8_0 rule, with
-/// the same error bound as the row-major kernels in that mode).
+/// row-major matrix: build E4M3 panels only where [`vbmi_available`] says so.
 ///
 /// ```
 /// use blockscale_cpu::{ActivationPrecision, Epilogue, GemmOptions, PanelWeights, QuantizeOptions, gemv_panels, quantize};
