@@ -378,21 +378,6 @@ pub(super) fn int4_g128_as_g32_scales(w: &QuantizedMatrix) -> Option<Vec<half::f
     Some(out)
 }
 
-/// The block scales of `w` as the nibble and panel kernels read them (byte codes
-/// through `lut`, or f16); `None` for f32 scales.
-pub(super) fn block_scales<'a>(w: &'a QuantizedMatrix, lut: &'a [f32; 256]) -> Option<nibble::Scales<'a>> {
-    let cols = w.shape().scale_cols;
-    let index = match w.scale_layout() {
-        ScaleLayout::Linear => nibble::ScaleIndex::Linear { cols },
-        ScaleLayout::Swizzled128x4 => nibble::ScaleIndex::Swizzled128x4 { cols },
-    };
-    match w.scales() {
-        ScaleData::Bytes(data) => Some(nibble::Scales::Bytes { data, lut, index }),
-        ScaleData::F16(data) => Some(nibble::Scales::F16 { data, index }),
-        ScaleData::F32(_) => None,
-    }
-}
-
 /// The nibble kernels' view of 4-bit row-major weights (NVFP4, MXFP4, INT4-G32, and
 /// INT4-G128 given its scales as [`int4_g128_as_g32_scales`] writes them), with `lut`
 /// the byte scales' table ([`scale_lut`] of the scheme's scale format); `None` for other
@@ -428,7 +413,16 @@ pub(super) fn nibble_weights<'a>(
             scales,
         });
     }
-    let scales = block_scales(w, lut)?;
+    let cols = w.shape().scale_cols;
+    let index = match w.scale_layout() {
+        ScaleLayout::Linear => nibble::ScaleIndex::Linear { cols },
+        ScaleLayout::Swizzled128x4 => nibble::ScaleIndex::Swizzled128x4 { cols },
+    };
+    let scales = match w.scales() {
+        ScaleData::Bytes(data) => nibble::Scales::Bytes { data, lut, index },
+        ScaleData::F16(data) => nibble::Scales::F16 { data, index },
+        ScaleData::F32(_) => return None,
+    };
     Some(nibble::NibbleWeights {
         data: w.data(),
         n: w.rows(),

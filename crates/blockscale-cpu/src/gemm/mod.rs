@@ -297,30 +297,27 @@ impl PanelWeights {
         let format = w.scheme().scale_format();
         let lut = fast::scale_lut(format);
         let unsupported = || CpuError::UnsupportedPanel { scheme: w.scheme(), layout: w.data_layout() };
-        if let Some(bw) = bytes::ByteWeights::new(w).filter(|b| b.elem == bytes::Elem::E4M3) {
+        // E2M3 and E4M3: the streamed kernels' view of row-major byte-coded weights.
+        if let Some(bw) = bytes::ByteWeights::new(w).filter(|b| matches!(b.elem, bytes::Elem::E2M3 | bytes::Elem::E4M3))
+        {
             let (n, k) = (w.rows(), w.k());
-            let (scales, sblock) = match bw.scales {
-                bytes::ByteScales::Ue8m0 { data, index } => {
-                    let scales = nibble::Scales::Bytes { data, lut: &lut, index };
-                    (panel::panel_scales(&scales, Some(format), n, k / bw.block), bw.block)
-                }
+            let scales = match bw.scales {
+                bytes::ByteScales::Ue8m0 { data, index } => panel::panel_scales(
+                    &nibble::Scales::Bytes { data, lut: &lut, index },
+                    Some(format),
+                    n,
+                    k / bw.block,
+                ),
                 bytes::ByteScales::F32 { data, cols, block_rows } => {
                     let rows = |r: usize, dst: &mut [f32]| dst.copy_from_slice(&data[r / block_rows * cols..][..cols]);
-                    (panel::panel_scales_f32(n, cols, rows), bw.block)
+                    panel::panel_scales_f32(n, cols, rows)
                 }
             };
-            return Ok(Self {
-                scheme: w.scheme(),
-                global: None,
-                panels: panel::Panels::pack_e4m3(bw.data, n, k, scales, sblock),
-            });
-        }
-        if w.scheme() == blockscale_formats::Scheme::MxFp6E2M3 {
-            if w.data_layout() != blockscale_formats::DataLayout::RowMajor {
-                return Err(unsupported());
-            }
-            let scales = fast::block_scales(w, &lut).ok_or_else(unsupported)?;
-            let panels = panel::Panels::pack_e2m3(w.data(), w.rows(), w.k(), &scales);
+            let panels = if bw.elem == bytes::Elem::E2M3 {
+                panel::Panels::pack_e2m3(bw.data, n, k, scales)
+            } else {
+                panel::Panels::pack_e4m3(bw.data, n, k, scales, bw.block)
+            };
             return Ok(Self { scheme: w.scheme(), global: None, panels });
         }
         let g128 = fast::int4_g128_as_g32_scales(w);

@@ -38,7 +38,7 @@ struct Features {
     bf16: bool,
     /// `avx512` and AVX-512 VNNI.
     vnni: bool,
-    /// `vnni` and AVX-512 VBMI (byte permutes: the 6-bit panel kernel).
+    /// `vnni` and AVX-512 VBMI (byte permutes: the six- and eight-bit panel kernels).
     vbmi: bool,
 }
 
@@ -50,12 +50,13 @@ fn features() -> Features {
             let avx2 =
                 is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") && is_x86_feature_detected!("fma");
             let avx512 = avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
+            let vnni = avx512 && is_x86_feature_detected!("avx512vnni");
             Features {
                 avx2,
                 avx512,
                 bf16: avx512 && is_x86_feature_detected!("avx512bf16"),
-                vnni: avx512 && is_x86_feature_detected!("avx512vnni"),
-                vbmi: avx512 && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vbmi"),
+                vnni,
+                vbmi: vnni && is_x86_feature_detected!("avx512vbmi"),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

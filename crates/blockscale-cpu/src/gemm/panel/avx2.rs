@@ -77,9 +77,9 @@ unsafe fn scales<const SC: u8>(p: &Panels, at: usize) -> [__m256; 2] {
 trait Groups {
     /// Bytes per group.
     const GB: usize;
-    /// How many `vpmaddubsw` results an i16 lane may sum before widening (four, or
-    /// one: each widened on its own).
-    const I16_TERMS: usize;
+    /// Whether four `vpmaddubsw` results may add in i16 before widening (else each
+    /// widens on its own).
+    const FOUR_IN_I16: bool;
     /// What the decoding keeps in registers for a tile.
     type Consts: Copy;
     /// The constants of panels `p`.
@@ -100,7 +100,7 @@ struct Nibbles;
 
 impl Groups for Nibbles {
     const GB: usize = 64;
-    const I16_TERMS: usize = 4;
+    const FOUR_IN_I16: bool = true;
     type Consts = (__m256i, __m256i);
 
     #[inline(always)]
@@ -131,7 +131,7 @@ struct Six;
 
 impl Groups for Six {
     const GB: usize = 96;
-    const I16_TERMS: usize = 1;
+    const FOUR_IN_I16: bool = false;
     /// (table of codes 0..16, of codes 16..32, low-nibble mask, exponent-bit shifts,
     /// sign shifts, 120).
     type Consts = (__m256i, __m256i, __m256i, __m256i, __m256i, __m256i);
@@ -227,8 +227,7 @@ unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run
                 let q = a.q.as_ptr().add(i * k + b * BLOCK).cast::<i32>();
                 let corr = _mm256_set1_epi32(*a.corr.get_unchecked(i * cols + b));
                 let mut acc = [corr, corr];
-                // Up to `G::I16_TERMS` products summed in i16, then widened into i32.
-                if G::I16_TERMS >= 4 {
+                if G::FOUR_IN_I16 {
                     // Two groups' four i16 pair sums at a time, then widened.
                     for g2 in 0..groups.div_ceil(2) {
                         let mut s16 = [_mm256_setzero_si256(); 2];

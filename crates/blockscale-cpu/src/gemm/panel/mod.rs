@@ -171,15 +171,14 @@ impl Panels {
     }
 
     /// Rearranges row-major MXFP6 E2M3 weights (`data`: each row's `k` codes packed four
-    /// per three bytes, `k` a multiple of 32) with their UE8M0 block scales into six-bit
-    /// panels.
-    pub(crate) fn pack_e2m3(data: &[u8], n: usize, k: usize, scales: &Scales<'_>) -> Self {
+    /// per three bytes, `k` a multiple of 32) into six-bit panels, with their UE8M0 block
+    /// scales already in panel order ([`panel_scales`]).
+    pub(crate) fn pack_e2m3(data: &[u8], n: usize, k: usize, scales: PanelScales) -> Self {
         let values = core::array::from_fn(|c| (blockscale_formats::E2M3::from_bits(c as u8).to_f32() * 8.0) as i32);
         let kp = k / 4 * 3;
         let codes = |row: usize, out: &mut [u8]| {
             crate::kernels::unpack_fp6(Isa::Portable, &data[row * kp..(row + 1) * kp], out);
         };
-        let scales = panel_scales(scales, Some(ScaleFormat::UE8M0), n, k / 32);
         Self::build((n, k, 32, Width::Six), values, 0.125, scales, 32, codes)
     }
 
@@ -187,24 +186,18 @@ impl Panels {
     /// into eight-bit panels, with `scales` already in panel order and covering `sblock`
     /// elements each (32 for MXFP8's UE8M0 bytes, 128 for FP8 block's f32).
     pub(crate) fn pack_e4m3(data: &[u8], n: usize, k: usize, scales: PanelScales, sblock: usize) -> Self {
-        // `2^9` times the value; NaN codes 0 (their rows are flagged below).
-        let magnitude = |mag: u8| -> i32 {
-            if mag == 0x7f {
-                return 0;
-            }
-            let (e, m) = (i32::from(mag >> 3), i32::from(mag & 7));
-            if e == 0 { m } else { (8 + m) << (e - 1) }
-        };
-        let values = core::array::from_fn(|c| {
-            let v = magnitude(c as u8 & 0x7f);
-            if c >= 0x80 { -v } else { v }
+        // `2^9` times the value (an integer below 2^18); NaN codes 0 (their rows are
+        // flagged below).
+        let values: [i32; 256] = core::array::from_fn(|c| {
+            let v = blockscale_formats::E4M3::from_bits(c as u8).to_f32();
+            if v.is_nan() { 0 } else { (v * 512.0) as i32 }
         });
         let codes = |row: usize, out: &mut [u8]| out.copy_from_slice(&data[row * k..(row + 1) * k]);
         let mut p = Self::build((n, k, 32, Width::Eight), values, 2f32.powi(-9), scales, sblock, codes);
         p.parts = (0..3)
             .map(|i| {
                 core::array::from_fn(|mag| {
-                    let n = magnitude(mag as u8);
+                    let n = values[mag];
                     (if i < 2 { (n >> (7 * i)) & 127 } else { n >> 14 }) as u8
                 })
             })

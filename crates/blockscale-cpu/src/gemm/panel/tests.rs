@@ -130,7 +130,7 @@ impl Weights {
     fn panels(&self) -> Panels {
         let (n, k) = (self.n, self.k);
         match self.kind {
-            Kind::Mxfp6 => Panels::pack_e2m3(&self.data, n, k, &self.scales()),
+            Kind::Mxfp6 => Panels::pack_e2m3(&self.data, n, k, panel_scales(&self.scales(), self.format(), n, k / 32)),
             Kind::Mxfp8 => {
                 let scales = panel_scales(&self.scales(), self.format(), n, k / 32);
                 Panels::pack_e4m3(&self.data, n, k, scales, 32)
