@@ -229,8 +229,9 @@ fn large_tiles_and_every_output_type() {
     }
 }
 
-/// FP8 block pairs at small and middle M: the FP8 wgmma kernel up to M = 128 and CUTLASS's
-/// kernel above by default, the FP8 wgmma kernel up to 512 with activation tiles paired
+/// FP8 block pairs at small and middle M: the FP8 wgmma kernel up to M = 128 (256 where K
+/// is at most 8192, 512 where it is at most 2048) and CUTLASS's kernel above by default
+/// (here 513 x 136 x 256), the FP8 wgmma kernel up to 512 with activation tiles paired
 /// wherever K is not split when `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M=512
 /// BLOCKSCALE_GEMM_FP8_PAIRS=2` are set (`gpu-bundle/run.sh test` runs this file both
 /// ways): K split across SMs and added back inside the kernel, pairs of activation tiles

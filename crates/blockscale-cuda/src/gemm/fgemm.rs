@@ -9,8 +9,8 @@
 //! tiles of FP8 block pairs share each weight tile: a cluster of two CTAs, each copying
 //! half of it into both by multicast ([`Plan::choose`]; DECISIONS.md #57).
 //!
-//! It runs FP8 block pairs of up to [`MAX_M`] = 128 rows (256 where K is at most 8192)
-//! whose tiles fill their waves;
+//! It runs FP8 block pairs of up to [`MAX_M`] = 128 rows (256 where K is at most 8192,
+//! 512 where it is at most 2048) whose tiles fill their waves;
 //! CUTLASS's blockwise kernel (`mod.rs`) takes the rest, where it measured faster
 //! (docs/DECISIONS.md #44 has the numbers). MXFP8 pairs with K a multiple of 128 and
 //! row-major codes take it up to [`MX_MAX_M`] = 512 rows (the alternative is a dequantize
@@ -126,6 +126,15 @@ const SHORT_K_MAX_M: usize = 256;
 /// The longest K of [`SHORT_K_MAX_M`].
 const SHORT_K: usize = 8192;
 
+/// The largest M it takes by default where K is at most [`LOW_K`]: at M = 512 it took
+/// 0.93x CUTLASS's time at 32768 x 512 and 0.95-0.98x at 7168 x 2048, 1.02-1.04x at
+/// 24576 x 1536, and lost at every DeepSeek-V3 shape with K of 7168 or more and at
+/// M = 1024 (H100; DECISIONS.md #60).
+const LOW_K_MAX_M: usize = 512;
+
+/// The longest K of [`LOW_K_MAX_M`].
+const LOW_K: usize = 2048;
+
 /// The largest M an MXFP8 pair takes this kernel at by default. Its scales cost two f32
 /// operations per output every 32 of K, which bounds it near half the FP8 tensor cores'
 /// rate: at M = 128 it took half the dequantize path's time, at M = 512 3-6% less, at
@@ -134,13 +143,19 @@ const MX_MAX_M: usize = 512;
 
 /// Whether FP8 block pairs of `m` rows and reduction `k` may take this kernel:
 /// `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` (read once) bounds M at every K where it is set;
-/// else [`MAX_M`], and [`SHORT_K_MAX_M`] up to K = [`SHORT_K`].
+/// else [`MAX_M`], [`SHORT_K_MAX_M`] up to K = [`SHORT_K`] and [`LOW_K_MAX_M`] up to
+/// K = [`LOW_K`].
 fn within_max_m(m: usize, k: usize) -> bool {
     static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     match *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M")) {
         Some(max) => m <= max,
-        None => m <= MAX_M || (m <= SHORT_K_MAX_M && k <= SHORT_K),
+        None => default_max_m(m, k),
     }
+}
+
+/// The default bound of [`within_max_m`].
+fn default_max_m(m: usize, k: usize) -> bool {
+    m <= MAX_M || (m <= SHORT_K_MAX_M && k <= SHORT_K) || (m <= LOW_K_MAX_M && k <= LOW_K)
 }
 
 /// `BLOCKSCALE_GEMM_MX_WGMMA_MAX_M` (read once), else [`MX_MAX_M`].
@@ -436,6 +451,15 @@ pub(super) fn run<O: DeviceElement>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_bound_follows_k() {
+        // Up to 128 rows at any K; 256 up to K = 8192; 512 up to K = 2048.
+        assert!(default_max_m(128, 16384) && !default_max_m(129, 16384));
+        assert!(default_max_m(256, 8192) && !default_max_m(256, 8320) && !default_max_m(257, 7168));
+        assert!(default_max_m(512, 2048) && default_max_m(512, 512) && !default_max_m(512, 2176));
+        assert!(!default_max_m(513, 512) && !default_max_m(1024, 2048));
+    }
 
     #[test]
     fn shared_memory_matches_the_kernel_layout() {
