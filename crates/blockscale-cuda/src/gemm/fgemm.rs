@@ -5,7 +5,8 @@
 //! E5M2 on either side, UE8M0 scales) once per 32. K splits across the CTAs of a cluster,
 //! which add their sums through distributed shared memory in split order (deterministic,
 //! no workspace). Tiles of 64 activation rows up to M = 64 and where 128-row tiles would
-//! fill at most half the SMs, 128 rows otherwise. Where K is not split, two activation
+//! fill at most half the SMs, 128 rows otherwise (above M = 128 the planner weighs both
+//! heights with their K splits: [`choose_tile`]). Where K is not split, two activation
 //! tiles of FP8 block pairs share each weight tile: a cluster of two CTAs, each copying
 //! half of it into both by multicast ([`Plan::choose`]; DECISIONS.md #57).
 //!
@@ -300,6 +301,42 @@ impl Plan {
     fn cluster(&self) -> u32 {
         if self.pair { 2 } else { self.splits as u32 }
     }
+
+    /// The cost [`Plan::new`] minimizes, comparable across tile heights: waves x (blocks a
+    /// split + [`SPLIT_COST_BLOCKS`]) x the tile's height in 64-row units (a block of a
+    /// 128-row tile is twice the tensor work of a 64-row one; `active` as for `new`,
+    /// for this plan's kernel).
+    fn cost(&self, tm: usize, active: &dyn Fn(usize) -> usize) -> usize {
+        let tiles = self.tiles_n * self.tiles_m;
+        let waves =
+            if self.splits > 1 { tiles.div_ceil(active(self.splits).max(1)) } else { tiles.div_ceil(self.ctas.max(1)) };
+        waves * (self.blocks_per_split + SPLIT_COST_BLOCKS) * (tm / 64)
+    }
+}
+
+/// The tile height and the plan: [`tile_m`]'s height, except above M = 128 where it takes
+/// 64-row tiles (128-row ones would fill at most half the SMs) and 128-row tiles with
+/// their K split cost no more by [`Plan::cost`]: 256 x 2112 x 7168 is 68 64-row tiles of
+/// 56 blocks, unsplit cost 60, or 34 128-row tiles, in three splits of 19 cost 46 where
+/// 34 clusters of three fit at once. (It measured 28.6 µs on the first plan and 20.0 on
+/// another H100 whose plan split K: DECISIONS.md #58, #60.) `active(tm, s)`: clusters of
+/// s CTAs of the `tm` kernel the GPU holds at once; `pairs(tm)`: [`Plan::choose`]'s
+/// flags for that height.
+fn choose_tile(
+    (m, n, blocks): (usize, usize, usize),
+    slots: usize,
+    pairs: &dyn Fn(usize) -> (bool, bool),
+    active: &dyn Fn(usize, usize) -> usize,
+) -> (usize, Plan) {
+    let tm = tile_m(m, n, slots);
+    let plan = |tm: usize| Plan::choose((m, n, blocks), slots, tm, pairs(tm), &|s| active(tm, s));
+    let first = plan(tm);
+    if tm != 64 || m <= 128 || tile_m_override().is_some() {
+        return (tm, first);
+    }
+    let tall = plan(128);
+    // On a tie the taller tiles: fewer CTAs, fewer fills.
+    if tall.cost(128, &|s| active(128, s)) <= first.cost(64, &|s| active(64, s)) { (128, tall) } else { (64, first) }
 }
 
 /// The kernel for these operands, its tile height and shared memory, and its plan.
@@ -310,13 +347,20 @@ fn plan(
 ) -> Result<(Kernel<FgemmArgs>, usize, usize, Plan), CudaError> {
     // One CTA an SM (the shared memory allows no more).
     let slots = dev.sm_count() as usize;
-    let tm = tile_m(m, n, slots);
-    let (name, bytes) = (format.kernel_name(tm), smem(tm, format.is_mx()));
-    let kernel = dev.function_with_threads(&name, THREADS, bytes)?;
-    let counts = crate::device::active_clusters(dev, &kernel, &name, (THREADS, bytes));
-    let active = |s: usize| counts[s];
-    let pairs = (pairable(format, m, tm), pairs_setting() == 2);
-    let plan = Plan::choose((m, n, k / BLOCK_K), slots, tm, pairs, &active);
+    // Both tile heights' kernels where choose_tile weighs both (their cluster counts
+    // differ with their shared memory).
+    let load = |tm: usize| -> Result<_, CudaError> {
+        let (name, bytes) = (format.kernel_name(tm), smem(tm, format.is_mx()));
+        let kernel = dev.function_with_threads(&name, THREADS, bytes)?;
+        let counts = crate::device::active_clusters(dev, &kernel, &name, (THREADS, bytes));
+        Ok((kernel, bytes, counts))
+    };
+    let short = load(64)?;
+    let tall = if m > 128 { Some(load(128)?) } else { None };
+    let counts = |tm: usize| if tm == 64 { &short.2 } else { &tall.as_ref().expect("loaded above M = 128").2 };
+    let pairs = |tm: usize| (pairable(format, m, tm), pairs_setting() == 2);
+    let (tm, plan) = choose_tile((m, n, k / BLOCK_K), slots, &pairs, &|tm, s| counts(tm)[s]);
+    let (kernel, bytes, _) = if tm == 64 { short } else { tall.expect("loaded above M = 128") };
     Ok((kernel, tm, bytes, plan))
 }
 
@@ -510,6 +554,33 @@ mod tests {
         assert!(!fills_waves(64, 24576, 132) && fills_waves(64, 32768, 132) && fills_waves(64, 7168, 132));
         // K = 128: one block, never split.
         assert_eq!(Plan::new((64, 256, 1), 132, 128, false, &fit).splits, 1);
+    }
+
+    #[test]
+    fn tile_height_and_split_chosen_together() {
+        let fit = |_: usize, s: usize| 132 / s;
+        let no_pairs = |_: usize| (false, false);
+        let pairs = |tm: usize| (pairable(Format::Fp8Block, 256, tm), false);
+        // 256 x 2112 x 7168: 128-row tiles in three splits (cost 46) against 64-row tiles
+        // in three splits over two waves of clusters (46 too: the taller win the tie).
+        let (tm, p) = choose_tile((256, 2112, 56), 132, &pairs, &fit);
+        assert_eq!((tm, p.tiles_m, p.splits, p.ctas), (128, 2, 3, 102));
+        assert_eq!(p.cost(128, &|s| 132 / s), 46);
+        // Where no cluster fits, neither height splits: 68 64-row tiles (60) against 34
+        // 128-row ones (120), and the 64-row tiles stay.
+        let none = |_: usize, _: usize| 0;
+        let short = Plan::new((256, 2112, 56), 132, 64, false, &|s| none(64, s));
+        assert_eq!((short.splits, short.cost(64, &|s| none(64, s))), (1, 60));
+        assert_eq!(choose_tile((256, 2112, 56), 132, &pairs, &none), (64, short));
+        // 128 x 2112 x 7168 (64-row tiles at M <= 128 as before), 192 x 2112 x 7168 (51
+        // tiles in two splits: 32 against 46) and 256 x 4096 x 7168 (128 unsplit tiles:
+        // 60 against 64) keep 64-row tiles.
+        assert_eq!(choose_tile((128, 2112, 56), 132, &no_pairs, &fit).0, 64);
+        assert_eq!(choose_tile((192, 2112, 56), 132, &no_pairs, &fit).0, 64);
+        assert_eq!(choose_tile((256, 4096, 56), 132, &pairs, &fit).0, 64);
+        // Where tile_m takes 128-row tiles, nothing changes.
+        let (tm, q) = choose_tile((512, 7168, 16), 132, &no_pairs, &fit);
+        assert_eq!((tm, q), (128, Plan::new((512, 7168, 16), 132, 128, false, &|s| 132 / s)));
     }
 
     #[test]
