@@ -246,7 +246,7 @@ fn fp8_block_small_m_splits_k() {
     // 2048 and 200 x 1000 x 1024; 128-row tiles at 300 x 3000 x 512 (72 tiles); 513 runs
     // CUTLASS. Pairs (no split; the second run): 100 x 1000 x 512 (two 64-row tiles, the
     // second ragged), 512 x 256 x 512, and 300 x 3000 x 512 (three 128-row tiles: the last
-    // pairs with zeros past M).
+    // pairs with zeros past M). The last two: the tile heights by default.
     let shapes = [
         (7, (100, 1000, 512)),
         (8, (300, 3000, 512)),
@@ -255,6 +255,11 @@ fn fp8_block_small_m_splits_k() {
         (7, (200, 1000, 1024)),
         (8, (512, 256, 512)),
         (7, (513, 136, 256)),
+        // 128-row tiles at M <= 128 (71 tiles of 64 rows would fill more than half the
+        // SMs twice over); and where the planner weighs both heights (M = 256, 17 weight
+        // tiles: 68 64-row tiles unsplit or 34 128-row ones with K split).
+        (7, (120, 9000, 256)),
+        (8, (256, 2100, 1536)),
     ];
     let mut seed = 4000u64;
     for (i, &(pair, (m, n, k))) in shapes.iter().enumerate() {

@@ -104,10 +104,14 @@ fn tile_m_override() -> Option<usize> {
 }
 
 /// Activation rows a tile: 64 up to M = 64 (the 128-row tile would be half padding),
-/// and where 128-row tiles would fill at most half the SMs (twice the tiles rather than
-/// a K split); else 128.
+/// where 128-row tiles would fill at most half the SMs (twice the tiles rather than a K
+/// split), and where 64-row tiles fill their waves and 128-row ones do not ([`fills`]:
+/// 128 x 24576 x 1536 is 192 128-row tiles on 132 SMs, 73%, or 384 64-row ones, 97%,
+/// which took 18.1-18.2 µs against CUTLASS's 19.8-20.9 on an H100, DECISIONS.md #60);
+/// else 128.
 fn tile_m(m: usize, n: usize, slots: usize) -> usize {
-    let small = m <= 64 || 2 * m.div_ceil(128) * n.div_ceil(TILE) <= slots;
+    let tiles = |tm: usize| m.div_ceil(tm) * n.div_ceil(TILE);
+    let small = m <= 64 || 2 * tiles(128) <= slots || (!fills(tiles(128), slots) && fills(tiles(64), slots));
     tile_m_override().unwrap_or(if small { 64 } else { 128 })
 }
 
@@ -215,7 +219,12 @@ pub(super) fn applies(dev: &Device, a: &DeviceQuantized, b: &DeviceQuantized) ->
 /// take separate tiles, does better on the rest: at M = 64, N = 24576 (192 tiles on 132
 /// SMs, 73%) it took 16.5 µs against 19.5 (H100).
 fn fills_waves(m: usize, n: usize, slots: usize) -> bool {
-    let tiles = m.div_ceil(tile_m(m, n, slots)) * n.div_ceil(TILE);
+    fills(m.div_ceil(tile_m(m, n, slots)) * n.div_ceil(TILE), slots)
+}
+
+/// Whether `tiles` tiles keep `slots` SMs busy: at most one wave, or waves at least 80%
+/// full.
+fn fills(tiles: usize, slots: usize) -> bool {
     tiles <= slots || 5 * tiles >= 4 * tiles.div_ceil(slots) * slots
 }
 
@@ -314,6 +323,12 @@ impl Plan {
     }
 }
 
+/// Whether [`choose_tile`] also plans 128-row tiles for `m` rows where [`tile_m`] gave
+/// `tm`: above M = 128 where it gave 64, unless the height is forced.
+fn weighs_taller(m: usize, tm: usize) -> bool {
+    tm == 64 && m > 128 && tile_m_override().is_none()
+}
+
 /// The tile height and the plan: [`tile_m`]'s height, except above M = 128 where it takes
 /// 64-row tiles (128-row ones would fill at most half the SMs) and 128-row tiles with
 /// their K split cost no more by [`Plan::cost`]: 256 x 2112 x 7168 is 68 64-row tiles of
@@ -331,7 +346,7 @@ fn choose_tile(
     let tm = tile_m(m, n, slots);
     let plan = |tm: usize| Plan::choose((m, n, blocks), slots, tm, pairs(tm), &|s| active(tm, s));
     let first = plan(tm);
-    if tm != 64 || m <= 128 || tile_m_override().is_some() {
+    if !weighs_taller(m, tm) {
         return (tm, first);
     }
     let tall = plan(128);
@@ -355,12 +370,20 @@ fn plan(
         let counts = crate::device::active_clusters(dev, &kernel, &name, (THREADS, bytes));
         Ok((kernel, bytes, counts))
     };
-    let short = load(64)?;
-    let tall = if m > 128 { Some(load(128)?) } else { None };
-    let counts = |tm: usize| if tm == 64 { &short.2 } else { &tall.as_ref().expect("loaded above M = 128").2 };
+    let first_tm = tile_m(m, n, slots);
+    let first = load(first_tm)?;
+    let taller = if weighs_taller(m, first_tm) { Some(load(128)?) } else { None };
+    // choose_tile asks for the 128-row kernel's counts only where weighs_taller holds.
+    let counts = |tm: usize| match &taller {
+        Some(t) if tm != first_tm => t.2,
+        _ => first.2,
+    };
     let pairs = |tm: usize| (pairable(format, m, tm), pairs_setting() == 2);
     let (tm, plan) = choose_tile((m, n, k / BLOCK_K), slots, &pairs, &|tm, s| counts(tm)[s]);
-    let (kernel, bytes, _) = if tm == 64 { short } else { tall.expect("loaded above M = 128") };
+    let (kernel, bytes, _) = match taller {
+        Some(t) if tm != first_tm => t,
+        _ => first,
+    };
     Ok((kernel, tm, bytes, plan))
 }
 
@@ -550,6 +573,9 @@ mod tests {
         let t = Plan::new((128, 7168, 16), 132, 64, false, &none);
         assert_eq!((t.tiles_m, t.splits, t.ctas), (2, 1, 112));
         assert_eq!((tile_m(128, 7168, 132), tile_m(512, 4096, 132), tile_m(64, 32768, 132)), (64, 128, 64));
+        // 192 128-row tiles fill 73% of two waves, 384 64-row ones 97% of three.
+        assert_eq!((tile_m(128, 24576, 132), tile_m(128, 32768, 132), tile_m(256, 24576, 132)), (64, 128, 128));
+        assert!(fills_waves(128, 24576, 132) && !fills(192, 132) && fills(384, 132));
         // Waves: 192 tiles on 132 SMs (73%) go to CUTLASS, 256 (97%) and 56 stay.
         assert!(!fills_waves(64, 24576, 132) && fills_waves(64, 32768, 132) && fills_waves(64, 7168, 132));
         // K = 128: one block, never split.
