@@ -4,9 +4,10 @@
 //! 128x128 scales times FP8 128x128 weights) once per 128 of K, MXFP8 x MXFP8 (E4M3 or
 //! E5M2 on either side, UE8M0 scales) once per 32. K splits across the CTAs of a cluster,
 //! which add their sums through distributed shared memory in split order (deterministic,
-//! no workspace). Tiles of 64 activation rows up to M = 64 and where 128-row tiles would
-//! fill at most half the SMs, 128 rows otherwise (above M = 128 the planner weighs both
-//! heights with their K splits: [`choose_tile`]). Where K is not split, two activation
+//! no workspace). Tiles of 64 activation rows up to M = 64, where 128-row tiles would
+//! fill at most half the SMs and where only 64-row ones fill their waves ([`tile_m`]),
+//! 128 rows otherwise; above M = 128 the planner weighs both heights with their K splits
+//! ([`choose_tile`]). Where K is not split, two activation
 //! tiles of FP8 block pairs share each weight tile: a cluster of two CTAs, each copying
 //! half of it into both by multicast ([`Plan::choose`]; DECISIONS.md #57).
 //!
