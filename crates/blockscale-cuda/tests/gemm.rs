@@ -255,9 +255,9 @@ fn fp8_block_small_m_splits_k() {
         (7, (200, 1000, 1024)),
         (8, (512, 256, 512)),
         (7, (513, 136, 256)),
-        // 128-row tiles at M <= 128 (71 tiles of 64 rows would fill more than half the
-        // SMs twice over); and where the planner weighs both heights (M = 256, 17 weight
-        // tiles: 68 64-row tiles unsplit or 34 128-row ones with K split).
+        // 128-row tiles at M <= 128 (its 71 tiles fill more than half the SMs); and where
+        // the planner weighs both heights (M = 256, 17 weight tiles: 68 64-row tiles or 34
+        // 128-row ones, each with the split its cluster counts allow).
         (7, (120, 9000, 256)),
         (8, (256, 2100, 1536)),
     ];
