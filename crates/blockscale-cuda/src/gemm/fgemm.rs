@@ -7,12 +7,12 @@
 //! no workspace). Tiles of 64 activation rows up to M = 64, where 128-row tiles would
 //! fill at most half the SMs and where only 64-row ones fill their waves ([`tile_m`]),
 //! 128 rows otherwise; above M = 128 the planner weighs both heights with their K splits
-//! ([`choose_tile`]). Where K is not split, two activation
+//! ([`heights`], [`choose_tile`]). Where K is not split, two activation
 //! tiles of FP8 block pairs share each weight tile: a cluster of two CTAs, each copying
 //! half of it into both by multicast ([`Plan::choose`]; DECISIONS.md #57).
 //!
-//! It runs FP8 block pairs of up to [`MAX_M`] = 128 rows (256 where K is at most 8192,
-//! 512 where it is at most 2048) whose tiles fill their waves;
+//! It runs FP8 block pairs of up to 128 rows (256 where K is at most 8192, 512 where it
+//! is at most 2048: [`FP8_BOUNDS`]) whose tiles fill their waves;
 //! CUTLASS's blockwise kernel (`mod.rs`) takes the rest, where it measured faster
 //! (docs/DECISIONS.md #44 has the numbers). MXFP8 pairs with K a multiple of 128 and
 //! row-major codes take it up to [`MX_MAX_M`] = 512 rows (the alternative is a dequantize
@@ -118,28 +118,17 @@ fn tile_m(m: usize, n: usize, slots: usize) -> usize {
 
 /// The fewest K blocks a split keeps.
 const MIN_SPLIT_BLOCKS: usize = 4;
-/// The largest M this kernel takes by default at any K. Up to 128 it measured at least
-/// as fast as CUTLASS at every DeepSeek-V3 shape it takes (128 x 32768 x 512 about even,
-/// 128 x 7168 x 16384 with pairs); at 512 slower at every one (H100; docs/DECISIONS.md
-/// #44, #57).
-const MAX_M: usize = 128;
-
-/// The largest M it takes by default where K is at most [`SHORT_K`]: at M = 256 it beat
-/// CUTLASS at the five DeepSeek-V3 shapes with K up to 7168 (1.13-1.38x) and lost at K =
-/// 16384 (0.83x), where its promotion's scale loads bound it (H100; DECISIONS.md #58, #59).
-const SHORT_K_MAX_M: usize = 256;
-
-/// The longest K of [`SHORT_K_MAX_M`].
-const SHORT_K: usize = 8192;
-
-/// The largest M it takes by default where K is at most [`LOW_K`]: at M = 512 it took
-/// 0.93x CUTLASS's time at 32768 x 512 and 0.95-0.98x at 7168 x 2048, 1.02-1.04x at
-/// 24576 x 1536, and lost at every DeepSeek-V3 shape with K of 7168 or more and at
-/// M = 1024 (H100; DECISIONS.md #60).
-const LOW_K_MAX_M: usize = 512;
-
-/// The longest K of [`LOW_K_MAX_M`].
-const LOW_K: usize = 2048;
+/// The default bounds of FP8 block pairs on this kernel, (largest M, longest K) pairs
+/// (H100, DeepSeek-V3's shapes):
+/// - M <= 128 at any K: at least as fast as CUTLASS at every shape it takes (128 x 32768 x
+///   512 about even, 128 x 7168 x 16384 with pairs); slower at every one at M = 512
+///   (DECISIONS.md #44, #57).
+/// - M <= 256 up to K = 8192: 1.13-1.38x CUTLASS at the five shapes with K up to 7168,
+///   0.83x at K = 16384, where its promotion's scale loads bound it (#58, #59).
+/// - M <= 512 up to K = 2048: 0.93x CUTLASS's time at 32768 x 512, 0.95-0.98x at
+///   7168 x 2048, 1.02-1.04x at 24576 x 1536; slower at every shape with K of 7168 or
+///   more and at M = 1024 (#60).
+const FP8_BOUNDS: [(usize, usize); 3] = [(128, usize::MAX), (256, 8192), (512, 2048)];
 
 /// The largest M an MXFP8 pair takes this kernel at by default. Its scales cost two f32
 /// operations per output every 32 of K, which bounds it near half the FP8 tensor cores'
@@ -149,8 +138,7 @@ const MX_MAX_M: usize = 512;
 
 /// Whether FP8 block pairs of `m` rows and reduction `k` may take this kernel:
 /// `BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M` (read once) bounds M at every K where it is set;
-/// else [`MAX_M`], [`SHORT_K_MAX_M`] up to K = [`SHORT_K`] and [`LOW_K_MAX_M`] up to
-/// K = [`LOW_K`].
+/// else one of [`FP8_BOUNDS`] holds.
 fn within_max_m(m: usize, k: usize) -> bool {
     static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     match *S.get_or_init(|| env_usize("BLOCKSCALE_GEMM_FP8_WGMMA_MAX_M")) {
@@ -161,7 +149,7 @@ fn within_max_m(m: usize, k: usize) -> bool {
 
 /// The default bound of [`within_max_m`].
 fn default_max_m(m: usize, k: usize) -> bool {
-    m <= MAX_M || (m <= SHORT_K_MAX_M && k <= SHORT_K) || (m <= LOW_K_MAX_M && k <= LOW_K)
+    FP8_BOUNDS.iter().any(|&(max_m, max_k)| m <= max_m && k <= max_k)
 }
 
 /// `BLOCKSCALE_GEMM_MX_WGMMA_MAX_M` (read once), else [`MX_MAX_M`].
@@ -233,6 +221,11 @@ fn fills(tiles: usize, slots: usize) -> bool {
 /// in K blocks, in the plan's count of waves x (blocks a split + this).
 const SPLIT_COST_BLOCKS: usize = 4;
 
+/// A plan's cost in K blocks: waves x (blocks a split + [`SPLIT_COST_BLOCKS`]).
+const fn split_cost(waves: usize, blocks_per_split: usize) -> usize {
+    waves * (blocks_per_split + SPLIT_COST_BLOCKS)
+}
+
 /// How the kernel is launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Plan {
@@ -276,7 +269,7 @@ impl Plan {
             1
         };
         let waves = |s: usize| if s == 1 { 1 } else { tiles.div_ceil(active(s).max(1)) };
-        let cost = |s: usize| waves(s) * (blocks.div_ceil(s) + SPLIT_COST_BLOCKS);
+        let cost = |s: usize| split_cost(waves(s), blocks.div_ceil(s));
         let wanted = (1..=most).min_by_key(|&s| (cost(s), s)).unwrap_or(1);
         let blocks_per_split = blocks.div_ceil(wanted);
         let splits = blocks.div_ceil(blocks_per_split);
@@ -320,39 +313,42 @@ impl Plan {
         let tiles = self.tiles_n * self.tiles_m;
         let waves =
             if self.splits > 1 { tiles.div_ceil(active(self.splits).max(1)) } else { tiles.div_ceil(self.ctas.max(1)) };
-        waves * (self.blocks_per_split + SPLIT_COST_BLOCKS) * (tm / 64)
+        split_cost(waves, self.blocks_per_split) * (tm / 64)
     }
 }
 
-/// Whether [`choose_tile`] also plans 128-row tiles for `m` rows where [`tile_m`] gave
-/// `tm`: above M = 128 where it gave 64, unless the height is forced.
-fn weighs_taller(m: usize, tm: usize) -> bool {
-    tm == 64 && m > 128 && tile_m_override().is_none()
+/// The tile heights the planner weighs for `m` x `n`: [`tile_m`]'s, and above M = 128,
+/// where that is 64 rows (128-row tiles would fill at most half the SMs) and the height
+/// is not forced, 128 as well ([`choose_tile`]).
+fn heights(m: usize, n: usize, slots: usize) -> Vec<usize> {
+    let tm = tile_m(m, n, slots);
+    if tm == 64 && m > 128 && tile_m_override().is_none() { vec![64, 128] } else { vec![tm] }
 }
 
-/// The tile height and the plan: [`tile_m`]'s height, except above M = 128 where it takes
-/// 64-row tiles (128-row ones would fill at most half the SMs) and 128-row tiles with
-/// their K split cost no more by [`Plan::cost`]: 256 x 2112 x 7168 is 68 64-row tiles of
-/// 56 blocks, unsplit cost 60, or 34 128-row tiles, in three splits of 19 cost 46 where
-/// 34 clusters of three fit at once. (It measured 28.6 µs on the first plan and 20.0 on
-/// another H100 whose plan split K: DECISIONS.md #58, #60.) `active(tm, s)`: clusters of
-/// s CTAs of the `tm` kernel the GPU holds at once; `pairs(tm)`: [`Plan::choose`]'s
-/// flags for that height.
+/// The tile height of `heights` whose plan costs least by [`Plan::cost`] (on a tie the
+/// later, taller one: fewer CTAs, fewer fills), and its plan. 256 x 2112 x 7168 is 68
+/// 64-row tiles of 56 blocks, unsplit cost 60, or 34 128-row tiles, in three splits of
+/// 19 cost 46 where 34 clusters of three fit at once. (It measured 28.6 µs on the first
+/// plan and 20.0 on another H100 whose plan split K: DECISIONS.md #58, #60.)
+/// `active(tm, s)`: clusters of s CTAs of the `tm` kernel the GPU holds at once;
+/// `pairs(tm)`: [`Plan::choose`]'s flags for that height.
 fn choose_tile(
     (m, n, blocks): (usize, usize, usize),
     slots: usize,
+    heights: &[usize],
     pairs: &dyn Fn(usize) -> (bool, bool),
     active: &dyn Fn(usize, usize) -> usize,
 ) -> (usize, Plan) {
-    let tm = tile_m(m, n, slots);
-    let plan = |tm: usize| Plan::choose((m, n, blocks), slots, tm, pairs(tm), &|s| active(tm, s));
-    let first = plan(tm);
-    if !weighs_taller(m, tm) {
-        return (tm, first);
+    let mut best: Option<(usize, Plan, usize)> = None;
+    for &tm in heights {
+        let plan = Plan::choose((m, n, blocks), slots, tm, pairs(tm), &|s| active(tm, s));
+        let cost = plan.cost(tm, &|s| active(tm, s));
+        if best.as_ref().is_none_or(|&(_, _, c)| cost <= c) {
+            best = Some((tm, plan, cost));
+        }
     }
-    let tall = plan(128);
-    // On a tie the taller tiles: fewer CTAs, fewer fills.
-    if tall.cost(128, &|s| active(128, s)) <= first.cost(64, &|s| active(64, s)) { (128, tall) } else { (64, first) }
+    let (tm, plan, _) = best.expect("at least one tile height");
+    (tm, plan)
 }
 
 /// The kernel for these operands, its tile height and shared memory, and its plan.
@@ -363,28 +359,22 @@ fn plan(
 ) -> Result<(Kernel<FgemmArgs>, usize, usize, Plan), CudaError> {
     // One CTA an SM (the shared memory allows no more).
     let slots = dev.sm_count() as usize;
-    // Both tile heights' kernels where choose_tile weighs both (their cluster counts
-    // differ with their shared memory).
-    let load = |tm: usize| -> Result<_, CudaError> {
-        let (name, bytes) = (format.kernel_name(tm), smem(tm, format.is_mx()));
-        let kernel = dev.function_with_threads(&name, THREADS, bytes)?;
-        let counts = crate::device::active_clusters(dev, &kernel, &name, (THREADS, bytes));
-        Ok((kernel, bytes, counts))
-    };
-    let first_tm = tile_m(m, n, slots);
-    let first = load(first_tm)?;
-    let taller = if weighs_taller(m, first_tm) { Some(load(128)?) } else { None };
-    // choose_tile asks for the 128-row kernel's counts only where weighs_taller holds.
-    let counts = |tm: usize| match &taller {
-        Some(t) if tm != first_tm => t.2,
-        _ => first.2,
-    };
+    // The kernel of every height the planner weighs (their cluster counts differ with
+    // their shared memory).
+    let hs = heights(m, n, slots);
+    let mut loaded = hs
+        .iter()
+        .map(|&tm| {
+            let (name, bytes) = (format.kernel_name(tm), smem(tm, format.is_mx()));
+            let kernel = dev.function_with_threads(&name, THREADS, bytes)?;
+            let counts = crate::device::active_clusters(dev, &kernel, &name, (THREADS, bytes));
+            Ok((kernel, bytes, counts))
+        })
+        .collect::<Result<Vec<_>, CudaError>>()?;
+    let at = |tm: usize| hs.iter().position(|&h| h == tm).expect("a height of `hs`");
     let pairs = |tm: usize| (pairable(format, m, tm), pairs_setting() == 2);
-    let (tm, plan) = choose_tile((m, n, k / BLOCK_K), slots, &pairs, &|tm, s| counts(tm)[s]);
-    let (kernel, bytes, _) = match taller {
-        Some(t) if tm != first_tm => t,
-        _ => first,
-    };
+    let (tm, plan) = choose_tile((m, n, k / BLOCK_K), slots, &hs, &pairs, &|tm, s| loaded[at(tm)].2[s]);
+    let (kernel, bytes, _) = loaded.swap_remove(at(tm));
     Ok((kernel, tm, bytes, plan))
 }
 
@@ -587,10 +577,15 @@ mod tests {
     fn tile_height_and_split_chosen_together() {
         let fit = |_: usize, s: usize| 132 / s;
         let no_pairs = |_: usize| (false, false);
+        // Both heights above M = 128 where tile_m gives 64 rows; else tile_m's alone.
+        assert_eq!(
+            (heights(256, 2112, 132), heights(128, 2112, 132), heights(512, 7168, 132)),
+            (vec![64, 128], vec![64], vec![128])
+        );
         let pairs = |tm: usize| (pairable(Format::Fp8Block, 256, tm), false);
         // 256 x 2112 x 7168: 128-row tiles in three splits (cost 46) against 64-row tiles
         // in three splits over two waves of clusters (46 too: the taller win the tie).
-        let (tm, p) = choose_tile((256, 2112, 56), 132, &pairs, &fit);
+        let (tm, p) = choose_tile((256, 2112, 56), 132, &heights(256, 2112, 132), &pairs, &fit);
         assert_eq!((tm, p.tiles_m, p.splits, p.ctas), (128, 2, 3, 102));
         assert_eq!(p.cost(128, &|s| 132 / s), 46);
         // Where no cluster fits, neither height splits: 68 64-row tiles (60) against 34
@@ -598,15 +593,15 @@ mod tests {
         let none = |_: usize, _: usize| 0;
         let short = Plan::new((256, 2112, 56), 132, 64, false, &|s| none(64, s));
         assert_eq!((short.splits, short.cost(64, &|s| none(64, s))), (1, 60));
-        assert_eq!(choose_tile((256, 2112, 56), 132, &pairs, &none), (64, short));
+        assert_eq!(choose_tile((256, 2112, 56), 132, &heights(256, 2112, 132), &pairs, &none), (64, short));
         // 128 x 2112 x 7168 (64-row tiles at M <= 128 as before), 192 x 2112 x 7168 (51
         // tiles in two splits: 32 against 46) and 256 x 4096 x 7168 (128 unsplit tiles:
         // 60 against 64) keep 64-row tiles.
-        assert_eq!(choose_tile((128, 2112, 56), 132, &no_pairs, &fit).0, 64);
-        assert_eq!(choose_tile((192, 2112, 56), 132, &no_pairs, &fit).0, 64);
-        assert_eq!(choose_tile((256, 4096, 56), 132, &pairs, &fit).0, 64);
+        assert_eq!(choose_tile((128, 2112, 56), 132, &heights(128, 2112, 132), &no_pairs, &fit).0, 64);
+        assert_eq!(choose_tile((192, 2112, 56), 132, &heights(192, 2112, 132), &no_pairs, &fit).0, 64);
+        assert_eq!(choose_tile((256, 4096, 56), 132, &heights(256, 4096, 132), &pairs, &fit).0, 64);
         // Where tile_m takes 128-row tiles, nothing changes.
-        let (tm, q) = choose_tile((512, 7168, 16), 132, &no_pairs, &fit);
+        let (tm, q) = choose_tile((512, 7168, 16), 132, &heights(512, 7168, 132), &no_pairs, &fit);
         assert_eq!((tm, q), (128, Plan::new((512, 7168, 16), 132, 128, false, &|s| 132 / s)));
     }
 
