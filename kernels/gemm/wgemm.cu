@@ -34,7 +34,9 @@
 // activations in that order, 128-byte swizzled (chunk c of row r at 16 (c ^ (r % 8))),
 // into the workspace before the GEMM: 16 KiB per tile and slab that one bulk copy brings.
 // (That 4-byte permutation is why the activations cannot come straight from a TMA
-// tensor copy; 4-byte cp.async from the producer warpgroup measured 3x slower.)
+// tensor copy; 4-byte cp.async from the producer warpgroup measured 3x slower, and a
+// TMA copy rewritten in shared memory by the producer's idle warps 1.2-1.5x slower:
+// docs/DECISIONS.md #61.)
 #include "../quant/decode.cuh"
 #include "wgmma.cuh"
 
@@ -119,7 +121,9 @@ __device__ __forceinline__ void a_fragment(const Slab<T>& d, int q, uint32_t s0,
     }
 }
 
-// Registers a thread after `setmaxnreg` (the register file holds 24 x 128 + 240 x 256):
+// Registers a thread after `setmaxnreg` (the CTA's 384 x 168 registers hold 24 x 128 +
+// 240 x 256 or 40 x 128 + 232 x 256: the consumers' increase waits until the producer's
+// decrease has freed enough, so a larger producer share hangs the kernel):
 // INT4-G32 keeps two sets of block sums besides the accumulators (64 + 2 x 64 + 2 x 16
 // fragments), the others one at most.
 template <class T>
