@@ -13,7 +13,7 @@ use crate::scale::{self, Op};
 use crate::{CpuError, Input, NvFp4Recipe, Simd};
 
 /// The instruction set one call's kernels use, chosen once per call by [`Isa::select`]:
-/// the crate's one ISA layer. `Avx512` means AVX-512 F and BW on top of the AVX2 set;
+/// the crate's one ISA layer. `Avx512` means AVX-512 F, BW and VL on top of the AVX2 set;
 /// its kernels use BF16 and VNNI where the CPU has them ([`Isa::bf16`],
 /// [`Isa::vnni`]), and the kernel families written for AVX2 only (the element encoders
 /// and decoders here, the f32 tiles) run their AVX2 code under it. Every variant exists
@@ -32,7 +32,8 @@ pub(crate) enum Isa {
 struct Features {
     /// AVX2, F16C and FMA.
     avx2: bool,
-    /// AVX-512 F and BW, and `avx2`.
+    /// AVX-512 F, BW and VL (every CPU with BW has VL; the FP6 decoders use its
+    /// 256-bit variable shifts), and `avx2`.
     avx512: bool,
     /// `avx512` and AVX-512 BF16.
     bf16: bool,
@@ -49,7 +50,10 @@ fn features() -> Features {
         {
             let avx2 =
                 is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") && is_x86_feature_detected!("fma");
-            let avx512 = avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
+            let avx512 = avx2
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl");
             let vnni = avx512 && is_x86_feature_detected!("avx512vnni");
             Features {
                 avx2,
@@ -116,7 +120,7 @@ fn requested(simd: Simd) -> Simd {
     }
 }
 
-/// Whether this CPU can run `Simd::Avx512`: AVX-512 F and BW (plus AVX2, F16C and FMA).
+/// Whether this CPU can run `Simd::Avx512`: AVX-512 F, BW and VL (plus AVX2, F16C and FMA).
 /// Its kernels use BF16 and VNNI where present ([`vnni_available`](crate::vnni_available)).
 pub fn avx512_available() -> bool {
     features().avx512

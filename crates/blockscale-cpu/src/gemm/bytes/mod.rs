@@ -57,7 +57,8 @@
 //! table. AVX2 (with F16C and FMA): the shifts on sixteen 16-bit lanes (`vpmovsxbw`,
 //! `vpsllw`, `vpand` for E4M3; for FP6 one `vpshufb` gathers each code's two bytes and
 //! one `vpmullw` by a power of two aligns it), `vcvtph2ps`, FMAs on two 8-lane halves.
-//! AVX-512: the same decoding, one 16-lane vector. The AVX2 and AVX-512 kernels are one
+//! AVX-512: the same decoding (FP6 aligned by `vpsllvw` instead of the multiply), one
+//! 16-lane vector. The AVX2 and AVX-512 kernels are one
 //! generic function over the lane type (`x86.rs`). Work is split by chunks of output
 //! rows, never along K, so results do not depend on the thread count.
 
@@ -280,7 +281,7 @@ pub(crate) fn gemm_bytes(isa: Isa, x: &[f32], m: usize, w: &ByteWeights, paralle
                 Isa::Avx2 => unsafe { x86::row_avx2(&job, o) },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Isa::Avx512` is only selected where `avx512_available()` holds
-                // (AVX-512 F and BW on top of AVX2, F16C, FMA).
+                // (AVX-512 F, BW and VL on top of AVX2, F16C, FMA).
                 Isa::Avx512 => unsafe { x86::row_avx512(&job, o) },
                 _ => portable::row(&job, o),
             }

@@ -12,6 +12,8 @@ use crate::gemm::lanes::{hsum8, hsum16};
 /// Every method needs the CPU features of its implementation; callers are functions
 /// compiled with those features, into which these are inlined.
 trait Lanes: Copy {
+    /// Whether the AVX-512 BW and VL variable shifts may decode (else the AVX2 forms).
+    const BW: bool;
     unsafe fn zero() -> Self;
     /// Sixteen f16 (exact widening).
     unsafe fn widen(h: __m256i) -> Self;
@@ -31,6 +33,7 @@ struct Avx2(__m256, __m256);
 
 // SAFETY (every method): the trait's contract, AVX2, F16C and FMA present.
 impl Lanes for Avx2 {
+    const BW: bool = false;
     #[inline(always)]
     unsafe fn zero() -> Self {
         unsafe { Self(_mm256_setzero_ps(), _mm256_setzero_ps()) }
@@ -68,8 +71,9 @@ impl Lanes for Avx2 {
 #[derive(Clone, Copy)]
 struct Avx512(__m512);
 
-// SAFETY (every method): the trait's contract, AVX-512 F and BW plus AVX2, F16C, FMA.
+// SAFETY (every method): the trait's contract, AVX-512 F, BW and VL plus AVX2, F16C, FMA.
 impl Lanes for Avx512 {
+    const BW: bool = true;
     #[inline(always)]
     unsafe fn zero() -> Self {
         unsafe { Self(_mm512_setzero_ps()) }
@@ -169,6 +173,48 @@ unsafe fn halves<const E: u8>(codes: *const u8, at: usize) -> __m256i {
     }
 }
 
+/// `vpsllvw` counts moving FP6 code `i`'s six bits (at bit `6 i % 8` of its lane) to
+/// bits 10..16: [`FP6_ALIGN`]'s factors as shifts.
+const FP6_SHIFT: [u16; 16] = {
+    let mut t = [0u16; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (10 - (6 * i) % 8) as u16;
+        i += 1;
+    }
+    t
+};
+
+/// [`halves`] for FP6 with the AVX-512 BW and VL variable shift in place of the multiply
+/// (the same bits: a 16-bit lane times `2^n` modulo `2^16` is the lane shifted by `n`):
+/// 3% faster on Zen 4 (MXFP6 GEMV of 1024 x 4096, three rounds alternating: 40.2-40.5
+/// against 39.2-39.4 GFLOP/s).
+///
+/// # Safety
+/// As [`halves`].
+#[inline]
+#[target_feature(enable = "avx2,avx512bw,avx512vl")]
+unsafe fn halves_bw<const E: u8>(codes: *const u8, at: usize) -> __m256i {
+    if E < 2 {
+        // SAFETY: the caller's.
+        return unsafe { halves::<E>(codes, at) };
+    }
+    // SAFETY: the caller's; the tables are 32 bytes each.
+    let (v, gather, shift) = unsafe {
+        (
+            _mm_loadu_si128(codes.add(at / 4 * 3).cast()),
+            _mm256_loadu_si256(FP6_GATHER.as_ptr().cast()),
+            _mm256_loadu_si256(FP6_SHIFT.as_ptr().cast()),
+        )
+    };
+    let w = _mm256_sllv_epi16(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(v), gather), shift);
+    if E == 2 {
+        _mm256_and_si256(_mm256_srai_epi16::<3>(w), _mm256_set1_epi16(0x8f80_u16 as i16))
+    } else {
+        _mm256_and_si256(_mm256_srai_epi16::<2>(w), _mm256_set1_epi16(0x9f00_u16 as i16))
+    }
+}
+
 /// One block `b` with scale `s`: `acc[i] = fma(Σ x h, s, acc[i])` for activation rows
 /// `x + i * k`, `i < MI`.
 ///
@@ -188,10 +234,11 @@ unsafe fn block<L: Lanes, const E: u8, const MI: usize, const STEPS: usize>(
     // `i * k + base + 16 c` with `base + 16 c + 16 <= k`, inside the rows; code loads
     // read what `halves` needs, inside `codes` by `Row::codes`'s promise.
     unsafe {
-        let w = L::widen(halves::<E>(codes, base));
+        let w = L::widen(if L::BW { halves_bw::<E>(codes, base) } else { halves::<E>(codes, base) });
         let mut p: [L; MI] = core::array::from_fn(|i| L::mul(L::load(x.add(i * job.k + base)), w));
         for c in 1..STEPS {
-            let w = L::widen(halves::<E>(codes, base + c * LANES));
+            let at = base + c * LANES;
+            let w = L::widen(if L::BW { halves_bw::<E>(codes, at) } else { halves::<E>(codes, at) });
             for (i, pi) in p.iter_mut().enumerate() {
                 *pi = L::fma(L::load(x.add(i * job.k + base + c * LANES)), w, *pi);
             }
@@ -288,9 +335,9 @@ pub(super) unsafe fn row_avx2(job: &Row, out: &mut [f32]) {
 /// One weight row against every activation row, AVX-512.
 ///
 /// # Safety
-/// The CPU has AVX-512 F and BW, AVX2, F16C and FMA (the slices' lengths are checked
-/// here).
-#[target_feature(enable = "avx512f,avx512bw,avx2,f16c,fma")]
+/// The CPU has AVX-512 F, BW and VL, AVX2, F16C and FMA (the slices' lengths are
+/// checked here).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c,fma")]
 pub(super) unsafe fn row_avx512(job: &Row, out: &mut [f32]) {
     job.check();
     // SAFETY: this function's features; the lengths checked above.
