@@ -134,10 +134,17 @@ template <class T>
 __host__ __device__ constexpr int producer_regs() {
     return T::kHalfMap ? 24 : 40;
 }
-
+// setmaxnreg moves registers within what the CTA was given at launch (kThreads threads at
+// one CTA an SM: 65536 / kThreads each, rounded down to a multiple of 8), as fgemm.cu checks
+// for its own shares.
+template <class T>
+__host__ __device__ constexpr bool regs_fit() {
+    return producer_regs<T>() * 128 + consumer_regs<T>() * kConsumerWarps * 32 <= kThreads * ((65536 / kThreads) & ~7);
+}
 
 template <class T, bool F16>
 __device__ __forceinline__ void gemm(const PgemmParams& p) {
+    static_assert(regs_fit<T>(), "setmaxnreg: the consumers' share must fit what the producer frees (else a hang)");
     static_assert(!F16 || !T::kPre, "f16 activations: the post-scaled schemes (their weights are exact in f16)");
     // INT4-G128 and FP8 block: scales per slab pair (128 K); the others per slab.
     constexpr uint32_t kScaleSlabs = pair_scales<T>() ? 2u : 1u;
