@@ -21,8 +21,9 @@
 // a stage is released once its group is done. INT4 and FP8 block (post-scaled) multiply
 // each block (INT4-G32: the two 32-element halves of a slab; the others: 128 elements,
 // two slabs) into separate sums and add them to the accumulators times their f32 scales
-// once their groups are done. The epilogue goes through its own 64 KiB
-// of shared memory (alpha, bias, activation, 16-byte stores).
+// once their groups are done. The epilogue goes through its own 66 KiB
+// of shared memory (the 128 x 128 f32 sums, rows padded by 4 floats so the consumers'
+// stores do not conflict; alpha, bias, activation, 16-byte stores).
 //
 // The activation tile. The layout's k16 step q of a slab covers K elements
 // 16 t + 4 q + e (t, e < 4): fragment slots 2t, 2t + 1 hold the slab's natural pair
@@ -49,6 +50,7 @@ constexpr int kSets = 3;                               // A register sets: group
 constexpr int kGroups = kUnits * 4;                    // 16-row groups per CTA
 static_assert(BN == kGroups * 16, "a CTA's weight rows are its units' groups");
 constexpr uint32_t kActTile = BM * 128;                // bytes: BM rows x 64 bf16
+constexpr int kSumsLd = BN + 4;                        // floats a row of the epilogue's sums
 
 template <class T>
 __host__ __device__ constexpr uint32_t weight_bytes() {
@@ -64,7 +66,7 @@ __host__ __device__ constexpr uint32_t stage_bytes() {
 // that aligns the first stage to 1024 bytes.
 template <class T>
 __host__ __device__ constexpr uint32_t smem_bytes() {
-    return kDepth * stage_bytes<T>() + BM * BN * 4u + 1024u;
+    return kDepth * stage_bytes<T>() + BM * kSumsLd * 4u + 1024u;
 }
 
 // D (64 x 128, f32) = A (this warp's 16 rows of 64, registers) x B (128 rows of the
@@ -269,18 +271,18 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     auto finish = [&](const Tile& tl, uint32_t t) {
         if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
         consumers_sync();
-        put_sums(tile_sums, acc);
+        put_sums<16, kSumsLd>(tile_sums, acc);
         consumers_sync();
         const uint32_t n0 = (uint32_t)BN * tl.n, m0 = (uint32_t)BM * tl.m;
         if (p.splits > 1) {
-            store_split<BM, 1u>(p, tile_sums, m0, n0, tl.split, (int)p.activation);
+            store_split<BM, 1u, kSumsLd>(p, tile_sums, m0, n0, tl.split, (int)p.activation);
             return;
         }
         switch ((int)p.activation) {
-            case 1: store_tile<1>(p, tile_sums, m0, n0, 0); break;
-            case 2: store_tile<2>(p, tile_sums, m0, n0, 0); break;
-            case 3: store_tile<3>(p, tile_sums, m0, n0, 0); break;
-            default: store_tile<0>(p, tile_sums, m0, n0, 0); break;
+            case 1: store_tile<1, BM, kSumsLd>(p, tile_sums, m0, n0, 0); break;
+            case 2: store_tile<2, BM, kSumsLd>(p, tile_sums, m0, n0, 0); break;
+            case 3: store_tile<3, BM, kSumsLd>(p, tile_sums, m0, n0, 0); break;
+            default: store_tile<0, BM, kSumsLd>(p, tile_sums, m0, n0, 0); break;
         }
     };
     auto clear = [&](float (&d)[16][4]) {

@@ -162,27 +162,29 @@ __device__ __forceinline__ void store_rows(const PgemmParams& p, uint32_t m0, ui
 
 // A consumer thread's swapped-product sums acc[j][c] (weight rows 16 w + g and + 8 of
 // consumer warp w, activation rows 8 j + 2 tq and + 1) for j in [j0, j1) into `sums`
-// ([activation row - 8 j0][weight row]).
-template <int J>
+// ([activation row - 8 j0][weight row], rows LD floats apart: BN + 4 puts the four tq of
+// a store on different banks, BN on the same one, a 4-way conflict).
+template <int J, int LD = BN>
 __device__ __forceinline__ void put_sums(float* sums, const float (&acc)[J][4], int j0 = 0, int j1 = J) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int j = 0; j < J; ++j) {
         if (j < j0 || j >= j1) continue;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) sums[(8 * (j - j0) + 2 * tq + (c & 1)) * BN + 16 * warp + g + 8 * (c >> 1)] = acc[j][c];
+        for (int c = 0; c < 4; ++c) sums[(8 * (j - j0) + 2 * tq + (c & 1)) * LD + 16 * warp + g + 8 * (c >> 1)] = acc[j][c];
     }
 }
 
-// store_rows from the tile's sums in shared memory ([activation row][weight row]), for
-// tiles of ROWS activation rows: rows r_begin .. r_end, `sums` holding them from r_begin.
-template <int ACT, int ROWS = BM>
+// store_rows from the tile's sums in shared memory ([activation row][weight row], rows LD
+// floats apart), for tiles of ROWS activation rows: rows r_begin .. r_end, `sums` holding
+// them from r_begin.
+template <int ACT, int ROWS = BM, int LD = BN>
 __device__ __forceinline__ void store_tile(const PgemmParams& p, const float* sums, uint32_t m0, uint32_t n0,
                                            uint32_t split, uint32_t r_begin = 0, uint32_t r_end = ROWS) {
     store_rows<ACT, ROWS>(
         p, m0, n0, split,
         [&](uint32_t r, uint32_t col, float (&v)[8]) {
-            const float* at = sums + (r - r_begin) * BN + col;
+            const float* at = sums + (r - r_begin) * LD + col;
             const float4 lo = *reinterpret_cast<const float4*>(at);
             const float4 hi = *reinterpret_cast<const float4*>(at + 4);
             v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
@@ -214,14 +216,14 @@ __device__ __forceinline__ void load_peer8(uint32_t saddr, uint32_t rank, float 
 // same two barriers (cluster_sync twice) or have exited (a cluster barrier waits for
 // the non-exited threads only). KB peers' sums are loaded before any is added (as the
 // caller's registers allow).
-template <int ROWS, uint32_t KB>
+template <int ROWS, uint32_t KB, int LD = BN>
 __device__ __forceinline__ void store_split(const PgemmParams& p, const float* sums, uint32_t m0, uint32_t n0,
                                             uint32_t split, int act) {
     cluster_sync();
     const uint32_t share = (ROWS / 8u + p.splits - 1u) / p.splits * 8u;
     const uint32_t r0 = min((uint32_t)ROWS, split * share), r1 = min((uint32_t)ROWS, r0 + share);
     auto peers = [&](uint32_t r, uint32_t col, float (&v)[8]) {
-        const uint32_t at = smem_u32(sums + r * BN + col);
+        const uint32_t at = smem_u32(sums + r * LD + col);
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[e] = 0.0f;
         for (uint32_t sp0 = 0; sp0 < p.splits; sp0 += KB) {
