@@ -92,6 +92,10 @@ using MxE5m2E4m3 = Mx<0, 1>;
 // swizzled), or, where the output cannot be stored by TMA, 64 activation rows of f32
 // sums at a time.
 constexpr uint32_t kStaging = 32u * 1024u;
+// Floats a row of a split's sums over the ring: 4 past BN, so the consumers' `put_sums`
+// stores fall on four banks, not one (wgemm.cu's epilogue measured 1-6% faster so). The
+// staging area keeps rows of BN (its size sets the stage counts).
+constexpr int kSumsLd = BN + 4;
 
 // The shape of one configuration: TM activation rows a tile (128, or 64 for small M: the
 // `_m64` kernels). A stage: the activation tile (TM x 128 bytes), the weight tile, then
@@ -109,7 +113,7 @@ struct Shape {
     static constexpr int kDepth = (int)((227u * 1024u - 1024u - kStaging) / kStage);
     static constexpr uint32_t kSmem = kDepth * kStage + kStaging + 1024u;
     // K split (one tile a CTA, the ring idle after it): the tile's f32 sums over the ring.
-    static_assert(kDepth * kStage >= TM * BN * 4u, "a split's sums fit over the ring");
+    static_assert(kDepth * kStage >= TM * kSumsLd * 4u, "a split's sums fit over the ring");
 };
 static_assert(Shape<128, false>::kDepth == 5 && Shape<64, false>::kDepth == 7, "the stage counts fgemm.rs assumes");
 static_assert(Shape<128, true>::kDepth == 5 && Shape<64, true>::kDepth == 7, "the stage counts fgemm.rs assumes");
@@ -668,13 +672,14 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
         const uint32_t n0 = (uint32_t)BN * tl.n, m0 = (uint32_t)TM * tl.m;
         const int act = (int)p.activation;
         if (clustered) {
-            // The split's sums over the ring ([activation row][weight row]; every stage
-            // consumed, none refilled: one tile a CTA), for its cluster to add.
+            // The split's sums over the ring ([activation row][weight row], rows of
+            // kSumsLd floats; every stage consumed, none refilled: one tile a CTA), for its
+            // cluster to add.
             float* tile_sums = reinterpret_cast<float*>(smem);
             consumers_sync();
-            put_sums(tile_sums, acc);
+            put_sums<TM / 8, kSumsLd>(tile_sums, acc);
             consumers_sync();
-            store_split<TM, TM == 64 ? 4u : 2u>(p, tile_sums, m0, n0, tl.split, act);
+            store_split<TM, TM == 64 ? 4u : 2u, kSumsLd>(p, tile_sums, m0, n0, tl.split, act);
         } else if (fp.store_map) {
             uint8_t* box = staging + (uint32_t)wg * (TM * 128u);
             if (p.out_kind == 0)
