@@ -58,9 +58,9 @@
 //! `vpsllw`, `vpand` for E4M3; for FP6 one `vpshufb` gathers each code's two bytes and
 //! one `vpmullw` by a power of two aligns it), `vcvtph2ps`, FMAs on two 8-lane halves.
 //! AVX-512: the same decoding (FP6 aligned by `vpsllvw` instead of the multiply), one
-//! 16-lane vector. The AVX2 and AVX-512 kernels are one
-//! generic function over the lane type (`x86.rs`). Work is split by chunks of output
-//! rows, never along K, so results do not depend on the thread count.
+//! 16-lane vector. The AVX2 and AVX-512 kernels are one generic function over the lane
+//! type (`x86.rs`). Work is split by chunks of output rows, never along K, so results do
+//! not depend on the thread count.
 
 mod portable;
 #[cfg(test)]
