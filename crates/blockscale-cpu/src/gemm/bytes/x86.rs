@@ -155,15 +155,30 @@ unsafe fn halves<const E: u8>(codes: *const u8, at: usize) -> __m256i {
         };
     }
     // FP6: 16 codes in 12 bytes (16 read).
-    // SAFETY: the caller's; the tables are 32 bytes each.
-    let (v, gather, align) = unsafe {
-        (
-            _mm_loadu_si128(codes.add(at / 4 * 3).cast()),
-            _mm256_loadu_si256(FP6_GATHER.as_ptr().cast()),
-            _mm256_loadu_si256(FP6_ALIGN.as_ptr().cast()),
-        )
-    };
-    let w = _mm256_mullo_epi16(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(v), gather), align);
+    // SAFETY: the caller's; the table is 32 bytes.
+    let (w, align) = unsafe { (fp6_gathered(codes, at), _mm256_loadu_si256(FP6_ALIGN.as_ptr().cast())) };
+    fp6_bits::<E>(_mm256_mullo_epi16(w, align))
+}
+
+/// The 16-bit lanes of sixteen FP6 codes from code `at` (each lane the two bytes holding
+/// its code, [`FP6_GATHER`]), before their alignment.
+///
+/// # Safety
+/// As [`halves`].
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn fp6_gathered(codes: *const u8, at: usize) -> __m256i {
+    // SAFETY: the caller's; the table is 32 bytes.
+    let (v, gather) =
+        unsafe { (_mm_loadu_si128(codes.add(at / 4 * 3).cast()), _mm256_loadu_si256(FP6_GATHER.as_ptr().cast())) };
+    _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(v), gather)
+}
+
+/// The f16 bits of FP6 lanes whose codes are aligned to bits 10..16 (`E` 2: E2M3, else
+/// E3M2).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fp6_bits<const E: u8>(w: __m256i) -> __m256i {
     if E == 2 {
         // E2M3: sign at bit 15, magnitude to bits 7..12.
         _mm256_and_si256(_mm256_srai_epi16::<3>(w), _mm256_set1_epi16(0x8f80_u16 as i16))
@@ -199,20 +214,9 @@ unsafe fn halves_bw<const E: u8>(codes: *const u8, at: usize) -> __m256i {
         // SAFETY: the caller's.
         return unsafe { halves::<E>(codes, at) };
     }
-    // SAFETY: the caller's; the tables are 32 bytes each.
-    let (v, gather, shift) = unsafe {
-        (
-            _mm_loadu_si128(codes.add(at / 4 * 3).cast()),
-            _mm256_loadu_si256(FP6_GATHER.as_ptr().cast()),
-            _mm256_loadu_si256(FP6_SHIFT.as_ptr().cast()),
-        )
-    };
-    let w = _mm256_sllv_epi16(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(v), gather), shift);
-    if E == 2 {
-        _mm256_and_si256(_mm256_srai_epi16::<3>(w), _mm256_set1_epi16(0x8f80_u16 as i16))
-    } else {
-        _mm256_and_si256(_mm256_srai_epi16::<2>(w), _mm256_set1_epi16(0x9f00_u16 as i16))
-    }
+    // SAFETY: the caller's; the table is 32 bytes.
+    let (w, shift) = unsafe { (fp6_gathered(codes, at), _mm256_loadu_si256(FP6_SHIFT.as_ptr().cast())) };
+    fp6_bits::<E>(_mm256_sllv_epi16(w, shift))
 }
 
 /// One block `b` with scale `s`: `acc[i] = fma(Σ x h, s, acc[i])` for activation rows
