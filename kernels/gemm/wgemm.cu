@@ -36,8 +36,8 @@
 // into the workspace before the GEMM: 16 KiB per tile and slab that one bulk copy brings.
 // (That 4-byte permutation is why the activations cannot come straight from a TMA
 // tensor copy; 4-byte cp.async from the producer warpgroup measured 3x slower, and a
-// TMA copy rewritten in shared memory by the producer's idle warps 1.03-1.5x slower (two variants):
-// docs/DECISIONS.md #61.)
+// TMA copy rewritten in shared memory by the producer's idle warps 1.03-1.5x slower in
+// two variants: docs/DECISIONS.md #61.)
 #include "../quant/decode.cuh"
 #include "wgmma.cuh"
 
