@@ -92,10 +92,8 @@ using MxE5m2E4m3 = Mx<0, 1>;
 // swizzled), or, where the output cannot be stored by TMA, 64 activation rows of f32
 // sums at a time.
 constexpr uint32_t kStaging = 32u * 1024u;
-// Floats a row of a split's sums over the ring: 4 past BN, so the consumers' `put_sums`
-// stores fall on four banks, not one (wgemm.cu's epilogue measured 1-6% faster so). The
-// staging area keeps rows of BN (its size sets the stage counts).
-constexpr int kSumsLd = BN + 4;
+// (A split's sums over the ring take rows of kSumsLd floats; the staging area keeps rows
+// of BN: its size sets the stage counts.)
 
 // The shape of one configuration: TM activation rows a tile (128, or 64 for small M: the
 // `_m64` kernels). A stage: the activation tile (TM x 128 bytes), the weight tile, then
@@ -125,11 +123,7 @@ static_assert(Shape<64, true>::kScales == 2048u && Shape<128, true>::kScales == 
 // block sums (TM = 128: 3 x 64 floats; TM = 64: 5 x 32).
 constexpr int kConsumerRegs = 232;
 constexpr int kProducerRegs = 40;
-// setmaxnreg moves registers within what the CTA was given at launch (kThreads threads at
-// the launch bound's 168): a consumer's `inc` waits until the producers' `dec` has freed
-// enough, so more than that hangs the kernel.
-static_assert(2 * 128 * kConsumerRegs + 128 * kProducerRegs <= wgemm::kThreads * ((65536 / wgemm::kThreads) & ~7),
-              "within the registers the CTA holds");
+static_assert(regs_fit(kProducerRegs, kConsumerRegs), "within the registers the CTA holds (else a hang)");
 
 // One arrival on the barrier at `bar`'s place in CTA `rank` of the cluster. (This plain
 // form and the plain try_wait on the other side, as CUTLASS's pipelines use them: with

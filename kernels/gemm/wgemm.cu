@@ -50,7 +50,6 @@ constexpr int kSets = 3;                               // A register sets: group
 constexpr int kGroups = kUnits * 4;                    // 16-row groups per CTA
 static_assert(BN == kGroups * 16, "a CTA's weight rows are its units' groups");
 constexpr uint32_t kActTile = BM * 128;                // bytes: BM rows x 64 bf16
-constexpr int kSumsLd = BN + 4;                        // floats a row of the epilogue's sums
 
 template <class T>
 __host__ __device__ constexpr uint32_t weight_bytes() {
@@ -136,17 +135,10 @@ template <class T>
 __host__ __device__ constexpr int producer_regs() {
     return T::kHalfMap ? 24 : 40;
 }
-// setmaxnreg moves registers within what the CTA was given at launch (kThreads threads at
-// one CTA an SM: 65536 / kThreads each, rounded down to a multiple of 8), as fgemm.cu checks
-// for its own shares.
-template <class T>
-__host__ __device__ constexpr bool regs_fit() {
-    return producer_regs<T>() * 128 + consumer_regs<T>() * kConsumerWarps * 32 <= kThreads * ((65536 / kThreads) & ~7);
-}
 
 template <class T, bool F16>
 __device__ __forceinline__ void gemm(const PgemmParams& p) {
-    static_assert(regs_fit<T>(), "setmaxnreg: the consumers' share must fit what the producer frees (else a hang)");
+    static_assert(regs_fit(producer_regs<T>(), consumer_regs<T>()), "within the registers the CTA holds (else a hang)");
     static_assert(!F16 || !T::kPre, "f16 activations: the post-scaled schemes (their weights are exact in f16)");
     // INT4-G128 and FP8 block: scales per slab pair (128 K); the others per slab.
     constexpr uint32_t kScaleSlabs = pair_scales<T>() ? 2u : 1u;

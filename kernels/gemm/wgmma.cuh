@@ -22,6 +22,18 @@ constexpr int kConsumerWarps = 8;                      // two warpgroups
 constexpr int kThreads = (kConsumerWarps + 4) * 32;    // + the producer warpgroup
 constexpr int BN = 128;                                // weight rows per CTA
 constexpr int BM = 128;                                // activation rows per CTA
+// Floats a row of a tile's f32 sums in shared memory where the layout allows the
+// padding: 4 past BN, so the consumers' `put_sums` stores fall on four banks, not one
+// (measured 1-6% faster in wgemm.cu's epilogue).
+constexpr int kSumsLd = BN + 4;
+
+// Whether `setmaxnreg` can give the producer warpgroup `producer` and the two consumer
+// warpgroups `consumer` registers a thread: it moves registers within what the CTA was
+// given at launch (kThreads threads at one CTA an SM: 65536 / kThreads each, rounded
+// down to a multiple of 8); a consumers' increase beyond that waits forever.
+__host__ __device__ constexpr bool regs_fit(int producer, int consumer) {
+    return producer * 128 + consumer * kConsumerWarps * 32 <= kThreads * ((65536 / kThreads) & ~7);
+}
 
 // Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: 8-row groups
 // 1024 bytes apart (the stride byte offset); the leading byte offset is unused in this
