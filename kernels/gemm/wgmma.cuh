@@ -260,20 +260,25 @@ __device__ __forceinline__ void store_split(const PgemmParams& p, const float* s
     cluster_sync();
 }
 
-// Which tile the CTA's k-th turn takes, and its K range: tiles in order of weight tile
-// first (the CTAs running at once share activation tiles in L2), then activation tile;
-// with K split, the splits of a tile are consecutive (one cluster: rank = split).
+// Which tile the CTA's k-th turn takes, and its K range. Tiles go in groups of kGroupM
+// activation tiles; in a group the activation tile turns fastest, so the CTAs running at
+// once share weight tiles (read from DRAM once per group rather than once per activation
+// tile) and the group's activation tiles stay in L2. With K split, the splits of a tile
+// are consecutive (one cluster: rank = split).
 struct Tile {
     uint32_t n, m, split, s0, count;
 };
+constexpr uint32_t kGroupM = 8;
 template <int ROWS = BM>
 __device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
     const uint32_t tiles_n = (p.n + BN - 1) / BN, tiles_m = (p.m + ROWS - 1) / ROWS;
     Tile r;
     r.split = t % p.splits;
     const uint32_t tile = t / p.splits;
-    r.n = tile % tiles_n;
-    r.m = (tile / tiles_n) % tiles_m;
+    const uint32_t span = kGroupM * tiles_n, first = tile / span * kGroupM;
+    const uint32_t rows = min(tiles_m - first, kGroupM), in = tile % span;
+    r.m = first + in % rows;
+    r.n = in / rows;
     r.s0 = r.split * p.slabs_per_split;
     const uint32_t s1 = min(p.slabs, r.s0 + p.slabs_per_split);
     r.count = s1 > r.s0 ? s1 - r.s0 : 0u;
