@@ -57,6 +57,9 @@ const WG_TILE: usize = 128;
 const WG_TILE_N: usize = 128;
 /// Stages of its ring (`kDepth`).
 const WG_DEPTH: usize = 6;
+/// Floats a row of the epilogue's f32 sums (wgmma.cuh `kSumsLd`: padded by 4 against bank
+/// conflicts).
+const WG_SUMS_LD: usize = WG_TILE_N + 4;
 /// Bytes of one (128-row tile, slab) of the activations in the order the wgmma kernel
 /// reads them (`kActTile`).
 const WG_ACT_TILE: usize = 128 * 128;
@@ -109,12 +112,12 @@ fn uses_wgmma(dev: &Device, scheme: Scheme, (m, rows, k): (usize, usize, usize),
 
 /// The wgmma kernel's dynamic shared memory: stages of (activation tile + the tile's
 /// 16-row groups' codes and scales, rounded up to 1 KiB), the epilogue's tile of f32
-/// sums (rows padded by 4 floats: `kSumsLd`) and 1 KiB of alignment slack; wgemm.cu
+/// sums (rows of [`WG_SUMS_LD`] floats) and 1 KiB of alignment slack; wgemm.cu
 /// `smem_bytes`.
 fn wg_smem_bytes(scheme: Scheme) -> usize {
     let code = 128 * scheme.element().bits() as usize;
     let stage = (WG_ACT_TILE + WG_TILE_N / 16 * (code + stage_scale_bytes(scheme))).next_multiple_of(1024);
-    WG_DEPTH * stage + WG_TILE * (WG_TILE_N + 4) * 4 + 1024
+    WG_DEPTH * stage + WG_TILE * WG_SUMS_LD * 4 + 1024
 }
 
 fn fused_max_m() -> usize {

@@ -219,6 +219,17 @@ unsafe fn halves_bw<const E: u8>(codes: *const u8, at: usize) -> __m256i {
     fp6_bits::<E>(_mm256_sllv_epi16(w, shift))
 }
 
+/// Sixteen weights from code `at` as lanes: [`halves_bw`] where the lanes allow it, else
+/// [`halves`].
+///
+/// # Safety
+/// As [`halves`], with the CPU features of `L`'s implementation.
+#[inline(always)]
+unsafe fn weights<L: Lanes, const E: u8>(codes: *const u8, at: usize) -> L {
+    // SAFETY: the caller's (`L::BW` only where AVX-512 BW and VL are present).
+    unsafe { L::widen(if L::BW { halves_bw::<E>(codes, at) } else { halves::<E>(codes, at) }) }
+}
+
 /// One block `b` with scale `s`: `acc[i] = fma(Σ x h, s, acc[i])` for activation rows
 /// `x + i * k`, `i < MI`.
 ///
@@ -238,11 +249,10 @@ unsafe fn block<L: Lanes, const E: u8, const MI: usize, const STEPS: usize>(
     // `i * k + base + 16 c` with `base + 16 c + 16 <= k`, inside the rows; code loads
     // read what `halves` needs, inside `codes` by `Row::codes`'s promise.
     unsafe {
-        let w = L::widen(if L::BW { halves_bw::<E>(codes, base) } else { halves::<E>(codes, base) });
+        let w = weights::<L, E>(codes, base);
         let mut p: [L; MI] = core::array::from_fn(|i| L::mul(L::load(x.add(i * job.k + base)), w));
         for c in 1..STEPS {
-            let at = base + c * LANES;
-            let w = L::widen(if L::BW { halves_bw::<E>(codes, at) } else { halves::<E>(codes, at) });
+            let w = weights::<L, E>(codes, base + c * LANES);
             for (i, pi) in p.iter_mut().enumerate() {
                 *pi = L::fma(L::load(x.add(i * job.k + base + c * LANES)), w, *pi);
             }
