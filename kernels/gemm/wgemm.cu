@@ -21,7 +21,8 @@
 // a stage is released once its group is done. INT4 and FP8 block (post-scaled) multiply
 // each block (INT4-G32: the two 32-element halves of a slab; the others: 128 elements,
 // two slabs) into separate sums and add them to the accumulators times their f32 scales
-// once their groups are done. The epilogue goes through its own 66 KiB
+// once their groups are done. (NVFP4 and MX at M > 128 may take wide tiles of 256
+// activation rows instead: `gemm_wide` below.) The epilogue goes through its own 66 KiB
 // of shared memory (the 128 x 128 f32 sums, rows padded by 4 floats so the consumers'
 // stores do not conflict; alpha, bias, activation, 16-byte stores).
 //
@@ -136,6 +137,121 @@ __host__ __device__ constexpr int producer_regs() {
     return T::kHalfMap ? 24 : 40;
 }
 
+// `v`, kept in a register: the compiler neither recomputes it (a shared address from the
+// CTA's id, each time it is used) nor looks through it.
+__device__ __forceinline__ uint32_t kept(uint32_t v) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(v));
+    return v;
+}
+
+// A place in a ring of barriers: the slot and its phase parity, counted as they go (no
+// division a slab).
+struct Ring {
+    uint32_t at, phase;
+    __device__ __forceinline__ void next(uint32_t size) {
+        if (++at == size) {
+            at = 0;
+            phase ^= 1u;
+        }
+    }
+};
+
+// The producer (one thread): copies each tile's slabs (the activation tile, HALVES
+// 128-row tiles of it, then the CTA's units' codes and scales) into the ring of DEPTH
+// stages of kStage bytes, a stage once every consumer thread has released it, running
+// on into the next tile's slabs while the consumers finish one. (Wide tiles: a half
+// wholly past M is not copied; its rows of the stage keep stale values, which reach
+// only sums the epilogue does not store.)
+template <class T, int DEPTH, uint32_t kStage, int HALVES = 1>
+__device__ __forceinline__ void produce(const PgemmParams& p, uint8_t* smem, uint64_t (&full)[DEPTH],
+                                        uint64_t (&empty)[DEPTH], uint32_t tiles) {
+    constexpr uint32_t kScaleSlabs = pair_scales<T>() ? 2u : 1u;
+    constexpr uint32_t kCode = code_slab_bytes<T>();
+    constexpr uint32_t kActs = HALVES * kActTile;
+    const uint32_t S = p.slabs;
+    const uint64_t policy = evict_first_policy();
+    // The layout holds whole pairs of units: every tile's units are inside it.
+    uint32_t it = 0;  // slabs issued: stage it % DEPTH
+    bool waited = false;
+    for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const Tile tl = tile_at<HALVES * BM>(p, t);
+        const uint64_t unit0 = (uint64_t)tl.n * kUnits;
+        // The 128-row activation tiles of the tile's halves inside M.
+        const uint32_t halves = min((uint32_t)HALVES, (p.m - tl.m * HALVES * BM + BM - 1) / BM);
+        const uint32_t bytes = weight_bytes<T>() + halves * kActTile;
+        const uint8_t* acts =
+            reinterpret_cast<const uint8_t*>(p.x) + ((uint64_t)tl.m * HALVES * S + tl.s0) * kActTile;
+        auto weights = [&](uint32_t i, uint32_t st) {
+            uint8_t* w = smem + st * kStage + kActs;
+#pragma unroll
+            for (int u = 0; u < kUnits; ++u) {
+                const uint8_t* code =
+                    reinterpret_cast<const uint8_t*>(p.w) + ((unit0 + u) * S + tl.s0 + i) * kUnit * kCode;
+                bulk_copy(w + u * kUnit * kCode, code, kUnit * kCode, &full[st], policy);
+                if constexpr (stage_scale_bytes<T>() > 0) {
+                    // Both slabs of a pair bring the pair's scales.
+                    const uint8_t* sc = p.s + ((unit0 + u) * (S / kScaleSlabs) + (tl.s0 + i) / kScaleSlabs) *
+                                                  kUnit * scale_step_bytes<T>();
+                    bulk_copy(w + kGroups * kCode + u * kUnit * stage_scale_bytes<T>(), sc,
+                              kUnit * stage_scale_bytes<T>(), &full[st], policy);
+                }
+            }
+        };
+        auto activations = [&](uint32_t i, uint32_t st) {
+            for (uint32_t h = 0; h < halves; ++h) {
+                asm volatile(
+                    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                        smem_u32(smem + st * kStage + h * kActTile)),
+                    "l"(acts + ((uint64_t)h * S + i) * kActTile), "r"(kActTile), "r"(smem_u32(&full[st]))
+                    : "memory");
+            }
+        };
+        uint32_t i = 0;
+        if (!waited) {
+            // The first stages' weights before the wait for the kernel that wrote the
+            // activation tiles (programmatic dependent launch), their tiles after it.
+            const uint32_t first = min(tl.count, (uint32_t)DEPTH);
+            for (; i < first; ++i) {
+                mbar_expect_tx(&full[i], bytes);
+                weights(i, i);
+            }
+            asm volatile("griddepcontrol.wait;" ::: "memory");
+            for (uint32_t j = 0; j < first; ++j) activations(j, j);
+            it = first;
+            waited = true;
+        }
+        for (; i < tl.count; ++i, ++it) {
+            const uint32_t st = it % DEPTH;
+            if (it >= (uint32_t)DEPTH) mbar_wait(&empty[st], ((it / DEPTH) - 1u) & 1u);
+            mbar_expect_tx(&full[st], bytes);
+            weights(i, st);
+            activations(i, st);
+        }
+    }
+}
+
+// The tile's sums through shared memory (`sums`, [activation row][weight row]), once every
+// consumer is done with the previous tile's, and the outputs from them (tile t of the
+// CTA's turns; the last lets the next kernel launch).
+__device__ __forceinline__ void finish_tile(const PgemmParams& p, const Tile& tl, uint32_t t, uint32_t tiles,
+                                            float* sums, const float (&acc)[16][4]) {
+    if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    consumers_sync();
+    put_sums<16, kSumsLd>(sums, acc);
+    consumers_sync();
+    const uint32_t n0 = (uint32_t)BN * tl.n, m0 = (uint32_t)BM * tl.m;
+    if (p.splits > 1) {
+        store_split<BM, 1u, kSumsLd>(p, sums, m0, n0, tl.split, (int)p.activation);
+        return;
+    }
+    switch ((int)p.activation) {
+        case 1: store_tile<1, BM, kSumsLd>(p, sums, m0, n0, 0); break;
+        case 2: store_tile<2, BM, kSumsLd>(p, sums, m0, n0, 0); break;
+        case 3: store_tile<3, BM, kSumsLd>(p, sums, m0, n0, 0); break;
+        default: store_tile<0, BM, kSumsLd>(p, sums, m0, n0, 0); break;
+    }
+}
+
 template <class T, bool F16>
 __device__ __forceinline__ void gemm(const PgemmParams& p) {
     static_assert(regs_fit(producer_regs<T>(), consumer_regs<T>()), "within the registers the CTA holds (else a hang)");
@@ -174,59 +290,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
         // (With K split, the consumers' cluster barriers wait for the non-exited threads
         // of the cluster only: the producers leave without arriving.)
         if (warp != kConsumerWarps || lane != 0) return;
-        const uint64_t policy = evict_first_policy();
-        // The layout holds whole pairs of units: every tile's units are inside it.
-        uint32_t it = 0;  // slabs issued: stage it % kDepth
-        bool waited = false;
-        for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const Tile tl = tile_at(p, t);
-            const uint64_t unit0 = (uint64_t)tl.n * kUnits;
-            const uint8_t* acts = reinterpret_cast<const uint8_t*>(p.x) + ((uint64_t)tl.m * S + tl.s0) * kActTile;
-            auto weights = [&](uint32_t i, uint32_t st) {
-                uint8_t* w = smem + st * kStage + kActTile;
-#pragma unroll
-                for (int u = 0; u < kUnits; ++u) {
-                    const uint8_t* code =
-                        reinterpret_cast<const uint8_t*>(p.w) + ((unit0 + u) * S + tl.s0 + i) * kUnit * kCode;
-                    bulk_copy(w + u * kUnit * kCode, code, kUnit * kCode, &full[st], policy);
-                    if constexpr (stage_scale_bytes<T>() > 0) {
-                        // Both slabs of a pair bring the pair's scales.
-                        const uint8_t* sc = p.s + ((unit0 + u) * (S / kScaleSlabs) + (tl.s0 + i) / kScaleSlabs) *
-                                                      kUnit * scale_step_bytes<T>();
-                        bulk_copy(w + kGroups * kCode + u * kUnit * stage_scale_bytes<T>(), sc,
-                                  kUnit * stage_scale_bytes<T>(), &full[st], policy);
-                    }
-                }
-            };
-            auto activations = [&](uint32_t i, uint32_t st) {
-                asm volatile(
-                    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                        smem_u32(smem + st * kStage)),
-                    "l"(acts + (uint64_t)i * kActTile), "r"(kActTile), "r"(smem_u32(&full[st]))
-                    : "memory");
-            };
-            uint32_t i = 0;
-            if (!waited) {
-                // The first stages' weights before the wait for the kernel that wrote the
-                // activation tiles (programmatic dependent launch), their tiles after it.
-                const uint32_t first = min(tl.count, (uint32_t)kDepth);
-                for (; i < first; ++i) {
-                    mbar_expect_tx(&full[i], weight_bytes<T>() + kActTile);
-                    weights(i, i);
-                }
-                asm volatile("griddepcontrol.wait;" ::: "memory");
-                for (uint32_t j = 0; j < first; ++j) activations(j, j);
-                it = first;
-                waited = true;
-            }
-            for (; i < tl.count; ++i, ++it) {
-                const uint32_t st = it % kDepth;
-                if (it >= (uint32_t)kDepth) mbar_wait(&empty[st], ((it / kDepth) - 1u) & 1u);
-                mbar_expect_tx(&full[st], weight_bytes<T>() + kActTile);
-                weights(i, st);
-                activations(i, st);
-            }
-        }
+        produce<T, kDepth, kStage>(p, smem, full, empty, tiles);
         return;
     }
 
@@ -258,25 +322,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
         return d;
     };
 
-    // The tile's sums through shared memory ([activation row][weight row]), once every
-    // consumer is done with the previous tile's, and the outputs from them.
-    auto finish = [&](const Tile& tl, uint32_t t) {
-        if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-        consumers_sync();
-        put_sums<16, kSumsLd>(tile_sums, acc);
-        consumers_sync();
-        const uint32_t n0 = (uint32_t)BN * tl.n, m0 = (uint32_t)BM * tl.m;
-        if (p.splits > 1) {
-            store_split<BM, 1u, kSumsLd>(p, tile_sums, m0, n0, tl.split, (int)p.activation);
-            return;
-        }
-        switch ((int)p.activation) {
-            case 1: store_tile<1, BM, kSumsLd>(p, tile_sums, m0, n0, 0); break;
-            case 2: store_tile<2, BM, kSumsLd>(p, tile_sums, m0, n0, 0); break;
-            case 3: store_tile<3, BM, kSumsLd>(p, tile_sums, m0, n0, 0); break;
-            default: store_tile<0, BM, kSumsLd>(p, tile_sums, m0, n0, 0); break;
-        }
-    };
+    auto finish = [&](const Tile& tl, uint32_t t) { finish_tile(p, tl, t, tiles, tile_sums, acc); };
     auto clear = [&](float (&d)[16][4]) {
 #pragma unroll
         for (int j = 0; j < 16; ++j)
@@ -285,42 +331,58 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     };
 
     if constexpr (T::kPre) {
+        // As gemm_wide's loop: shared addresses kept in registers, stage and phase
+        // counted as they go (the `it` of the other schemes' loops is not used here).
+        const uint32_t full0 = kept(smem_u32(full)), empty0 = kept(smem_u32(empty));
+        const uint32_t b_lo = kept(desc_lo(smem_u32(smem)));
         uint32_t a[kSets][4][4];
-        // Slab `it` (the tile's i-th) into register set `ar`: wait for its stage, decode,
-        // queue its four products as one group, then wait until at most kSets - 1 groups
-        // are pending (the decode of the next slab overlaps them) and release the stage
-        // whose group is done.
-        auto step = [&](uint32_t i, uint32_t (&ar)[4][4]) {
-            decode(it, nullptr, ar);
+        Ring ring{}, freed{};  // the next slab's stage; the next stage to release
+        // The next slab into register set `ar`: wait for its stage, decode, queue its
+        // four products as one group, then wait until at most kSets - 1 groups are
+        // pending (the decode of the next slab overlaps them) and release the stage
+        // whose group is done (`release`).
+        auto step = [&](uint32_t (&ar)[4][4], bool release) {
+            mbar_wait_at(full0 + 8u * ring.at, ring.phase);
+            Slab<T> d;
+            read_stage<T>(smem + ring.at * kStage + kActTile, gi, lane, nullptr, d, kGroups);
+            uint32_t s0, s1;
+            slab_scales<T>(d, add, s0, s1);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, s0, s1, ar[q]);
+            const uint32_t bs = b_lo + ring.at * (kStage >> 4);
             fence_acc(acc);
             wg_fence();
-            const uint32_t base = stage_addr(it);
 #pragma unroll
-            for (int q = 0; q < 4; ++q) wgmma_m64n128(acc, ar[q], tile_desc(base + 32u * q));
+            for (int q = 0; q < 4; ++q) wgmma_m64n128(acc, ar[q], desc_of(bs + 2u * q));
             wg_commit();
             wg_wait<kSets - 1>();
             fence_acc(acc);
-            if (i + 1 >= (uint32_t)kSets) {
-                bar_arrive(&empty[(it + 1 - kSets) % kDepth]);
+            if (release) {
+                bar_arrive_at(empty0 + 8u * freed.at);
+                freed.next(kDepth);
             }
-            ++it;
+            ring.next(kDepth);
         };
         for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
             const Tile tl = tile_at(p, t);
             clear(acc);
+            const uint32_t count = kept(tl.count);
             uint32_t i = 0;
-            for (; i + kSets <= tl.count; i += kSets) {
+            for (; i + kSets <= count; i += kSets) {
 #pragma unroll
-                for (int c = 0; c < kSets; ++c) step(i + c, a[c]);
+                for (int c = 0; c < kSets; ++c) step(a[c], i + c + 1 >= (uint32_t)kSets);
             }
 #pragma unroll
             for (int c = 0; c < kSets - 1; ++c) {
-                if (i + c < tl.count) step(i + c, a[c]);
+                if (i + c < count) step(a[c], i + c + 1 >= (uint32_t)kSets);
             }
             wg_wait<0>();
             fence_acc(acc);
             // The tile's last stages, whose groups the loop did not wait for.
-            for (uint32_t r = min(tl.count, (uint32_t)kSets - 1u); r > 0; --r) bar_arrive(&empty[(it - r) % kDepth]);
+            for (uint32_t r = min(count, (uint32_t)kSets - 1u); r > 0; --r) {
+                bar_arrive_at(empty0 + 8u * freed.at);
+                freed.next(kDepth);
+            }
             finish(tl, t);
         }
     } else if constexpr (T::kHalfMap) {
@@ -438,6 +500,179 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Wide tiles: the pre-scaled schemes (NVFP4, MX) with bf16 activations at M > 128. A
+// tile is 128 weight rows by 256 activation rows: every warp's decode of a slab feeds
+// four `wgmma.m64n256k16`, so the decode and the loop's other instructions, which the
+// consumers issue between groups at a cost in tensor time (DECISIONS #64), are spent
+// once per 256 activation rows instead of 128, and the activation tile read by both
+// consumers costs the same shared-memory bandwidth per product as before. The
+// accumulators take 128 registers a thread; the epilogue goes through shared memory 64
+// activation rows at a time (33 KiB), which leaves room for 4-5 stages of 37-41 KiB.
+
+// A register sets of the wide loop: one group in flight while the next slab decodes (a
+// third set, with the 128 accumulators, is more than ptxas will keep the wgmma pipeline
+// in: it serializes the products, C7512).
+constexpr int kWideSets = 2;
+constexpr int BMW = 2 * BM;               // activation rows of a wide tile
+constexpr uint32_t kSumRows = 64;         // activation rows a round of the wide epilogue
+constexpr uint32_t kSmemLimit = 232448u;  // sm_90's dynamic shared memory a CTA (227 KiB)
+
+// A wide stage: the two 128-row activation tiles, then the weights, rounded up to 1 KiB.
+template <class T>
+__host__ __device__ constexpr uint32_t wide_stage_bytes() {
+    return (2u * kActTile + weight_bytes<T>() + 1023u) / 1024u * 1024u;
+}
+__host__ __device__ constexpr uint32_t wide_fixed_bytes() { return kSumRows * kSumsLd * 4u + 1024u; }
+// Stages: as many as fit, up to kDepth (NVFP4 and MXFP4 five, MXFP6 and MXFP8 four).
+template <class T>
+__host__ __device__ constexpr int wide_depth() {
+    return (kSmemLimit - wide_fixed_bytes()) / wide_stage_bytes<T>() < (uint32_t)kDepth
+               ? (int)((kSmemLimit - wide_fixed_bytes()) / wide_stage_bytes<T>())
+               : kDepth;
+}
+template <class T>
+__host__ __device__ constexpr uint32_t wide_smem_bytes() {
+    return wide_depth<T>() * wide_stage_bytes<T>() + wide_fixed_bytes();
+}
+
+// D (64 x 256, f32) += A (this warp's 16 rows of 64, registers) x B (256 rows at `desc`).
+__device__ __forceinline__ void wgmma_m64n256(float (&d)[32][4], const uint32_t (&a)[4], uint64_t desc) {
+#if BS_WGEMM_ARCH
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " BS_WGMMA_REGS256
+                 : BS_WGMMA_D256(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+#else
+    (void)d;
+    (void)a;
+    (void)desc;
+    __trap();
+#endif
+}
+
+// The wide tile's outputs, kSumRows activation rows a round through `sums`.
+__device__ __forceinline__ void finish_wide(const PgemmParams& p, const Tile& tl, uint32_t t, uint32_t tiles,
+                                            float* sums, const float (&acc)[32][4]) {
+    if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const uint32_t n0 = (uint32_t)BN * tl.n;
+#pragma unroll 1
+    for (uint32_t h = 0; h < BMW / kSumRows; ++h) {
+        const uint32_t m0 = (uint32_t)BMW * tl.m + h * kSumRows;
+        if (m0 >= p.m) break;  // the same for every consumer thread of the cluster
+        consumers_sync();
+        put_sums<32, kSumsLd>(sums, acc, h * (kSumRows / 8), (h + 1) * (kSumRows / 8));
+        consumers_sync();
+        if (p.splits > 1) {
+            store_split<kSumRows, 1u, kSumsLd>(p, sums, m0, n0, tl.split, (int)p.activation);
+            continue;
+        }
+        switch ((int)p.activation) {
+            case 1: store_tile<1, kSumRows, kSumsLd>(p, sums, m0, n0, 0); break;
+            case 2: store_tile<2, kSumRows, kSumsLd>(p, sums, m0, n0, 0); break;
+            case 3: store_tile<3, kSumRows, kSumsLd>(p, sums, m0, n0, 0); break;
+            default: store_tile<0, kSumRows, kSumsLd>(p, sums, m0, n0, 0); break;
+        }
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void gemm_wide(const PgemmParams& p) {
+    static_assert(T::kPre, "the pre-scaled schemes (the others keep separate block sums)");
+    static_assert(regs_fit(producer_regs<T>(), consumer_regs<T>()), "within the registers the CTA holds (else a hang)");
+    constexpr int D = wide_depth<T>();
+    static_assert(D >= 4, "a ring of at least four stages");
+    constexpr uint32_t kStage = wide_stage_bytes<T>();
+    extern __shared__ __align__(128) uint8_t smem_raw[];
+    __shared__ uint64_t full[D], empty[D];
+
+    uint32_t dynamic_smem;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
+    if (dynamic_smem < wide_smem_bytes<T>()) __trap();
+    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    float* tile_sums = reinterpret_cast<float*>(smem + D * kStage);
+
+    const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
+    const int lane = threadIdx.x & 31;
+    const uint32_t tiles = (p.n + BN - 1) / BN * ((p.m + BMW - 1) / BMW) * p.splits;
+
+    init_ring(full, empty, 1);  // the producer's expect_tx
+    __syncthreads();
+
+    if (warp >= kConsumerWarps) {
+#if BS_WGEMM_ARCH
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(producer_regs<T>()) : "memory");
+#endif
+        if (warp == kConsumerWarps && lane == 0) produce<T, D, kStage, 2>(p, smem, full, empty, tiles);
+        return;
+    }
+
+    // The consumers: as `gemm`'s pre-scaled loop, with m64n256 products. Shared addresses
+    // are kept in registers and the stage and phase counted as they go, so that between
+    // groups the consumers issue little besides the decode.
+#if BS_WGEMM_ARCH
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(consumer_regs<T>()) : "memory");
+#endif
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const int gi = 4 * (warp >> 2) + (warp & 3);
+    const uint32_t add = p.scale_add;
+    const uint32_t full0 = kept(smem_u32(full)), empty0 = kept(smem_u32(empty));
+    const uint32_t b_lo = kept(desc_lo(smem_u32(smem)));
+    float acc[32][4];
+    uint32_t a[kWideSets][4][4];
+    Ring ring{}, freed{};  // the next slab's stage; the next stage to release
+    // The next slab into register set `ar`: wait for its stage, decode, queue its four
+    // products as one group, wait until at most kWideSets - 1 groups are pending and release
+    // the stage whose group is done (`release`).
+    auto step = [&](uint32_t (&ar)[4][4], bool release) {
+        mbar_wait_at(full0 + 8u * ring.at, ring.phase);
+        Slab<T> d;
+        read_stage<T>(smem + ring.at * kStage + 2u * kActTile, gi, lane, nullptr, d, kGroups);
+        uint32_t s0, s1;
+        slab_scales<T>(d, add, s0, s1);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, s0, s1, ar[q]);
+        const uint32_t bs = b_lo + ring.at * (kStage >> 4);
+        fence_acc(acc);
+        wg_fence();
+#pragma unroll
+        for (int q = 0; q < 4; ++q) wgmma_m64n256(acc, ar[q], desc_of(bs + 2u * q));
+        wg_commit();
+        wg_wait<kWideSets - 1>();
+        fence_acc(acc);
+        if (release) {
+            bar_arrive_at(empty0 + 8u * freed.at);
+            freed.next(D);
+        }
+        ring.next(D);
+    };
+    for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const Tile tl = tile_at<BMW>(p, t);
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+        const uint32_t count = kept(tl.count);
+        uint32_t i = 0;
+        for (; i + kWideSets <= count; i += kWideSets) {
+#pragma unroll
+            for (int c = 0; c < kWideSets; ++c) step(a[c], i + c + 1 >= (uint32_t)kWideSets);
+        }
+#pragma unroll
+        for (int c = 0; c < kWideSets - 1; ++c) {
+            if (i + c < count) step(a[c], i + c + 1 >= (uint32_t)kWideSets);
+        }
+        wg_wait<0>();
+        fence_acc(acc);
+        // The tile's last stages, whose groups the loop did not wait for.
+        for (uint32_t r = min(count, (uint32_t)kWideSets - 1u); r > 0; --r) {
+            bar_arrive_at(empty0 + 8u * freed.at);
+            freed.next(D);
+        }
+        finish_wide(p, tl, t, tiles, tile_sums, acc);
+    }
+}
+
 // The activation tiles: eight lanes per (row, slab), lane c reading the slab's 16-byte
 // chunk c of the row (zero past M and K) and writing the tile's chunk c, swizzled, whose
 // word t is natural pair 8 t + c: word c % 4 of chunk 2 t + c / 4, fetched from the lane
@@ -543,6 +778,12 @@ BS_WGEMM_ACTS(mxfp8_e5m2, MXFP8_E5M2)
         bs::wgemm::gemm<bs::pgemv::traits, true>(p);                                                               \
     }
 
+// Wide tiles (the pre-scaled schemes at M > 128).
+#define BS_WGEMM_WIDE(name, traits)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1) wgemm_##name##_wide(const PgemmParams p) { \
+        bs::wgemm::gemm_wide<bs::pgemv::traits>(p);                                                                 \
+    }
+
 BS_WGEMM(nvfp4, TNvfp4)
 BS_WGEMM(mxfp4, TMxfp4)
 BS_WGEMM(mxfp6_e2m3, TMxfp6E2m3)
@@ -557,3 +798,9 @@ BS_WGEMM_F16(fp8_block_128x128, TFp8T128)
 BS_WGEMM_F16(fp8_block_1x128, TFp8R128)
 BS_WGEMM_F16(int4_g32, TInt4G32)
 BS_WGEMM_F16(int4_g128, TInt4G128)
+BS_WGEMM_WIDE(nvfp4, TNvfp4)
+BS_WGEMM_WIDE(mxfp4, TMxfp4)
+BS_WGEMM_WIDE(mxfp6_e2m3, TMxfp6E2m3)
+BS_WGEMM_WIDE(mxfp6_e3m2, TMxfp6E3m2)
+BS_WGEMM_WIDE(mxfp8_e4m3, TMxfp8E4m3)
+BS_WGEMM_WIDE(mxfp8_e5m2, TMxfp8E5m2)

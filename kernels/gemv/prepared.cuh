@@ -244,17 +244,20 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
         "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
         : "memory");
 }
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
+// Waits until the barrier at shared address `saddr` has completed the phase of parity
+// `phase`.
+__device__ __forceinline__ void mbar_wait_at(uint32_t saddr, uint32_t phase) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
         "WAIT_%=:\n"
         "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
         "@!p bra WAIT_%=;\n"
-        "}\n" ::"r"(smem_u32(bar)),
+        "}\n" ::"r"(saddr),
         "r"(phase)
         : "memory");
 }
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) { mbar_wait_at(smem_u32(bar), phase); }
 
 // Where a matrix's run of this CTA's row groups starts, at the warp's first slab: codes
 // and scales. The layout keeps 4 row groups side by side per slab (UNIT_GROUPS in

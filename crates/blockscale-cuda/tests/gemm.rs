@@ -923,6 +923,9 @@ fn gemm_sanitizer_smoke() {
     run_weight_only::<f32, f32>(&dev, Scheme::Int4G32, true, (5, 40, 64), 65, false, Activation::GeluErf, 950);
     run_weight_only::<bf16, bf16>(&dev, Scheme::NvFp4, false, (20, 40, 64), 64, false, Activation::Identity, 951);
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::NvFp4, (70, 72, 1024), false, Activation::Silu, 952);
+    // With BLOCKSCALE_GEMM_WGMMA_WIDE=1 (run.sh's second pass) on wide tiles: two tiles
+    // of 256 rows, the second's second half past M, K split in a cluster.
+    run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::MxFp4, (300, 72, 1024), false, Activation::Silu, 960);
     // A pair on prepared weights: the activations decoded into the tiles, K split in a
     // cluster (one tile, two splits).
     run_prepared_pair::<bf16>(&dev, (Scheme::MxFp8E4M3, Scheme::MxFp4), (70, 72, 1024), false, Activation::Silu, 959);

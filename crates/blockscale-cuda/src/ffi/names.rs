@@ -173,6 +173,12 @@ impl KernelName<PgemmParams> {
         Self::new(format!("wgemm_{}{}", scheme_name(scheme), f16_suffix(f16)))
     }
 
+    /// The Hopper wgmma GEMM on wide tiles (256 activation rows; the pre-scaled schemes,
+    /// bf16 activations): `wgemm_{scheme}_wide`.
+    pub(crate) fn wgemm_wide(scheme: Scheme) -> Self {
+        Self::new(format!("wgemm_{}_wide", scheme_name(scheme)))
+    }
+
     /// The kernel that writes bf16 or f16 activations as the wgmma kernel's tiles, in the
     /// order of `scheme`'s fragments: INT4-G32's half map (32-element blocks inside a
     /// slab) has its own, `wgemm_acts_half`; the rest share `wgemm_acts`.
@@ -242,6 +248,7 @@ mod tests {
         assert_eq!(KernelName::wgemm(Scheme::Int4G128, true).as_str(), "wgemm_int4_g128_f16");
         assert_eq!(KernelName::wgemm(fp8_row, false).as_str(), "wgemm_fp8_block_1x128");
         assert_eq!(KernelName::wgemm(Scheme::Int4G32, false).as_str(), "wgemm_int4_g32");
+        assert_eq!(KernelName::wgemm_wide(Scheme::MxFp6E2M3).as_str(), "wgemm_mxfp6_e2m3_wide");
         assert_eq!(KernelName::wgemm_acts(Scheme::Int4G32).as_str(), "wgemm_acts_half");
         assert_eq!(KernelName::wgemm_acts(Scheme::Int4G128).as_str(), "wgemm_acts");
         assert_eq!(KernelName::wgemm_acts_quantized(Scheme::MxFp8E4M3).as_str(), "wgemm_acts_mxfp8_e4m3");

@@ -110,14 +110,66 @@ fn uses_wgmma(dev: &Device, scheme: Scheme, (m, rows, k): (usize, usize, usize),
     dev.arch() == crate::Arch::Sm90 && (!f16 || f16_wgmma(scheme)) && in_range && wgmma_enabled()
 }
 
+/// The pre-scaled schemes (NVFP4, MX) may take the wgmma kernel's wide tiles
+/// (`wgemm_{scheme}_wide`: 256 activation rows, the decode spent once per 256) only
+/// above this M; `BLOCKSCALE_GEMM_WGMMA_WIDE_MIN_M` overrides it (a large value turns
+/// them off).
+const WGMMA_WIDE_MIN_M: usize = 128;
+/// How much faster a wide tile's product runs than two 128-row tiles' (H200, NVFP4 and
+/// MXFP8 E4M3 at 256 x 28672 x 8192, where both fill the same waves: 1.17 and 1.23;
+/// docs/DECISIONS.md #65), the margin [`wide_tiles`] asks of them.
+const WGMMA_WIDE_GAIN: f64 = 1.15;
+/// Activation rows of a wide tile (`BMW`).
+const WG_WIDE_TILE: usize = 256;
+/// Activation rows a round of the wide tiles' epilogue (`kSumRows`).
+const WG_WIDE_SUM_ROWS: usize = 64;
+/// Hopper's dynamic shared memory a CTA (`kSmemLimit`).
+const WG_SMEM_LIMIT: usize = 227 << 10;
+
+/// Whether the wgmma kernel runs `m` x `n` outputs of `scheme` on wide tiles with
+/// `slots` persistent CTAs: the pre-scaled schemes (those without an f16 wgmma kernel)
+/// above [`WGMMA_WIDE_MIN_M`], where the wide tiles need no K split (at least half as
+/// many tiles as slots; their split-K epilogue measured slow) and fill their waves
+/// nearly as well as 128-row tiles: the share of slots busy over the waves, times
+/// [`WGMMA_WIDE_GAIN`], at least the narrow tiles'. (M = 512, N = 28672: 448 wide tiles
+/// in 4 waves of 132 against 896 in 7; M = 512, N = 4096: 64 wide tiles would split K.)
+/// `BLOCKSCALE_GEMM_WGMMA_WIDE=1` takes them wherever the scheme and M allow (K split
+/// or not: the tests' second pass), `=0` never.
+fn wide_tiles(scheme: Scheme, (m, n): (usize, usize), f16: bool, slots: usize) -> bool {
+    static S: std::sync::OnceLock<(usize, Option<usize>)> = std::sync::OnceLock::new();
+    let (min, forced) = *S.get_or_init(|| {
+        let min = crate::tuning::env_usize("BLOCKSCALE_GEMM_WGMMA_WIDE_MIN_M").unwrap_or(WGMMA_WIDE_MIN_M);
+        (min, crate::tuning::env_usize("BLOCKSCALE_GEMM_WGMMA_WIDE"))
+    });
+    if f16 || f16_wgmma(scheme) || m <= min || slots == 0 || forced == Some(0) {
+        return false;
+    }
+    if forced.is_some() {
+        return true;
+    }
+    let busy = |tiles: usize| tiles as f64 / (tiles.div_ceil(slots) * slots) as f64;
+    let tiles_n = n.div_ceil(WG_TILE_N);
+    let (wide, narrow) = (tiles_n * m.div_ceil(WG_WIDE_TILE), tiles_n * m.div_ceil(WG_TILE));
+    2 * wide > slots && WGMMA_WIDE_GAIN * busy(wide) >= busy(narrow)
+}
+
 /// The wgmma kernel's dynamic shared memory: stages of (activation tile + the tile's
 /// 16-row groups' codes and scales, rounded up to 1 KiB), the epilogue's tile of f32
 /// sums (rows of [`WG_SUMS_LD`] floats) and 1 KiB of alignment slack; wgemm.cu
-/// `smem_bytes`.
-fn wg_smem_bytes(scheme: Scheme) -> usize {
+/// `smem_bytes`. Wide tiles (`wide_smem_bytes`): stages of two activation tiles and the
+/// codes and scales, as many as fit beside [`WG_WIDE_SUM_ROWS`] rows of sums, up to
+/// [`WG_DEPTH`].
+fn wg_smem_bytes(scheme: Scheme, wide: bool) -> usize {
     let code = 128 * scheme.element().bits() as usize;
-    let stage = (WG_ACT_TILE + WG_TILE_N / 16 * (code + stage_scale_bytes(scheme))).next_multiple_of(1024);
-    WG_DEPTH * stage + WG_TILE * WG_SUMS_LD * 4 + 1024
+    let weights = WG_TILE_N / 16 * (code + stage_scale_bytes(scheme));
+    if wide {
+        let stage = (2 * WG_ACT_TILE + weights).next_multiple_of(1024);
+        let fixed = WG_WIDE_SUM_ROWS * WG_SUMS_LD * 4 + 1024;
+        WG_DEPTH.min((WG_SMEM_LIMIT - fixed) / stage) * stage + fixed
+    } else {
+        let stage = (WG_ACT_TILE + weights).next_multiple_of(1024);
+        WG_DEPTH * stage + WG_TILE * WG_SUMS_LD * 4 + 1024
+    }
 }
 
 fn fused_max_m() -> usize {
@@ -177,6 +229,8 @@ struct Plan {
     ctas: usize,
     /// Workspace bytes: the activation tiles, then the split-K partial sums.
     workspace: usize,
+    /// The wgmma kernel on wide tiles (256 activation rows; `tiles_m` counts them).
+    wide: bool,
 }
 
 impl Plan {
@@ -192,9 +246,15 @@ impl Plan {
     /// cluster of at most [`MAX_CLUSTER`] CTAs, as many as the GPU holds every tile's
     /// cluster at once (`active(s)`: clusters of s CTAs resident at once). The splits add
     /// their sums in the cluster: the workspace holds only the activation tiles.
-    fn wgmma((m, n, slabs): (usize, usize, usize), slots: usize, active: &dyn Fn(usize) -> usize) -> Self {
+    fn wgmma(
+        (m, n, slabs): (usize, usize, usize),
+        tile_m: usize,
+        slots: usize,
+        active: &dyn Fn(usize) -> usize,
+    ) -> Self {
+        // The activation tiles are of 128 rows whatever the GEMM's tile height.
         let image = m.div_ceil(WG_TILE) * slabs * WG_ACT_TILE;
-        let (tiles_n, tiles_m) = (n.div_ceil(WG_TILE_N), m.div_ceil(WG_TILE));
+        let (tiles_n, tiles_m) = (n.div_ceil(WG_TILE_N), m.div_ceil(tile_m));
         let tiles = tiles_n * tiles_m;
         let most = if tiles < slots { (slots / tiles).min(slabs / MIN_SPLIT_SLABS).clamp(1, MAX_CLUSTER) } else { 1 };
         // s splits of an even number of slabs (the pair-scaled schemes' scale steps).
@@ -205,7 +265,7 @@ impl Plan {
         let (splits, slabs_per_split) =
             (2..=most).rev().map(split).find(|&(s, _)| s > 1 && active(s) >= tiles).unwrap_or((1, slabs));
         let ctas = if splits > 1 { tiles * splits } else { tiles.min(slots) };
-        Self { tiles_n, tiles_m, splits, slabs_per_split, image, ctas, workspace: image }
+        Self { tiles_n, tiles_m, splits, slabs_per_split, image, ctas, workspace: image, wide: false }
     }
 
     fn tiled(
@@ -222,7 +282,16 @@ impl Plan {
         let slabs_per_split = slabs.div_ceil(wanted).next_multiple_of(2);
         let splits = slabs.div_ceil(slabs_per_split);
         let workspace = image + if splits > 1 { splits * m * n * 4 } else { 0 };
-        Self { tiles_n, tiles_m, splits, slabs_per_split, image, ctas: tiles_n * tiles_m * splits, workspace }
+        Self {
+            tiles_n,
+            tiles_m,
+            splits,
+            slabs_per_split,
+            image,
+            ctas: tiles_n * tiles_m * splits,
+            workspace,
+            wide: false,
+        }
     }
 }
 
@@ -240,11 +309,14 @@ fn plan(
     let (kernel, plan) = if wgmma {
         // Every scheme has a wgmma kernel for bf16 activations, the post-scaled ones for
         // f16 (see `f16_wgmma`).
-        let (name, smem) = (KernelName::wgemm(w.scheme, f16), wg_smem_bytes(w.scheme));
+        let wide = wide_tiles(w.scheme, (m, w.rows), f16, dev.sm_count() as usize);
+        let name = if wide { KernelName::wgemm_wide(w.scheme) } else { KernelName::wgemm(w.scheme, f16) };
+        let smem = wg_smem_bytes(w.scheme, wide);
         let kernel = dev.function_with_threads(&name, WG_THREADS, smem)?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
         let counts = crate::device::active_clusters(dev, &kernel, &name, (WG_THREADS, smem));
-        (kernel, Plan::wgmma((m, w.rows, w.slabs), slots, &|s| counts[s]))
+        let tile_m = if wide { WG_WIDE_TILE } else { WG_TILE };
+        (kernel, Plan { wide, ..Plan::wgmma((m, w.rows, w.slabs), tile_m, slots, &|s| counts[s]) })
     } else {
         let kernel = dev.function_with_threads(&KernelName::pgemm(w.scheme, f16), THREADS, smem_bytes(w.scheme))?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
@@ -375,7 +447,7 @@ fn launch_fused<O: DeviceElement>(
         // The activations in the wgmma kernel's tile order, into the workspace.
         let tiles = PgemmParams { out: ws_ptr, ..params };
         // Eight threads per (row, slab).
-        let items = (plan.tiles_m * WG_TILE * f.slabs * 8) as u64;
+        let items = (m.div_ceil(WG_TILE) * WG_TILE * f.slabs * 8) as u64;
         match acts {
             Acts::Plain { .. } => {
                 let tiling = dev.function(&KernelName::wgemm_acts(f.scheme))?;
@@ -413,7 +485,7 @@ fn launch_fused<O: DeviceElement>(
         LaunchConfig {
             grid_dim: (plan.ctas as u32, 1, 1),
             block_dim: (WG_THREADS, 1, 1),
-            shared_mem_bytes: wg_smem_bytes(f.scheme) as u32,
+            shared_mem_bytes: wg_smem_bytes(f.scheme, plan.wide) as u32,
         }
     } else {
         LaunchConfig {
@@ -732,46 +804,67 @@ mod tests {
         // M = 128, N = K = 4096 on 132 SMs: 32 tiles, 4 splits of 16 slabs (clusters of
         // 4), 128 CTAs; the workspace holds one 128-row block of activation tiles (64
         // slabs of 16 KiB) and nothing else (the splits add their sums in the cluster).
-        let p = Plan::wgmma((128, 4096, 64), 132, &ideal);
+        let p = Plan::wgmma((128, 4096, 64), 128, 132, &ideal);
         assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.slabs_per_split, p.ctas), (32, 1, 4, 16, 128));
         assert_eq!((p.image, p.workspace), (64 * 16384, 64 * 16384));
         // If only 30 clusters of 4 fit at once: 3 splits (of 22, 22 and 20 slabs).
-        let p = Plan::wgmma((128, 4096, 64), 132, &|s| if s == 4 { 30 } else { ideal(s) });
+        let p = Plan::wgmma((128, 4096, 64), 128, 132, &|s| if s == 4 { 30 } else { ideal(s) });
         assert_eq!((p.splits, p.slabs_per_split, p.ctas), (3, 22, 96));
         // No cluster fits: no split.
-        assert_eq!(Plan::wgmma((128, 4096, 64), 132, &|_| 0).splits, 1);
+        assert_eq!(Plan::wgmma((128, 4096, 64), 128, 132, &|_| 0).splits, 1);
         // M = 128, N = 7168, K = 2048: 56 tiles, 2 splits of 16 slabs.
-        let p = Plan::wgmma((128, 7168, 32), 132, &ideal);
+        let p = Plan::wgmma((128, 7168, 32), 128, 132, &ideal);
         assert_eq!((p.splits, p.slabs_per_split, p.ctas), (2, 16, 112));
         // A single tile splits into a cluster of at most 8, each split at least 8 slabs.
-        assert_eq!(Plan::wgmma((64, 128, 256), 132, &ideal).splits, 8);
-        assert_eq!(Plan::wgmma((64, 128, 24), 132, &ideal).splits, 3);
+        assert_eq!(Plan::wgmma((64, 128, 256), 128, 132, &ideal).splits, 8);
+        assert_eq!(Plan::wgmma((64, 128, 24), 128, 132, &ideal).splits, 3);
         // M = 300, N = 28672: 224 x 3 tiles on 132 CTAs, no split.
-        let q = Plan::wgmma((300, 28672, 128), 132, &ideal);
+        let q = Plan::wgmma((300, 28672, 128), 128, 132, &ideal);
         assert_eq!((q.tiles_n, q.tiles_m, q.splits, q.ctas), (224, 3, 1, 132));
         assert_eq!((q.image, q.workspace), (3 * 128 * 16384, 3 * 128 * 16384));
         // N = 130: two tiles.
-        assert_eq!(Plan::wgmma((64, 130, 4), 132, &ideal).tiles_n, 2);
+        assert_eq!(Plan::wgmma((64, 130, 4), 128, 132, &ideal).tiles_n, 2);
     }
 
     #[test]
     fn wgmma_shared_memory_matches_the_kernel_layout() {
         // wgemm.cu: kDepth x (16 KiB + 8 x (code + scale step), rounded up to 1 KiB)
         // + 66 KiB of sums (128 rows of 132 floats) + 1 KiB.
-        assert_eq!(wg_smem_bytes(Scheme::NvFp4), 6 * 21 * 1024 + 67 * 1024);
-        assert_eq!(wg_smem_bytes(Scheme::MxFp6E2M3), 6 * 23 * 1024 + 67 * 1024);
-        assert_eq!(wg_smem_bytes(Scheme::MxFp8E5M2), 6 * 25 * 1024 + 67 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::NvFp4, false), 6 * 21 * 1024 + 67 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::MxFp6E2M3, false), 6 * 23 * 1024 + 67 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::MxFp8E5M2, false), 6 * 25 * 1024 + 67 * 1024);
         // INT4-G128: 512 + 32 bytes a group; FP8 block: 1024 + the 1x128 rows' 64 (the
         // 128x128 tile scale is read from global memory, not staged).
-        assert_eq!(wg_smem_bytes(Scheme::Int4G128), 6 * 21 * 1024 + 67 * 1024);
-        assert_eq!(wg_smem_bytes(Scheme::Fp8Block(Fp8Tile::Tile128x128)), 6 * 24 * 1024 + 67 * 1024);
-        assert_eq!(wg_smem_bytes(Scheme::Fp8Block(Fp8Tile::Row1x128)), 6 * 25 * 1024 + 67 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::Int4G128, false), 6 * 21 * 1024 + 67 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::Fp8Block(Fp8Tile::Tile128x128), false), 6 * 24 * 1024 + 67 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::Fp8Block(Fp8Tile::Row1x128), false), 6 * 25 * 1024 + 67 * 1024);
         // Within Hopper's 227 KiB a CTA.
         for s in Scheme::ALL {
-            assert!(wg_smem_bytes(s) <= 227 << 10, "{s:?}");
+            assert!(wg_smem_bytes(s, false) <= 227 << 10 && wg_smem_bytes(s, true) <= 227 << 10, "{s:?}");
         }
         assert!(f16_wgmma(Scheme::Int4G32) && !f16_wgmma(Scheme::NvFp4));
-        assert_eq!(wg_smem_bytes(Scheme::Int4G32), 6 * 21 * 1024 + 67 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::Int4G32, false), 6 * 21 * 1024 + 67 * 1024);
+        // Wide tiles (wgemm.cu `wide_smem_bytes`): stages of 32 KiB of activation tiles
+        // + the codes and scales, rounded up to 1 KiB, as many as fit (at most six)
+        // beside 64 rows of 132-float sums (33 KiB) + 1 KiB.
+        assert_eq!(wg_smem_bytes(Scheme::NvFp4, true), 5 * 37 * 1024 + 34 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::MxFp4, true), 5 * 37 * 1024 + 34 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::MxFp6E3M2, true), 4 * 39 * 1024 + 34 * 1024);
+        assert_eq!(wg_smem_bytes(Scheme::MxFp8E4M3, true), 4 * 41 * 1024 + 34 * 1024);
+    }
+
+    #[test]
+    fn wide_tiles_where_they_need_no_split_and_fill_their_waves() {
+        // The bench shapes on 132 SMs (H100 and H200), as measured (DECISIONS #65).
+        let wide = |m, n| wide_tiles(Scheme::NvFp4, (m, n), false, 132);
+        assert!(wide(256, 28672) && wide(512, 28672) && wide(512, 7168));
+        // 64 and 32 wide tiles would split K; 56 too.
+        assert!(!wide(512, 4096) && !wide(256, 4096) && !wide(256, 7168));
+        // M <= 128, the post-scaled schemes and f16 activations: never.
+        assert!(!wide(128, 28672) && !wide(100, 28672));
+        assert!(!wide_tiles(Scheme::Int4G128, (512, 28672), false, 132));
+        assert!(!wide_tiles(Scheme::MxFp4, (512, 28672), true, 132));
+        assert!(wide_tiles(Scheme::MxFp8E4M3, (1024, 4096), false, 132));
     }
 
     #[test]
