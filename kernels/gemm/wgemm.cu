@@ -230,25 +230,141 @@ __device__ __forceinline__ void produce(const PgemmParams& p, uint8_t* smem, uin
     }
 }
 
-// The tile's sums through shared memory (`sums`, [activation row][weight row]), once every
-// consumer is done with the previous tile's, and the outputs from them (tile t of the
-// CTA's turns; the last lets the next kernel launch).
-__device__ __forceinline__ void finish_tile(const PgemmParams& p, const Tile& tl, uint32_t t, uint32_t tiles,
-                                            float* sums, const float (&acc)[16][4]) {
-    if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    consumers_sync();
-    put_sums<16, kSumsLd>(sums, acc);
-    consumers_sync();
-    const uint32_t n0 = (uint32_t)BN * tl.n, m0 = (uint32_t)BM * tl.m;
-    if (p.splits > 1) {
-        store_split<BM, 1u, kSumsLd>(p, sums, m0, n0, tl.split, (int)p.activation);
-        return;
+// D (64 x 256, f32) += A (this warp's 16 rows of 64, registers) x B (256 rows at `desc`).
+__device__ __forceinline__ void wgmma_m64n256(float (&d)[32][4], const uint32_t (&a)[4], uint64_t desc) {
+#if BS_WGEMM_ARCH
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " BS_WGMMA_REGS256
+                 : BS_WGMMA_D256(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+#else
+    (void)d;
+    (void)a;
+    (void)desc;
+    __trap();
+#endif
+}
+
+// The warps' roles, after the ring's barriers are set up: the producer warpgroup (warps
+// kConsumerWarps ..) gives its registers to the consumers (`setmaxnreg`) and its thread
+// 0 copies (`produce`, HALVES 128-row activation tiles a stage), running ahead into the
+// next tile's slabs while the consumers finish one; the consumers take their
+// registers and wait for the kernel that wrote the activation tiles. Returns whether the
+// calling thread is a producer one, which is then done (with K split, the consumers'
+// cluster barriers wait for the cluster's non-exited threads only: the producers leave
+// without arriving).
+template <class T, int DEPTH, uint32_t kStage, int HALVES>
+__device__ __forceinline__ bool roles(const PgemmParams& p, uint8_t* smem, uint64_t (&full)[DEPTH],
+                                      uint64_t (&empty)[DEPTH], uint32_t tiles, int warp, int lane) {
+    init_ring(full, empty, 1);  // the producer's expect_tx
+    __syncthreads();
+    if (warp >= kConsumerWarps) {
+#if BS_WGEMM_ARCH
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(producer_regs<T>()) : "memory");
+#endif
+        if (warp == kConsumerWarps && lane == 0) produce<T, DEPTH, kStage, HALVES>(p, smem, full, empty, tiles);
+        return true;
     }
-    switch ((int)p.activation) {
-        case 1: store_tile<1, BM, kSumsLd>(p, sums, m0, n0, 0); break;
-        case 2: store_tile<2, BM, kSumsLd>(p, sums, m0, n0, 0); break;
-        case 3: store_tile<3, BM, kSumsLd>(p, sums, m0, n0, 0); break;
-        default: store_tile<0, BM, kSumsLd>(p, sums, m0, n0, 0); break;
+#if BS_WGEMM_ARCH
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(consumer_regs<T>()) : "memory");
+#endif
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    return false;
+}
+
+// One tile's slabs for the pre-scaled schemes, `gemm`'s 128-row tiles (J = 16:
+// `wgmma.m64n128k16`) or `gemm_wide`'s 256-row ones (J = 32: `m64n256k16`). Per slab:
+// wait for its stage (DEPTH stages of kStage bytes, the codes and scales kActs bytes in),
+// decode this warp's rows into register set c of SETS, queue the four products as one
+// group, wait until at most SETS - 1 groups are pending (the next slab's decode overlaps
+// them) and release the stage whose group is done. Shared addresses stay in registers
+// (`full0`, `empty0`, `b_lo`: the ring's barriers and the first stage's descriptor low
+// word) and the stages are counted as they go (`ring`: the next slab's, `freed`: the next
+// to release), so that between groups the consumers issue little besides the decode.
+template <class T, int SETS, int DEPTH, uint32_t kStage, uint32_t kActs, int J>
+__device__ __forceinline__ void pre_scaled_tile(uint8_t* smem, uint32_t full0, uint32_t empty0, uint32_t b_lo, int gi,
+                                                int lane, uint32_t add, uint32_t count, Ring& ring, Ring& freed,
+                                                float (&acc)[J][4], uint32_t (&a)[SETS][4][4]) {
+    static_assert(J == 16 || J == 32, "m64n128 or m64n256");
+    auto step = [&](uint32_t (&ar)[4][4], bool release) {
+        mbar_wait_at(full0 + 8u * ring.at, ring.phase);
+        Slab<T> d;
+        read_stage<T>(smem + ring.at * kStage + kActs, gi, lane, nullptr, d, kGroups);
+        uint32_t s0, s1;
+        slab_scales<T>(d, add, s0, s1);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, s0, s1, ar[q]);
+        const uint32_t bs = b_lo + ring.at * (kStage >> 4);
+        fence_acc(acc);
+        wg_fence();
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            if constexpr (J == 16) {
+                wgmma_m64n128(acc, ar[q], desc_of(bs + 2u * q));
+            } else {
+                wgmma_m64n256(acc, ar[q], desc_of(bs + 2u * q));
+            }
+        }
+        wg_commit();
+        wg_wait<SETS - 1>();
+        fence_acc(acc);
+        if (release) {
+            bar_arrive_at(empty0 + 8u * freed.at);
+            freed.next(DEPTH);
+        }
+        ring.next(DEPTH);
+    };
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+    uint32_t i = 0;
+    for (; i + SETS <= count; i += SETS) {
+#pragma unroll
+        for (int c = 0; c < SETS; ++c) step(a[c], i + c + 1 >= (uint32_t)SETS);
+    }
+#pragma unroll
+    for (int c = 0; c < SETS - 1; ++c) {
+        if (i + c < count) step(a[c], i + c + 1 >= (uint32_t)SETS);
+    }
+    wg_wait<0>();
+    fence_acc(acc);
+    // The tile's last stages, whose groups the loop did not wait for.
+    for (uint32_t r = min(count, (uint32_t)SETS - 1u); r > 0; --r) {
+        bar_arrive_at(empty0 + 8u * freed.at);
+        freed.next(DEPTH);
+    }
+}
+
+// The tile's outputs (tile t of the CTA's turns; the last lets the next kernel launch)
+// from the accumulators of its 8 J activation rows, R rows a round through shared memory
+// (`sums`, [activation row][weight row]): once every consumer is done with the previous
+// round's sums, the round's are put there and written out, with K split this CTA's
+// share of them added across the cluster (store_split). Rounds wholly past M are
+// skipped (the same for every consumer thread of the cluster).
+template <int J, uint32_t R>
+__device__ __forceinline__ void finish_tile(const PgemmParams& p, const Tile& tl, uint32_t t, uint32_t tiles,
+                                            float* sums, const float (&acc)[J][4]) {
+    static_assert((8 * J) % R == 0 && R % 8 == 0, "whole rounds of whole 8-row steps");
+    if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const uint32_t n0 = (uint32_t)BN * tl.n;
+#pragma unroll 1
+    for (uint32_t h = 0; h < 8u * J / R; ++h) {
+        const uint32_t m0 = 8u * J * tl.m + h * R;
+        if (m0 >= p.m) break;
+        consumers_sync();
+        put_sums<J, kSumsLd>(sums, acc, h * (R / 8), (h + 1) * (R / 8));
+        consumers_sync();
+        if (p.splits > 1) {
+            store_split<R, 1u, kSumsLd>(p, sums, m0, n0, tl.split, (int)p.activation);
+            continue;
+        }
+        switch ((int)p.activation) {
+            case 1: store_tile<1, R, kSumsLd>(p, sums, m0, n0, 0); break;
+            case 2: store_tile<2, R, kSumsLd>(p, sums, m0, n0, 0); break;
+            case 3: store_tile<3, R, kSumsLd>(p, sums, m0, n0, 0); break;
+            default: store_tile<0, R, kSumsLd>(p, sums, m0, n0, 0); break;
+        }
     }
 }
 
@@ -262,11 +378,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     constexpr uint32_t kStage = stage_bytes<T>();
     extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ uint64_t full[kDepth], empty[kDepth];
-
-    uint32_t dynamic_smem;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
-    if (dynamic_smem < smem_bytes<T>()) __trap();
-    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    uint8_t* smem = aligned_smem(smem_raw, smem_bytes<T>());
     // The tile's sums for the epilogue, after the ring (the producer fills the ring with
     // the next tile's slabs meanwhile).
     float* tile_sums = reinterpret_cast<float*>(smem + kDepth * kStage);
@@ -278,27 +390,8 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     // With K split, the splits of a tile are one cluster of consecutive CTAs (rank =
     // split, tile_at's order; the grid is one CTA per tile and split).
 
-    init_ring(full, empty, 1);  // the producer's expect_tx
-    __syncthreads();
-
-    if (warp >= kConsumerWarps) {
-        // The producer warpgroup: its registers go to the consumers; one thread copies,
-        // running ahead into the next tile's slabs while the consumers finish a tile.
-#if BS_WGEMM_ARCH
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(producer_regs<T>()) : "memory");
-#endif
-        // (With K split, the consumers' cluster barriers wait for the non-exited threads
-        // of the cluster only: the producers leave without arriving.)
-        if (warp != kConsumerWarps || lane != 0) return;
-        produce<T, kDepth, kStage>(p, smem, full, empty, tiles);
-        return;
-    }
-
+    if (roles<T, kDepth, kStage, 1>(p, smem, full, empty, tiles, warp, lane)) return;
     // The consumers: warpgroup wg owns unit wg, warp wi of it the unit's group wi.
-#if BS_WGEMM_ARCH
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(consumer_regs<T>()) : "memory");
-#endif
-    asm volatile("griddepcontrol.wait;" ::: "memory");
     const int wg = warp >> 2, wi = warp & 3;
     const int gi = 4 * wg + wi;
     const uint32_t add = p.scale_add;
@@ -322,7 +415,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
         return d;
     };
 
-    auto finish = [&](const Tile& tl, uint32_t t) { finish_tile(p, tl, t, tiles, tile_sums, acc); };
+    auto finish = [&](const Tile& tl, uint32_t t) { finish_tile<16, BM>(p, tl, t, tiles, tile_sums, acc); };
     auto clear = [&](float (&d)[16][4]) {
 #pragma unroll
         for (int j = 0; j < 16; ++j)
@@ -331,58 +424,14 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     };
 
     if constexpr (T::kPre) {
-        // As gemm_wide's loop: shared addresses kept in registers, stage and phase
-        // counted as they go (the `it` of the other schemes' loops is not used here).
         const uint32_t full0 = kept(smem_u32(full)), empty0 = kept(smem_u32(empty));
         const uint32_t b_lo = kept(desc_lo(smem_u32(smem)));
         uint32_t a[kSets][4][4];
         Ring ring{}, freed{};  // the next slab's stage; the next stage to release
-        // The next slab into register set `ar`: wait for its stage, decode, queue its
-        // four products as one group, then wait until at most kSets - 1 groups are
-        // pending (the decode of the next slab overlaps them) and release the stage
-        // whose group is done (`release`).
-        auto step = [&](uint32_t (&ar)[4][4], bool release) {
-            mbar_wait_at(full0 + 8u * ring.at, ring.phase);
-            Slab<T> d;
-            read_stage<T>(smem + ring.at * kStage + kActTile, gi, lane, nullptr, d, kGroups);
-            uint32_t s0, s1;
-            slab_scales<T>(d, add, s0, s1);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, s0, s1, ar[q]);
-            const uint32_t bs = b_lo + ring.at * (kStage >> 4);
-            fence_acc(acc);
-            wg_fence();
-#pragma unroll
-            for (int q = 0; q < 4; ++q) wgmma_m64n128(acc, ar[q], desc_of(bs + 2u * q));
-            wg_commit();
-            wg_wait<kSets - 1>();
-            fence_acc(acc);
-            if (release) {
-                bar_arrive_at(empty0 + 8u * freed.at);
-                freed.next(kDepth);
-            }
-            ring.next(kDepth);
-        };
         for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
             const Tile tl = tile_at(p, t);
-            clear(acc);
-            const uint32_t count = kept(tl.count);
-            uint32_t i = 0;
-            for (; i + kSets <= count; i += kSets) {
-#pragma unroll
-                for (int c = 0; c < kSets; ++c) step(a[c], i + c + 1 >= (uint32_t)kSets);
-            }
-#pragma unroll
-            for (int c = 0; c < kSets - 1; ++c) {
-                if (i + c < count) step(a[c], i + c + 1 >= (uint32_t)kSets);
-            }
-            wg_wait<0>();
-            fence_acc(acc);
-            // The tile's last stages, whose groups the loop did not wait for.
-            for (uint32_t r = min(count, (uint32_t)kSets - 1u); r > 0; --r) {
-                bar_arrive_at(empty0 + 8u * freed.at);
-                freed.next(kDepth);
-            }
+            pre_scaled_tile<T, kSets, kDepth, kStage, kActTile>(smem, full0, empty0, b_lo, gi, lane, add,
+                                                                kept(tl.count), ring, freed, acc, a);
             finish(tl, t);
         }
     } else if constexpr (T::kHalfMap) {
@@ -536,46 +585,6 @@ __host__ __device__ constexpr uint32_t wide_smem_bytes() {
     return wide_depth<T>() * wide_stage_bytes<T>() + wide_fixed_bytes();
 }
 
-// D (64 x 256, f32) += A (this warp's 16 rows of 64, registers) x B (256 rows at `desc`).
-__device__ __forceinline__ void wgmma_m64n256(float (&d)[32][4], const uint32_t (&a)[4], uint64_t desc) {
-#if BS_WGEMM_ARCH
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " BS_WGMMA_REGS256
-                 : BS_WGMMA_D256(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
-#else
-    (void)d;
-    (void)a;
-    (void)desc;
-    __trap();
-#endif
-}
-
-// The wide tile's outputs, kSumRows activation rows a round through `sums`.
-__device__ __forceinline__ void finish_wide(const PgemmParams& p, const Tile& tl, uint32_t t, uint32_t tiles,
-                                            float* sums, const float (&acc)[32][4]) {
-    if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    const uint32_t n0 = (uint32_t)BN * tl.n;
-#pragma unroll 1
-    for (uint32_t h = 0; h < BMW / kSumRows; ++h) {
-        const uint32_t m0 = (uint32_t)BMW * tl.m + h * kSumRows;
-        if (m0 >= p.m) break;  // the same for every consumer thread of the cluster
-        consumers_sync();
-        put_sums<32, kSumsLd>(sums, acc, h * (kSumRows / 8), (h + 1) * (kSumRows / 8));
-        consumers_sync();
-        if (p.splits > 1) {
-            store_split<kSumRows, 1u, kSumsLd>(p, sums, m0, n0, tl.split, (int)p.activation);
-            continue;
-        }
-        switch ((int)p.activation) {
-            case 1: store_tile<1, kSumRows, kSumsLd>(p, sums, m0, n0, 0); break;
-            case 2: store_tile<2, kSumRows, kSumsLd>(p, sums, m0, n0, 0); break;
-            case 3: store_tile<3, kSumRows, kSumsLd>(p, sums, m0, n0, 0); break;
-            default: store_tile<0, kSumRows, kSumsLd>(p, sums, m0, n0, 0); break;
-        }
-    }
-}
-
 template <class T>
 __device__ __forceinline__ void gemm_wide(const PgemmParams& p) {
     static_assert(T::kPre, "the pre-scaled schemes (the others keep separate block sums)");
@@ -585,35 +594,15 @@ __device__ __forceinline__ void gemm_wide(const PgemmParams& p) {
     constexpr uint32_t kStage = wide_stage_bytes<T>();
     extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ uint64_t full[D], empty[D];
-
-    uint32_t dynamic_smem;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
-    if (dynamic_smem < wide_smem_bytes<T>()) __trap();
-    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    uint8_t* smem = aligned_smem(smem_raw, wide_smem_bytes<T>());
     float* tile_sums = reinterpret_cast<float*>(smem + D * kStage);
 
     const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
     const int lane = threadIdx.x & 31;
     const uint32_t tiles = (p.n + BN - 1) / BN * ((p.m + BMW - 1) / BMW) * p.splits;
 
-    init_ring(full, empty, 1);  // the producer's expect_tx
-    __syncthreads();
-
-    if (warp >= kConsumerWarps) {
-#if BS_WGEMM_ARCH
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(producer_regs<T>()) : "memory");
-#endif
-        if (warp == kConsumerWarps && lane == 0) produce<T, D, kStage, 2>(p, smem, full, empty, tiles);
-        return;
-    }
-
-    // The consumers: as `gemm`'s pre-scaled loop, with m64n256 products. Shared addresses
-    // are kept in registers and the stage and phase counted as they go, so that between
-    // groups the consumers issue little besides the decode.
-#if BS_WGEMM_ARCH
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(consumer_regs<T>()) : "memory");
-#endif
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (roles<T, D, kStage, 2>(p, smem, full, empty, tiles, warp, lane)) return;
+    // The consumers: `gemm`'s pre-scaled loop (pre_scaled_tile) with m64n256 products.
     const int gi = 4 * (warp >> 2) + (warp & 3);
     const uint32_t add = p.scale_add;
     const uint32_t full0 = kept(smem_u32(full)), empty0 = kept(smem_u32(empty));
@@ -621,55 +610,11 @@ __device__ __forceinline__ void gemm_wide(const PgemmParams& p) {
     float acc[32][4];
     uint32_t a[kWideSets][4][4];
     Ring ring{}, freed{};  // the next slab's stage; the next stage to release
-    // The next slab into register set `ar`: wait for its stage, decode, queue its four
-    // products as one group, wait until at most kWideSets - 1 groups are pending and release
-    // the stage whose group is done (`release`).
-    auto step = [&](uint32_t (&ar)[4][4], bool release) {
-        mbar_wait_at(full0 + 8u * ring.at, ring.phase);
-        Slab<T> d;
-        read_stage<T>(smem + ring.at * kStage + 2u * kActTile, gi, lane, nullptr, d, kGroups);
-        uint32_t s0, s1;
-        slab_scales<T>(d, add, s0, s1);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, s0, s1, ar[q]);
-        const uint32_t bs = b_lo + ring.at * (kStage >> 4);
-        fence_acc(acc);
-        wg_fence();
-#pragma unroll
-        for (int q = 0; q < 4; ++q) wgmma_m64n256(acc, ar[q], desc_of(bs + 2u * q));
-        wg_commit();
-        wg_wait<kWideSets - 1>();
-        fence_acc(acc);
-        if (release) {
-            bar_arrive_at(empty0 + 8u * freed.at);
-            freed.next(D);
-        }
-        ring.next(D);
-    };
     for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
         const Tile tl = tile_at<BMW>(p, t);
-#pragma unroll
-        for (int j = 0; j < 32; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
-        const uint32_t count = kept(tl.count);
-        uint32_t i = 0;
-        for (; i + kWideSets <= count; i += kWideSets) {
-#pragma unroll
-            for (int c = 0; c < kWideSets; ++c) step(a[c], i + c + 1 >= (uint32_t)kWideSets);
-        }
-#pragma unroll
-        for (int c = 0; c < kWideSets - 1; ++c) {
-            if (i + c < count) step(a[c], i + c + 1 >= (uint32_t)kWideSets);
-        }
-        wg_wait<0>();
-        fence_acc(acc);
-        // The tile's last stages, whose groups the loop did not wait for.
-        for (uint32_t r = min(count, (uint32_t)kWideSets - 1u); r > 0; --r) {
-            bar_arrive_at(empty0 + 8u * freed.at);
-            freed.next(D);
-        }
-        finish_wide(p, tl, t, tiles, tile_sums, acc);
+        pre_scaled_tile<T, kWideSets, D, kStage, 2u * kActTile>(smem, full0, empty0, b_lo, gi, lane, add,
+                                                                 kept(tl.count), ring, freed, acc, a);
+        finish_tile<32, kSumRows>(p, tl, t, tiles, tile_sums, acc);
     }
 }
 

@@ -46,6 +46,16 @@ __device__ __forceinline__ uint64_t desc_of(uint32_t lo) {
 __device__ __forceinline__ uint64_t tile_desc(uint32_t saddr) { return desc_of(desc_lo(saddr)); }
 
 
+// The dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle's
+// period), after checking that the launch gave at least `needed` bytes (the layout with
+// its alignment slack).
+__device__ __forceinline__ uint8_t* aligned_smem(uint8_t* raw, uint32_t needed) {
+    uint32_t dynamic_smem;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
+    if (dynamic_smem < needed) __trap();
+    return raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
+}
+
 // Keeps the compiler from moving accumulator reads or writes across a wgmma fence.
 template <int J>
 __device__ __forceinline__ void fence_acc(float (&d)[J][4]) {
