@@ -240,7 +240,8 @@ impl Plan {
         Self::tiled((m, n, slabs), slots, (TILE_N, TILE_M), image)
     }
 
-    /// The wgmma kernel's plan: 128 x 128 tiles on at most `slots` persistent CTAs, the
+    /// The wgmma kernel's plan: tiles of 128 weight rows by `tile_m` (128, or 256 for
+    /// wide tiles) activation rows on at most `slots` persistent CTAs, the
     /// activation tiles first in the workspace. K splits only while the tiles leave slots
     /// idle, each split of at least [`MIN_SPLIT_SLABS`] slabs, the splits of a tile one
     /// cluster of at most [`MAX_CLUSTER`] CTAs, as many as the GPU holds every tile's
