@@ -374,7 +374,6 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     static_assert(!F16 || !T::kPre, "f16 activations: the post-scaled schemes (their weights are exact in f16)");
     // INT4-G128 and FP8 block: scales per slab pair (128 K); the others per slab.
     constexpr uint32_t kScaleSlabs = pair_scales<T>() ? 2u : 1u;
-    constexpr uint32_t kCode = code_slab_bytes<T>();
     constexpr uint32_t kStage = stage_bytes<T>();
     extern __shared__ __align__(128) uint8_t smem_raw[];
     __shared__ uint64_t full[kDepth], empty[kDepth];
