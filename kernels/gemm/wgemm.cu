@@ -712,20 +712,31 @@ BS_WGEMM_ACTS(mxfp6_e3m2, MXFP6_E3M2)
 BS_WGEMM_ACTS(mxfp8_e4m3, MXFP8_E4M3)
 BS_WGEMM_ACTS(mxfp8_e5m2, MXFP8_E5M2)
 
+// The tile kernels' bodies exist for sm_90a only: sm_120a has no wgmma, and the host
+// never launches them there (gemm/prepared.rs `uses_wgmma`). A stub keeps the symbol,
+// so both architectures' fatbins list the same kernels, and spares ptxas the bodies
+// (a minute of every build).
+#if BS_WGEMM_ARCH
+#define BS_WGEMM_BODY(...) __VA_ARGS__(p);
+#else
+#define BS_WGEMM_BODY(...) \
+    (void)p;               \
+    __trap();
+#endif
 #define BS_WGEMM(name, traits)                                                                                  \
     extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1) wgemm_##name(const PgemmParams p) {    \
-        bs::wgemm::gemm<bs::pgemv::traits, false>(p);                                                           \
+        BS_WGEMM_BODY(bs::wgemm::gemm<bs::pgemv::traits, false>)                                                \
     }
 // f16 activations (the post-scaled schemes).
 #define BS_WGEMM_F16(name, traits)                                                                                 \
     extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1) wgemm_##name##_f16(const PgemmParams p) { \
-        bs::wgemm::gemm<bs::pgemv::traits, true>(p);                                                               \
+        BS_WGEMM_BODY(bs::wgemm::gemm<bs::pgemv::traits, true>)                                                    \
     }
 
 // Wide tiles (the pre-scaled schemes at M > 128).
 #define BS_WGEMM_WIDE(name, traits)                                                                                 \
     extern "C" __global__ void __launch_bounds__(bs::wgemm::kThreads, 1) wgemm_##name##_wide(const PgemmParams p) { \
-        bs::wgemm::gemm_wide<bs::pgemv::traits>(p);                                                                 \
+        BS_WGEMM_BODY(bs::wgemm::gemm_wide<bs::pgemv::traits>)                                                      \
     }
 
 BS_WGEMM(nvfp4, TNvfp4)
