@@ -1,13 +1,12 @@
-//! `cargo xtask kernels`: compiles every own kernel source for each target architecture
-//! with the flags build.rs uses (both read sources, flags and architectures through
-//! `blockscale_kernel_build`), prints per-kernel registers, spills and stack, fails on
-//! any spill, stack frame or serialized wgmma (ptxas C7510-C7515), and checks in the
+//! `cargo xtask kernels`: checks what blockscale-cuda's build.rs compiled, without
+//! compiling anything again. It builds the crate (a no-op when nothing changed) and reads
+//! build.rs's cache entries (`blockscale_kernel_build::cache`, listed in the manifests of
+//! `<target dir>/kernel-cache/` and `<target dir>/cutlass-cache/`). For every own kernel
+//! on each target architecture it prints registers, spills and stack and fails on any
+//! spill, stack frame or serialized wgmma (ptxas C7510-C7515), and it checks in the
 //! sm_120a SASS that each quantize kernel converts with the hardware instruction for
-//! its element format. The CUTLASS GEMM shims are not compiled again: build.rs's cache
-//! entries (ptxas report and cubin, listed in the manifest of
-//! `<target dir>/cutlass-cache/`, `CutlassCache`) are read, and each kernel must have
-//! no spills, no stack, no serialized wgmma (ptxas warning C7510) and its tensor-core
-//! instruction.
+//! its element format. Each CUTLASS GEMM kernel must have no spills, no stack, no
+//! serialized wgmma (ptxas warning C7510) and its tensor-core instruction.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,8 +14,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use blockscale_formats::{ElementFormat, Scheme};
-use blockscale_kernel_build::cache::CutlassCache;
-use blockscale_kernel_build::{Arch, KernelBuild};
+use blockscale_kernel_build::KernelBuild;
+use blockscale_kernel_build::cache::Cache;
 
 use crate::setup_cuda;
 use crate::util::{root, target_dir};
@@ -72,24 +71,37 @@ fn stages(kernel: &str) -> Option<u32> {
 }
 
 pub fn run() -> Result<()> {
-    let home = setup_cuda::cuda(false)?;
+    setup_cuda::cuda(false)?;
     let nvdisasm = setup_cuda::nvdisasm(false)?;
-    let nvcc = home.join("bin").join("nvcc");
     let build = KernelBuild::read(&root())?;
     let archs = &build.archs;
-    let out = target_dir().join("kernels-check");
-    std::fs::create_dir_all(&out)?;
+    // The manifests list what the last build compiled; build to make them current (a
+    // no-op when nothing changed, and it never recompiles a cached kernel).
+    crate::util::run(crate::util::cargo().args(["build", "-q", "-p", "blockscale-cuda"]))?;
+    let modules = Cache::modules(&target_dir()).read_manifest()?;
 
     let mut usage: BTreeMap<String, Vec<Option<Usage>>> = BTreeMap::new();
     let mut problems = Vec::new();
     if !archs.iter().any(|a| a.name() == SASS_CHECK_ARCH) {
         problems.push(format!("the SASS checks' {SASS_CHECK_ARCH} is not a target of kernels/nvcc_flags.txt"));
     }
-    for src in &build.modules {
-        let stem = src.file_stem().and_then(|s| s.to_str()).unwrap_or("kernel").to_string();
+    if modules.len() != build.modules.len() {
+        problems.push(format!(
+            "the kernel cache lists {} modules, kernels/ has {}",
+            modules.len(),
+            build.modules.len()
+        ));
+    }
+    for module in &modules {
+        let stem = &module.stem;
         for (a, arch) in archs.iter().enumerate() {
-            let cubin = out.join(format!("{stem}.{arch}.cubin"));
-            let log = compile(&nvcc, &build.flags.for_arch(arch), arch, src, &cubin)?;
+            if !module.archs().any(|m| m == arch.name()) {
+                problems.push(format!("{stem}: the kernel cache has no build for {arch}"));
+                continue;
+            }
+            let cubin = module.arch_cubin(arch.name());
+            let log_path = module.arch_ptxas_log(arch.name());
+            let log = std::fs::read_to_string(&log_path).with_context(|| format!("reading {}", log_path.display()))?;
             // wgmma serialized by ptxas (C7510-C7515: a call, too few registers, or a
             // register operand written while its group is in flight) loses its overlap.
             for code in ["C7510", "C7511", "C7512", "C7513", "C7514", "C7515"] {
@@ -138,14 +150,10 @@ pub fn run() -> Result<()> {
     }
 }
 
-/// The CUTLASS shims from build.rs's cache (building the crate first if the manifest is
-/// missing): per kernel registers, spills, stack; C7510; the tensor-core instruction.
+/// The CUTLASS shims from build.rs's cache (`run` built the crate): per kernel registers, spills, stack; C7510; the tensor-core instruction.
 /// Returns the number of kernels checked.
 fn check_cutlass(nvdisasm: &Path, problems: &mut Vec<String>) -> Result<usize> {
-    // The manifest lists what the last build linked; build to make it current (a no-op
-    // when nothing changed, and it never recompiles a cached shim).
-    crate::util::run(crate::util::cargo().args(["build", "-q", "-p", "blockscale-cuda"]))?;
-    let shims = CutlassCache::new(&target_dir()).read_manifest()?;
+    let shims = Cache::cutlass(&target_dir()).read_manifest()?;
     println!(
         "\n{:<28} {:<8} {:>8} {:>14} {:>10} {:>7}  tensor-core MMA",
         "CUTLASS shim", "arch", "kernels", "regs", "spill/stack", "stages"
@@ -200,23 +208,6 @@ fn check_cutlass(nvdisasm: &Path, problems: &mut Vec<String>) -> Result<usize> {
         count += kernels.len();
     }
     Ok(count)
-}
-
-/// Compiles one source to a cubin for `arch` and returns ptxas's verbose report.
-/// `flags` are the kernels' flags for `arch` alone (`NvccFlags::for_arch`).
-fn compile(nvcc: &Path, flags: &[String], arch: &Arch, src: &Path, cubin: &Path) -> Result<String> {
-    let output = Command::new(nvcc)
-        .args(flags)
-        .args(["-cubin", "-Xptxas", "-v", "-o"])
-        .arg(cubin)
-        .arg(src)
-        .output()
-        .with_context(|| format!("running {}", nvcc.display()))?;
-    let log = String::from_utf8_lossy(&output.stderr).into_owned();
-    if !output.status.success() {
-        bail!("nvcc failed on {} for {arch}:\n{log}", src.display());
-    }
-    Ok(log)
 }
 
 /// Per-kernel usage from `-Xptxas -v` output: "Function properties for NAME" is followed

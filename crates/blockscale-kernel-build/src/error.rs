@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// A kernel build description that cannot be read: a missing file or folder, a
 /// `-gencode` flag of another form, a CUTLASS shim whose name names no architecture,
-/// or a malformed cache manifest.
+/// or a malformed compile cache manifest.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -43,7 +43,7 @@ pub enum Error {
         /// The prefixes the target architectures give, comma-separated.
         prefixes: String,
     },
-    /// A line of the CUTLASS cache manifest that is not `stem arch folder`.
+    /// A line of a compile cache's manifest that is not `stem arch folder`.
     #[error("{path}: malformed line {line:?}")]
     Manifest {
         /// The manifest.

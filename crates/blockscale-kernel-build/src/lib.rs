@@ -2,8 +2,8 @@
 //!
 //! The one description of how blockscale's CUDA code is built, read by
 //! `crates/blockscale-cuda/build.rs` (which compiles it) and by `cargo xtask kernels`
-//! (which compiles it again per architecture to check registers, spills and SASS), so
-//! the two cannot drift apart:
+//! (which checks registers, spills and SASS in what build.rs compiled), so the two
+//! cannot drift apart:
 //!
 //! - [`KernelBuild`]: the kernel sources under `kernels/` (module kernels and CUTLASS
 //!   shims, [`sources`]), their nvcc flags ([`NvccFlags`], the one reader of
@@ -11,8 +11,9 @@
 //!   `-gencode` lines of `kernels/nvcc_flags.txt`, the only place they are listed);
 //! - where things live: the target dir cargo builds into and what `cargo xtask
 //!   setup-cuda` installs there ([`dirs`]), how nvcc and CUTLASS are found
-//!   ([`toolchain`]), and the CUTLASS object cache that build.rs fills and
-//!   `cargo xtask kernels` reads ([`cache`]).
+//!   ([`toolchain`]), and the compile caches (CUTLASS objects; module fatbins, cubins
+//!   and ptxas reports) that build.rs fills and `cargo xtask kernels` reads
+//!   ([`cache`]).
 //!
 //! It has no CUDA dependency itself: it names files and command-line flags, it runs
 //! nothing.
