@@ -104,7 +104,9 @@ __device__ __forceinline__ void f16_fragment(const Slab<T>& d, int q, uint32_t (
     static_assert(T::kDec == Dec::Int4 || T::kDec == Dec::E4M3, "f16 fragments: INT4 and FP8 block");
     if constexpr (T::kDec == Dec::Int4) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = sub_f16x2((rotr(d.w[q], 4 * i) & 0x00780078u) | 0x64006400u, 0x64406440u);
+        for (int i = 0; i < 4; ++i) {
+            a[i] = sub_f16x2(and_or<0x00780078u, 0x64006400u>(rotr(d.w[q], 4 * i)), 0x64406440u);
+        }
     } else {
         uint32_t r[4];
         fragment<T>(d, q, r);

@@ -120,8 +120,11 @@ __device__ __forceinline__ uint32_t e2m1x2(uint32_t v) {
     return mul_bf16x2((v * 0x1040u) & 0x81C081C0u, 0x7E807E80u);  // * 2^126
 }
 
-// Offset-8 INT4 codes at bits 3:0 and 19:16: bf16 128 + c, minus 136.
-__device__ __forceinline__ uint32_t int4x2(uint32_t v) { return sub_bf16x2(v | 0x43004300u, 0x43084308u); }
+// Offset-8 INT4 codes at bits 3:0 and 19:16 of `v` (other bits ignored): bf16 128 + c,
+// minus 136.
+__device__ __forceinline__ uint32_t int4x2(uint32_t v) {
+    return sub_bf16x2(and_or<0x000F000Fu, 0x43004300u>(v), 0x43084308u);
+}
 
 // Two E2M3 codes at bits 5:0 and 21:16: sign to 15, magnitude to 8:4, times 2^126.
 __device__ __forceinline__ uint32_t e2m3x2(uint32_t v) {
@@ -206,8 +209,8 @@ __device__ __forceinline__ void decode(const uint32_t (&r)[2], int i, uint32_t& 
             lo = e2m1x2(v & 0x000F000Fu);
             hi = mul_bf16x2(((v & 0x00F000F0u) * 0x104u) & 0x81C081C0u, 0x7E807E80u);
         } else {
-            lo = int4x2(v & 0x000F000Fu);
-            hi = int4x2((v >> 4) & 0x000F000Fu);
+            lo = int4x2(v);
+            hi = int4x2(v >> 4);
         }
     } else if constexpr (T::kBits == 8) {
         const uint32_t w = r[i];

@@ -85,11 +85,10 @@ __device__ __forceinline__ void dec_e2m1(uint32_t w, uint32_t (&r)[4]) {
 }
 
 // Offset-8 INT4 to bf16 128 + 8c (code at mantissa bits 6:3), then minus 192: 8 (c - 8).
+// Three operations a register (rotation, mask-and-exponent, subtraction).
 __device__ __forceinline__ void dec_int4(uint32_t w, uint32_t (&r)[4]) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        r[i] = sub_bf16x2((rotr(w, 4 * i) & 0x00780078u) | 0x43004300u, 0x43404340u);
-    }
+    for (int i = 0; i < 4; ++i) r[i] = sub_bf16x2(and_or<0x00780078u, 0x43004300u>(rotr(w, 4 * i)), 0x43404340u);
 }
 
 // E4M3 to (sign 15, magnitude 10:4), E5M2 to (sign 15, magnitude 11:5): two registers
