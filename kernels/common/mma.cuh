@@ -1,7 +1,7 @@
 // The small pieces both GEMVs and the weight-only GEMM build their decoders and products
 // from: a byte permute, a masked OR in one operation, bf16x2 multiply and subtract
-// (round to nearest), the m16n8k16 bf16 MMA with f32 accumulation, and f16 activations
-// split into exact bf16 pieces.
+// (round to nearest), the m16n8k16 bf16 and f16 MMAs with f32 accumulation, and f16
+// activations split into exact bf16 pieces.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -47,6 +47,14 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D += A B: m16n8k16, f16 inputs, f32 accumulation.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // f16 pair to two bf16 pairs whose sum is the f16 values exactly (an infinity goes
 // whole into `hi`, so Inf stays Inf rather than Inf + NaN).
 __device__ __forceinline__ void split_f16x2(uint32_t h, uint32_t& hi, uint32_t& lo) {
@@ -61,7 +69,8 @@ __device__ __forceinline__ void split_f16x2(uint32_t h, uint32_t& hi, uint32_t& 
 }
 
 // Eight words of activations (16 elements) as MMA B-fragment registers: bf16 as they
-// are, f16 (PIECES 2) split into the exact bf16 pieces of split_f16x2.
+// are (or f16 ones for the f16 MMA), f16 (F16, PIECES 2) split into the exact bf16
+// pieces of split_f16x2.
 template <bool F16, int PIECES>
 __device__ __forceinline__ void act_fragments(const uint4 lo, const uint4 hi, uint32_t (&b)[PIECES][8]) {
     const uint32_t x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};

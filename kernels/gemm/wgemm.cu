@@ -95,36 +95,6 @@ __device__ __forceinline__ void wgmma_m64n128(float (&d)[16][4], const uint32_t 
 #endif
 }
 
-// The A fragment of k16 step q as f16 (f16 activations; INT4 and FP8 E4M3, which scale
-// in f32): INT4 as 8 (c - 8) from 1024 + 8 c, E4M3 moved from its bf16 place (sign 15,
-// magnitude 10:4) to f16's (magnitude 13:7: the element times 2^-8, subnormals too) and
-// multiplied by 2^8. Exact, and the same values as the bf16 fragments.
-template <class T>
-__device__ __forceinline__ void f16_fragment(const Slab<T>& d, int q, uint32_t (&a)[4]) {
-    static_assert(T::kDec == Dec::Int4 || T::kDec == Dec::E4M3, "f16 fragments: INT4 and FP8 block");
-    if constexpr (T::kDec == Dec::Int4) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            a[i] = sub_f16x2(and_or<0x00780078u, 0x64006400u>(rotr(d.w[q], 4 * i)), 0x64406440u);
-        }
-    } else {
-        uint32_t r[4];
-        fragment<T>(d, q, r);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = mul_f16x2((r[i] & 0x80008000u) | ((r[i] << 3) & 0x3F803F80u), 0x5C005C00u);
-    }
-}
-
-// The A fragment of step q for bf16 (mma_fragment) or f16 (F16) activations.
-template <class T, bool F16>
-__device__ __forceinline__ void a_fragment(const Slab<T>& d, int q, uint32_t s0, uint32_t s1, uint32_t (&a)[4]) {
-    if constexpr (F16) {
-        f16_fragment<T>(d, q, a);
-    } else {
-        mma_fragment<T>(d, q, s0, s1, a);
-    }
-}
-
 // Registers a thread after `setmaxnreg` (the CTA's 384 x 168 registers hold 24 x 128 +
 // 240 x 256 or 40 x 128 + 232 x 256: the consumers' increase waits until the producer's
 // decrease has freed enough, so a larger producer share hangs the kernel):

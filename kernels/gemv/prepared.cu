@@ -40,7 +40,11 @@ namespace pgemv {
 template <class T, int MT, bool F16>
 __device__ __forceinline__ void gemv(const PgemvParams& p) {
     constexpr int G = T::kG;
-    constexpr int PIECES = F16 ? 2 : 1;
+    // f16 activations: the post-scaled schemes (INT4, FP8 block) decode to f16 exactly
+    // and take them whole on the f16 MMA; the pre-scaled ones split each into two exact
+    // bf16 pieces (their scaled weights need bf16's range), two MMAs a fragment.
+    constexpr bool H = F16 && !T::kPre;
+    constexpr int PIECES = F16 && !H ? 2 : 1;
     extern __shared__ __align__(128) uint8_t smem[];
     constexpr int kDepth = depth<MT>();
     __shared__ uint64_t bars[kWarps][kMaxDepth];
@@ -186,13 +190,13 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
             for (int mt = 0; mt < MT; ++mt) {
                 const uint4* xs = reinterpret_cast<const uint4*>(stage + weight_stage_bytes<T>() + mt * 1024 + 32 * lane);
                 const uint4 lo = xs[0], hi = xs[1];
-                act_fragments<F16, PIECES>(lo, hi, b[mt]);
+                act_fragments<F16 && !H, PIECES>(lo, hi, b[mt]);
             }
 #pragma unroll
             for (int gi = 0; gi < G; ++gi) {
                 Slab<T> d;
                 read_stage<T>(stage, gi, lane, tile_scale[gi] + (s / 2) * kUnit * kScaleStep, d);
-                slab_product<T, MT, PIECES>(d, b, add[gi], (s & 1) != 0, acc[gi], dt[gi]);
+                slab_product<T, MT, PIECES, H>(d, b, add[gi], (s & 1) != 0, acc[gi], dt[gi]);
             }
             // Every lane has read the stage: refill it with the slab kDepth on.
             __syncwarp();

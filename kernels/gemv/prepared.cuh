@@ -437,23 +437,57 @@ __device__ __forceinline__ void mma_fragment(const Slab<T>& d, int q, uint32_t s
     }
 }
 
+// The A fragment of MMA (k16 step) q as f16 (f16 activations; INT4 and FP8 E4M3, which scale
+// in f32): INT4 as 8 (c - 8) from 1024 + 8 c, E4M3 moved from its bf16 place (sign 15,
+// magnitude 10:4) to f16's (magnitude 13:7: the element times 2^-8, subnormals too) and
+// multiplied by 2^8. Exact, and the same values as the bf16 fragments.
+template <class T>
+__device__ __forceinline__ void f16_fragment(const Slab<T>& d, int q, uint32_t (&a)[4]) {
+    static_assert(T::kDec == Dec::Int4 || T::kDec == Dec::E4M3, "f16 fragments: INT4 and FP8 block");
+    if constexpr (T::kDec == Dec::Int4) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            a[i] = sub_f16x2(and_or<0x00780078u, 0x64006400u>(rotr(d.w[q], 4 * i)), 0x64406440u);
+        }
+    } else {
+        uint32_t r[4];
+        fragment<T>(d, q, r);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = mul_f16x2((r[i] & 0x80008000u) | ((r[i] << 3) & 0x3F803F80u), 0x5C005C00u);
+    }
+}
+
+// The A fragment of step q for bf16 (mma_fragment) or f16 (F16) activations.
+template <class T, bool F16>
+__device__ __forceinline__ void a_fragment(const Slab<T>& d, int q, uint32_t s0, uint32_t s1, uint32_t (&a)[4]) {
+    if constexpr (F16) {
+        f16_fragment<T>(d, q, a);
+    } else {
+        mma_fragment<T>(d, q, s0, s1, a);
+    }
+}
+
 // Multiplies one slab of one row group into acc (pre-scaled) or through dt (post).
 // `b`: the B fragments, [n8 tile][piece][8 registers]; `odd`: the slab's index is odd
-// (post-scaled blocks of two slabs end there).
-template <class T, int MT, int PIECES>
+// (post-scaled blocks of two slabs end there). H: f16 activations as they are (one
+// piece) times f16 fragments on the f16 MMA (the post-scaled schemes).
+template <class T, int MT, int PIECES, bool H = false>
 __device__ __forceinline__ void slab_product(const Slab<T>& d, const uint32_t (&b)[MT][PIECES][8], uint32_t add,
                                              bool odd, float (&acc)[MT][4], float (&dt)[MT][4]) {
+    static_assert(!H || (!T::kPre && PIECES == 1), "the f16 MMA takes the post-scaled schemes' whole f16 activations");
     uint32_t s0, s1;
     slab_scales<T>(d, add, s0, s1);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
         uint32_t a[4];
-        mma_fragment<T>(d, q, s0, s1, a);
+        a_fragment<T, H>(d, q, s0, s1, a);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int pc = 0; pc < PIECES; ++pc) {
-                if constexpr (T::kPre) {
+                if constexpr (H) {
+                    mma_f16(dt[mt], a, b[mt][pc][2 * q], b[mt][pc][2 * q + 1]);
+                } else if constexpr (T::kPre) {
                     mma(acc[mt], a, b[mt][pc][2 * q], b[mt][pc][2 * q + 1]);
                 } else {
                     mma(dt[mt], a, b[mt][pc][2 * q], b[mt][pc][2 * q + 1]);
