@@ -490,10 +490,11 @@ fn run_weight_only_prepared<I: GemvInput + cpu::Input, O: DeviceElement>(
     assert_same_bits(dev, &fresh, &got, &format!("{what}: allocating and _into differ"));
     // Rounded: the bf16 decode for CUTLASS, above the fused kernels' M (on Hopper bf16
     // activations, and f16 with the post-scaled schemes, run wgmma up to M = 1024,
-    // INT4-G32 with bf16 up to 256).
+    // INT4-G32 with bf16 up to 256, unless BLOCKSCALE_GEMM_WGMMA=0 leaves pgemm up to 256).
     let post = matches!(scheme, Scheme::Int4G32 | Scheme::Int4G128 | Scheme::Fp8Block(_));
     let g32_bf16 = scheme == Scheme::Int4G32 && I::SUFFIX == "bf16";
-    let wgmma = (I::SUFFIX == "bf16" || post) && m <= if g32_bf16 { 256 } else { 1024 };
+    let wgmma_on = std::env::var("BLOCKSCALE_GEMM_WGMMA").map_or(true, |v| v.trim() != "0");
+    let wgmma = wgmma_on && (I::SUFFIX == "bf16" || post) && m <= if g32_bf16 { 256 } else { 1024 };
     let rounded = m > 256 && !wgmma && post;
     c.check(&got, exact, rounded, activation, &what);
 }
