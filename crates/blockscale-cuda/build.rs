@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use blockscale_kernel_build::cache::{self, Cache, CacheEntry, Key};
-use blockscale_kernel_build::sources::Shim;
+use blockscale_kernel_build::sources::{self, Shim};
 use blockscale_kernel_build::{KernelBuild, dirs, toolchain};
 
 fn main() {
@@ -202,46 +202,58 @@ fn build_cutlass(target: &Path, nvcc: &Path, version: &[u8], build: &KernelBuild
     }
 }
 
-/// One shim into `entry`'s folder (object, cubin, ptxas report), built in a temporary
-/// folder and renamed into place, so an interrupted build never leaves a half entry.
+/// One shim into `entry`'s folder (object, cubin, ptxas report; `fill_entry`).
 /// `flags` are the shims' flags for its architecture (`NvccFlags::for_arch`).
 fn compile_shim(nvcc: &Path, flags: &[String], cutlass: &Path, shim: &Shim, entry: &CacheEntry) {
+    fill_entry(entry, |tmp| {
+        let mut cmd = Command::new(nvcc);
+        cmd.args(flags)
+            .arg("-I")
+            .arg(cutlass.join("include"))
+            .arg("-I")
+            .arg(cutlass.join("tools/util/include"))
+            .args(["-Xptxas", "-v", "--keep", "--keep-dir"])
+            .arg(tmp)
+            .arg("-c")
+            .arg("-o")
+            .arg(in_dir(tmp, &entry.object()))
+            .arg(&shim.source);
+        let started = std::time::Instant::now();
+        let output = run_nvcc(&mut cmd, &shim.source);
+        let report = format!(
+            "# {} for {}, {:.0} s\n{}",
+            shim.source.display(),
+            shim.arch,
+            started.elapsed().as_secs_f64(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::write(in_dir(tmp, &entry.ptxas_log()), report).expect("writing the ptxas report");
+        vec![entry.object(), entry.cubin(), entry.ptxas_log()]
+    });
+}
+
+/// Builds `entry`'s folder in a temporary one and renames it into place, so an
+/// interrupted build never leaves a half entry. `make` runs nvcc with `--keep` into the
+/// temporary folder it is given and returns the entry's files to keep (as
+/// `CacheEntry`'s paths); nvcc's other intermediates there (preprocessed sources, PTX:
+/// hundreds of MB for a CUTLASS shim) are dropped.
+fn fill_entry(entry: &CacheEntry, make: impl FnOnce(&Path) -> Vec<PathBuf>) {
     let tmp = entry.dir.with_extension(format!("tmp{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).expect("creating a CUTLASS cache folder");
-    let in_tmp = |path: PathBuf| tmp.join(path.file_name().expect("a cache entry's file has a name"));
-    let mut cmd = Command::new(nvcc);
-    cmd.args(flags)
-        .arg("-I")
-        .arg(cutlass.join("include"))
-        .arg("-I")
-        .arg(cutlass.join("tools/util/include"))
-        .args(["-Xptxas", "-v", "--keep", "--keep-dir"])
-        .arg(&tmp)
-        .arg("-c")
-        .arg("-o")
-        .arg(in_tmp(entry.object()))
-        .arg(&shim.source);
-    let started = std::time::Instant::now();
-    let output = run_nvcc(&mut cmd, &shim.source);
-    // Keep the object, the cubin and ptxas's report; drop the other intermediates
-    // (hundreds of MB of preprocessed source).
-    let keep = [in_tmp(entry.object()), in_tmp(entry.cubin())];
+    std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("creating {}: {e}", tmp.display()));
+    let keep: Vec<PathBuf> = make(&tmp).iter().map(|p| in_dir(&tmp, p)).collect();
     for e in std::fs::read_dir(&tmp).expect("reading the nvcc keep folder").flatten() {
         if !keep.contains(&e.path()) {
             let _ = std::fs::remove_file(e.path());
         }
     }
-    let report = format!(
-        "# {} for {}, {:.0} s\n{}",
-        shim.source.display(),
-        shim.arch,
-        started.elapsed().as_secs_f64(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::write(in_tmp(entry.ptxas_log()), report).expect("writing the ptxas report");
     let _ = std::fs::remove_dir_all(&entry.dir);
-    std::fs::rename(&tmp, &entry.dir).expect("moving a CUTLASS cache entry into place");
+    std::fs::rename(&tmp, &entry.dir).expect("moving a cache entry into place");
+}
+
+/// An entry's file `path` in the folder `dir` (the entry's temporary folder).
+fn in_dir(dir: &Path, path: &Path) -> PathBuf {
+    dir.join(path.file_name().expect("a cache entry's file has a name"))
 }
 
 /// Compiles (or takes from the cache) every module kernel; returns their entries in
@@ -254,7 +266,8 @@ fn build_modules(target: &Path, nvcc: &Path, version: &[u8], build: &KernelBuild
     let mut common = Key::default();
     common.add(build.flags.all().join(" ").as_bytes());
     common.add(version);
-    for h in module_headers(&build.kernels, &build.cutlass) {
+    let headers = sources::module_headers(&build.kernels).unwrap_or_else(|e| panic!("{e}"));
+    for h in headers {
         common.add(h.strip_prefix(&build.kernels).unwrap_or(&h).as_os_str().as_encoded_bytes());
         common.add(&std::fs::read(&h).unwrap_or_else(|e| panic!("reading {}: {e}", h.display())));
     }
@@ -286,60 +299,28 @@ fn build_modules(target: &Path, nvcc: &Path, version: &[u8], build: &KernelBuild
     entries
 }
 
-/// Every file under `kernels` but the `.cu` sources and `cutlass/`, sorted.
-fn module_headers(kernels: &Path, cutlass: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut dirs = vec![kernels.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let rd = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
-        for path in rd.flatten().map(|e| e.path()) {
-            if path.is_dir() {
-                if path != cutlass {
-                    dirs.push(path);
-                }
-            } else if path.extension().is_none_or(|e| e != "cu") {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
-}
-
-/// One module into `entry`'s folder: the fatbin (every architecture of `flags`), each
-/// architecture's cubin (nvcc's `--keep`) and ptxas report, built in a temporary folder
-/// and renamed into place.
+/// One module into `entry`'s folder (`fill_entry`): the fatbin (every architecture of
+/// `flags`), each architecture's cubin (nvcc's `--keep`) and ptxas report.
 fn compile_module(nvcc: &Path, flags: &[String], src: &Path, entry: &CacheEntry) {
-    let tmp = entry.dir.with_extension(format!("tmp{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).expect("creating a kernel cache folder");
-    let in_tmp = |path: PathBuf| tmp.join(path.file_name().expect("a cache entry's file has a name"));
-    let mut cmd = Command::new(nvcc);
-    cmd.args(flags)
-        .args(["-Xptxas", "-v", "--keep", "--keep-dir"])
-        .arg(&tmp)
-        .arg("-fatbin")
-        .arg("-o")
-        .arg(in_tmp(entry.fatbin()))
-        .arg(src);
-    let output = run_nvcc(&mut cmd, src);
-    let log = String::from_utf8_lossy(&output.stderr);
-    let parts = cache::split_ptxas(&log);
-    let mut keep = vec![in_tmp(entry.fatbin())];
-    for arch in entry.archs() {
-        let report = parts.iter().find(|(a, _)| a == arch).map_or("", |(_, text)| text.as_str());
-        std::fs::write(in_tmp(entry.arch_ptxas_log(arch)), report).expect("writing a ptxas report");
-        keep.push(in_tmp(entry.arch_ptxas_log(arch)));
-        keep.push(in_tmp(entry.arch_cubin(arch)));
-    }
-    // Drop the other intermediates (preprocessed sources, PTX).
-    for e in std::fs::read_dir(&tmp).expect("reading the nvcc keep folder").flatten() {
-        if !keep.contains(&e.path()) {
-            let _ = std::fs::remove_file(e.path());
+    fill_entry(entry, |tmp| {
+        let mut cmd = Command::new(nvcc);
+        cmd.args(flags)
+            .args(["-Xptxas", "-v", "--keep", "--keep-dir"])
+            .arg(tmp)
+            .arg("-fatbin")
+            .arg("-o")
+            .arg(in_dir(tmp, &entry.fatbin()))
+            .arg(src);
+        let output = run_nvcc(&mut cmd, src);
+        let parts = cache::split_ptxas(&String::from_utf8_lossy(&output.stderr));
+        let mut keep = vec![entry.fatbin()];
+        for arch in entry.archs() {
+            let report = parts.iter().find(|(a, _)| a == arch).map_or("", |(_, text)| text.as_str());
+            std::fs::write(in_dir(tmp, &entry.arch_ptxas_log(arch)), report).expect("writing a ptxas report");
+            keep.extend([entry.arch_ptxas_log(arch), entry.arch_cubin(arch)]);
         }
-    }
-    let _ = std::fs::remove_dir_all(&entry.dir);
-    std::fs::rename(&tmp, &entry.dir).expect("moving a kernel cache entry into place");
+        keep
+    });
 }
 
 /// Runs an nvcc command on `src`, failing the build with the command and its output;

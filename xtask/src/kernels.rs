@@ -150,7 +150,8 @@ pub fn run() -> Result<()> {
     }
 }
 
-/// The CUTLASS shims from build.rs's cache (`run` built the crate): per kernel registers, spills, stack; C7510; the tensor-core instruction.
+/// The CUTLASS shims from build.rs's cache (`run` built the crate): per kernel
+/// registers, spills, stack; C7510; the tensor-core instruction.
 /// Returns the number of kernels checked.
 fn check_cutlass(nvdisasm: &Path, problems: &mut Vec<String>) -> Result<usize> {
     let shims = Cache::cutlass(&target_dir()).read_manifest()?;

@@ -16,23 +16,37 @@ pub const CUTLASS_DIR: &str = "cutlass";
 /// The module kernels: every `.cu` under `kernels` at any depth except in `common/` and
 /// `cutlass/`, sorted by path. None found is an error.
 pub fn module_sources(kernels: &Path) -> Result<Vec<PathBuf>, Error> {
+    let found: Vec<PathBuf> =
+        files_under(kernels, &[COMMON_DIR, CUTLASS_DIR])?.into_iter().filter(|p| is_cuda_source(p)).collect();
+    if found.is_empty() {
+        return Err(Error::NoSources { dir: kernels.to_path_buf() });
+    }
+    Ok(found)
+}
+
+/// What any module kernel may include: every file under `kernels` at any depth that is
+/// not a `.cu` source, except in `cutlass/` (headers, and `nvcc_flags.txt`), sorted by
+/// path. build.rs keys its module cache on them.
+pub fn module_headers(kernels: &Path) -> Result<Vec<PathBuf>, Error> {
+    Ok(files_under(kernels, &[CUTLASS_DIR])?.into_iter().filter(|p| !is_cuda_source(p)).collect())
+}
+
+/// Every file under `kernels` at any depth, outside the folders named `skip`, sorted.
+fn files_under(kernels: &Path, skip: &[&str]) -> Result<Vec<PathBuf>, Error> {
     let mut found = Vec::new();
     let mut dirs = vec![kernels.to_path_buf()];
     while let Some(dir) = dirs.pop() {
         for path in entries(&dir)? {
             if path.is_dir() {
-                if path.file_name().is_some_and(|n| n != COMMON_DIR && n != CUTLASS_DIR) {
+                if path.file_name().is_some_and(|n| skip.iter().all(|s| n != *s)) {
                     dirs.push(path);
                 }
-            } else if is_cuda_source(&path) {
+            } else {
                 found.push(path);
             }
         }
     }
     found.sort();
-    if found.is_empty() {
-        return Err(Error::NoSources { dir: kernels.to_path_buf() });
-    }
     Ok(found)
 }
 
@@ -137,6 +151,12 @@ mod tests {
             .map(|p| p.strip_prefix(&tmp.0).expect("under the root").to_string_lossy().into_owned())
             .collect();
         assert_eq!(rel, ["gemm/deep/nested.cu", "quant/dequantize.cu", "quant/quantize.cu", "top.cu"]);
+        let headers = module_headers(&tmp.0).expect("readable");
+        let rel: Vec<String> = headers
+            .iter()
+            .map(|p| p.strip_prefix(&tmp.0).expect("under the root").to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(rel, ["common/convert.cuh", "gemm/wgmma.cuh", "nvcc_flags.txt"]);
     }
 
     #[test]
