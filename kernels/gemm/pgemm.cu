@@ -50,7 +50,10 @@ __device__ __forceinline__ void store_out(const PgemmParams& p, uint32_t m, uint
 template <class T, bool F16>
 __device__ __forceinline__ void pgemm(const PgemmParams& p) {
     constexpr int NT = BM / 8;  // n8 tiles of activations
-    constexpr int PIECES = F16 ? 2 : 1;
+    // f16 activations: whole on the f16 MMA with f16 fragments for the post-scaled
+    // schemes, two exact bf16 pieces for the pre-scaled ones (as the GEMV).
+    constexpr bool H = F16 && !T::kPre;
+    constexpr int PIECES = F16 && !H ? 2 : 1;
     // n8 tiles whose B fragments are loaded together (fewer for the post-scaled schemes,
     // which keep a block sum per tile besides).
     constexpr int kNB = T::kPre ? 4 : 2;
@@ -161,7 +164,7 @@ __device__ __forceinline__ void pgemm(const PgemmParams& p) {
             uint32_t sp0, sp1;
             slab_scales<T>(d, add, sp0, sp1);
 #pragma unroll
-            for (int q = 0; q < 4; ++q) mma_fragment<T>(d, q, sp0, sp1, a[w][q]);
+            for (int q = 0; q < 4; ++q) a_fragment<T, H>(d, q, sp0, sp1, a[w][q]);
             f0[w][0] = f0[w][1] = f1[w][0] = f1[w][1] = 0.0f;
             if constexpr (!T::kPre) {
                 post_scales<T>(d, 0, f0[w][0], f1[w][0]);
@@ -179,7 +182,7 @@ __device__ __forceinline__ void pgemm(const PgemmParams& p) {
                 const uint8_t* row = acts + ((nb + u) * 8 + g) * kActPitch;
                 const uint4 lo = *reinterpret_cast<const uint4*>(row + (T::kHalfMap ? 16 : 32) * t);
                 const uint4 hi = *reinterpret_cast<const uint4*>(row + (T::kHalfMap ? 64 + 16 * t : 32 * t + 16));
-                act_fragments<F16, PIECES>(lo, hi, b[u]);
+                act_fragments<F16 && !H, PIECES>(lo, hi, b[u]);
             }
             if constexpr (T::kPre) {
 #pragma unroll
@@ -204,7 +207,13 @@ __device__ __forceinline__ void pgemm(const PgemmParams& p) {
 #pragma unroll
                         for (int w = 0; w < kWG; ++w)
 #pragma unroll
-                            for (int u = 0; u < kNB; ++u) mma(dt[w][u], a[w][q], b[u][pc][2 * q], b[u][pc][2 * q + 1]);
+                            for (int u = 0; u < kNB; ++u) {
+                                if constexpr (H) {
+                                    mma_f16(dt[w][u], a[w][q], b[u][pc][2 * q], b[u][pc][2 * q + 1]);
+                                } else {
+                                    mma(dt[w][u], a[w][q], b[u][pc][2 * q], b[u][pc][2 * q + 1]);
+                                }
+                            }
                     if (q == 3 || (T::kHalfMap && q == 1)) {
                         const int blk = T::kHalfMap ? q / 2 : 0;
 #pragma unroll
@@ -295,7 +304,8 @@ constexpr int min_blocks() {
 }  // namespace bs
 
 // Per scheme: bf16 or f16 (`_f16`) activations; the f16 variants (two pieces of each
-// activation) take two CTAs an SM.
+// activation for the pre-scaled schemes, the f16 MMA for INT4 and FP8 block) take two
+// CTAs an SM.
 #define BS_PGEMM(name, traits)                                                                           \
     extern "C" __global__ void __launch_bounds__(bs::pgemm::kThreads, bs::pgemm::min_blocks<bs::pgemv::traits>()) \
         pgemm_##name(const PgemmParams p) {                                                              \
