@@ -15,7 +15,8 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Runs blockscale-cuda's GPU tests (a missing GPU is a failure here; the GEMM tests a
 # second time with the FP8 wgmma kernel taking FP8 block pairs up to M = 512 (their activation
 # tiles paired wherever K is not split), the prepared-weight GEMM tests a third time on the
-# wgmma kernel's wide tiles wherever M > 128 allows them, the GEMV tests
+# wgmma kernel's wide tiles wherever M > 128 allows them and a fourth without the wgmma
+# kernel (pgemm and CUTLASS, SM120's route), the GEMV tests
 # a second time with its one-wave K splits added through the workspace), the golden files
 # against the CUDA backend, compute-sanitizer (memcheck and racecheck) over short
 # quantize, GEMM, GEMV and host-pipeline tests, and the benchmarks; `sm120` runs what proves the SM120
@@ -44,6 +45,8 @@ if [ "$mode" = test ] || [ "$mode" = all ]; then
         --test-threads=1 || status=1
     echo "== bin/test-gemm's prepared-weight tests with the wgmma kernel's wide tiles wherever M > 128 allows them (K split too)"
     BLOCKSCALE_GEMM_WGMMA_WIDE=1 bin/test-gemm --test-threads=1 prepared || status=1
+    echo "== bin/test-gemm's prepared-weight tests without the wgmma kernel: pgemm and the bf16 decode, SM120's route"
+    BLOCKSCALE_GEMM_WGMMA=0 bin/test-gemm --test-threads=1 prepared || status=1
     echo "== bin/test-gemv with one-wave K splits added through the workspace, as larger grids add them (no clusters)"
     BLOCKSCALE_GEMV_CLUSTERS=0 bin/test-gemv --test-threads=1 || status=1
 fi
