@@ -327,6 +327,7 @@ __device__ __forceinline__ void finish_tile(const PgemmParams& p, const Tile& tl
         consumers_sync();
         put_sums<J, kSumsLd>(sums, acc, h * (R / 8), (h + 1) * (R / 8));
         consumers_sync();
+        BS_PROBE_MARK(2);
         if (p.splits > 1) {
             store_split<R, 1u, kSumsLd>(p, sums, m0, n0, tl.split, (int)p.activation);
             continue;
@@ -362,6 +363,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     // split, tile_at's order; the grid is one CTA per tile and split).
 
     if (roles<T, kDepth, kStage, 1>(p, smem, full, empty, tiles, warp, lane)) return;
+    BS_PROBE_MARK(0);
     // The consumers: warpgroup wg owns unit wg, warp wi of it the unit's group wi.
     const int wg = warp >> 2, wi = warp & 3;
     const int gi = 4 * wg + wi;
@@ -403,7 +405,9 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
             const Tile tl = tile_at(p, t);
             pre_scaled_tile<T, kSets, kDepth, kStage, kActTile>(smem, full0, empty0, b_lo, gi, lane, add,
                                                                 kept(tl.count), ring, freed, acc, a);
+            BS_PROBE_MARK(1);
             finish(tl, t);
+            BS_PROBE_MARK(5);
         }
     } else if constexpr (T::kHalfMap) {
         // INT4-G32: a slab holds two 32-element blocks, k16 steps 0-1 and 2-3 (the

@@ -282,6 +282,7 @@ template <int ROWS, uint32_t KB, int LD = BN>
 __device__ __forceinline__ void store_split(const PgemmParams& p, const float* sums, uint32_t m0, uint32_t n0,
                                             uint32_t split, int act) {
     cluster_sync();
+    BS_PROBE_MARK(3);
     const uint32_t share = (ROWS / 8u + p.splits - 1u) / p.splits * 8u;
     const uint32_t r0 = min((uint32_t)ROWS, split * share), r1 = min((uint32_t)ROWS, r0 + share);
     auto peers = [&](uint32_t r, uint32_t col, float (&v)[8]) {
@@ -307,6 +308,7 @@ __device__ __forceinline__ void store_split(const PgemmParams& p, const float* s
         case 3: store_rows<3, ROWS>(p, m0, n0, 0, peers, r0, r1); break;
         default: store_rows<0, ROWS>(p, m0, n0, 0, peers, r0, r1); break;
     }
+    BS_PROBE_MARK(4);
     cluster_sync();
 }
 

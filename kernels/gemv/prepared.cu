@@ -163,6 +163,7 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
         for (int s = 0; s < kDepth; ++s) issue_weights(s, (uint32_t)s);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    BS_PROBE_MARK(0);
     if (count > 0) {
 #pragma unroll
         for (int s = 0; s < kDepth; ++s) issue_acts(s, (uint32_t)s);
@@ -223,6 +224,7 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     }
     // The next kernel on the stream may start launching (its own weights do not depend
     // on this one; it waits for this grid before touching anything this one writes).
+    BS_PROBE_MARK(1);
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     __syncthreads();  // every warp's copies have landed and been read: smem is free
     static_assert((kWarps + 2) * G * MT * 32 * 4 * 4 <= kWarps * kDepth * kStage,
@@ -237,6 +239,7 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) red[warp][gi][mt][lane][j] = acc[gi][mt][j];
     __syncthreads();
+    BS_PROBE_MARK(2);
 
     const uint32_t planes = (uint32_t)mats;
     const uint64_t plane = (uint64_t)p.m * p.n;
@@ -276,6 +279,7 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
             if (gated) part[plane] = v1;
         }
     }
+    BS_PROBE_MARK(3);
     if (p.splits == 1) return;
 
     if (clustered) {
@@ -301,15 +305,20 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     }
 
     // Split K: the last CTA of this row tile to finish adds the partials in split order.
-    __threadfence();
+    // The CTA barrier orders every thread's partials before thread 0's release (a
+    // release is cumulative), the count's acquire orders the last CTA's reads after
+    // every other CTA's release, and the second barrier hands that on to its threads:
+    // one fence a CTA instead of one a thread.
     __syncthreads();
     if (threadIdx.x == 0) {
-        const uint32_t done = atomicAdd(p.counters + tile, 1u);
+        uint32_t done;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(done) : "l"(p.counters + tile) : "memory");
         last_flag = done == p.splits - 1 ? 1u : 0u;
     }
     __syncthreads();
+    BS_PROBE_MARK(4);
     if (!last_flag) return;
-    __threadfence();
+    BS_PROBE_MARK(5);
     const uint32_t row0 = 16u * rg0;
     const uint32_t rows = min(p.n, row0 + 16u * (uint32_t)gout) - min(p.n, row0);
     for (uint32_t e = threadIdx.x; e < rows * p.m; e += kThreads) {
@@ -322,6 +331,7 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
         }
         gemv_write_output(p, m, n, v0, v1);
     }
+    BS_PROBE_MARK(6);
     if (threadIdx.x == 0) p.counters[tile] = 0u;
 }
 

@@ -22,6 +22,11 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kSlabK = 64;   // K elements per slab: four m16n8k16 MMAs
 constexpr int kChunk = 4;    // slabs per chunk (the warps' unit of work)
 constexpr int kMaxDepth = 4; // stages of a warp's ring in shared memory, at most
+// Timeline probes (docs/probes/fixed_cost.cu) define BS_PROBE_MARK(i) to record when a
+// CTA passes point i; the library's build leaves it empty.
+#ifndef BS_PROBE_MARK
+#define BS_PROBE_MARK(i)
+#endif
 
 // Stages per warp: 4 for M <= 8, 3 for M <= 16 (whose stages carry twice the
 // activations), so four CTAs fit an SM's shared memory either way.

@@ -71,6 +71,19 @@ const _: () = {
 struct Loaded {
     modules: HashMap<&'static str, Arc<CudaModule>>,
     functions: HashMap<String, (CudaFunction, u32)>,
+    /// What [`Device::spread_smem`] knows, from its first call on (boxed: a `Device`
+    /// stays small).
+    spread: Option<Box<Spread>>,
+}
+
+/// The device's shared memory sizes in bytes (an SM's, the most a CTA may take, what the
+/// driver reserves on an SM for every CTA) and, per kernel by its driver handle, its
+/// static shared memory and the dynamic limit raised so far.
+struct Spread {
+    per_sm: usize,
+    per_block: usize,
+    reserved: usize,
+    kernels: HashMap<usize, (usize, usize)>,
 }
 
 /// A device's scratch memory, behind one lock.
@@ -393,6 +406,68 @@ impl Device {
             .max(1);
         loaded.functions.insert(name.as_str().to_string(), (func.clone(), blocks_per_sm));
         Ok(Kernel::new(name, func, blocks_per_sm))
+    }
+
+    /// Dynamic shared memory for a launch of `kernel` (loaded for `smem` bytes) with which
+    /// at most `per_sm` of its CTAs share an SM: `smem` padded until one more would not
+    /// fit, the kernel's limit raised to it. A one-wave grid of c CTAs on s SMs launched
+    /// with `per_sm` = ceil(c / s) has its CTAs spread evenly, where the scheduler would
+    /// otherwise fill some SMs to the occupancy limit and leave others near empty (their
+    /// slots taken by the kernel before, under programmatic dependent launch): the
+    /// crowded SMs then set the grid's time. `smem` itself where `per_sm` CTAs of that
+    /// size do not fit or the padding would pass a CTA's limit.
+    ///
+    /// # Errors
+    /// The driver's error when a query or the limit fails.
+    pub(crate) fn spread_smem<P>(&self, kernel: &Kernel<P>, smem: usize, per_sm: u32) -> Result<usize, CudaError> {
+        use cudarc::driver::sys::CUfunction_attribute as A;
+        let func = kernel.function();
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        let spread: &mut Spread = match loaded.spread {
+            Some(ref mut known) => known,
+            None => {
+                let read = |attribute, context| {
+                    self.ctx.attribute(attribute).map(|v| v as usize).map_err(CudaError::driver(context))
+                };
+                loaded.spread.insert(Box::new(Spread {
+                    per_sm: read(
+                        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+                        "reading the shared memory of an SM",
+                    )?,
+                    per_block: read(
+                        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                        "reading the shared memory of a CTA",
+                    )?,
+                    reserved: read(
+                        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
+                        "reading the shared memory reserved per CTA",
+                    )?,
+                    kernels: HashMap::new(),
+                }))
+            }
+        };
+        let key = func.cu_function() as usize;
+        let (fixed, limit) = match spread.kernels.get(&key) {
+            Some(&known) => known,
+            None => {
+                let fixed = func
+                    .get_attribute(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+                    .map_err(CudaError::driver("reading a kernel's static shared memory"))?;
+                (fixed as usize, smem)
+            }
+        };
+        let share = (spread.per_sm / per_sm.max(1) as usize).saturating_sub(fixed + spread.reserved) / 128 * 128;
+        let padded = share.min(spread.per_block.saturating_sub(fixed));
+        let footprint = padded + fixed + spread.reserved;
+        if padded <= smem || (per_sm as usize + 1) * footprint <= spread.per_sm {
+            return Ok(smem);
+        }
+        if padded > limit {
+            func.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, padded as i32)
+                .map_err(CudaError::driver("raising a kernel's shared memory limit"))?;
+        }
+        spread.kernels.insert(key, (fixed, padded.max(limit)));
+        Ok(padded)
     }
 
     /// The embedded module `module_name`, loaded into the context now unless an earlier

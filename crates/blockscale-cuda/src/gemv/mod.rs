@@ -166,6 +166,14 @@ fn gemv_clusters() -> bool {
     *C.get_or_init(|| crate::tuning::env_on("BLOCKSCALE_GEMV_CLUSTERS"))
 }
 
+/// Tuning switch for benchmarks: `BLOCKSCALE_GEMV_SPREAD=0` launches a one-wave GEMV on
+/// prepared weights with its own shared memory, however unevenly its CTAs then share the
+/// SMs (by default it pads the shared memory so that ceil(CTAs / SMs) fit an SM).
+fn gemv_spread() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| crate::tuning::env_on("BLOCKSCALE_GEMV_SPREAD"))
+}
+
 /// How a GEMV is launched: tiles of rows x splits of K, and the split-K workspace.
 #[derive(Clone, Copy, Debug)]
 struct Plan {

@@ -71,6 +71,20 @@ impl Plan {
     fn partials(&self) -> bool {
         self.splits > 1 && !self.cluster
     }
+
+    /// At most how many CTAs an SM should hold for the grid to spread evenly over `sms`
+    /// SMs: ceil(CTAs / SMs) for a one-wave grid, where that is fewer than the kernel's
+    /// `per_sm` (the launch then pads its shared memory: [`Device::spread_smem`]). The
+    /// scheduler otherwise fills some SMs to `per_sm` while the kernel before, under
+    /// programmatic dependent launch, still holds slots on others, and the crowded SMs,
+    /// whose CTAs share their issue slots, set the GEMV's time (docs/DECISIONS.md #68).
+    /// None for clustered plans (their cluster counts were taken unpadded) and grids of
+    /// more than a wave.
+    fn spread(&self, sms: usize, per_sm: usize) -> Option<u32> {
+        let ctas = self.tiles * self.splits;
+        let even = ctas.div_ceil(sms.max(1));
+        (self.one_wave && !self.cluster && even < per_sm).then_some(even as u32)
+    }
 }
 
 /// How full the waves are when `ctas` CTAs run on `slots` resident ones.
@@ -230,6 +244,10 @@ fn launch<O: DeviceElement>(
     let (n, k) = (w.rows, w.k);
     let gated = sides.len() == 2;
     let (kernel, plan) = prepare(dev, w, m, gated, acts.f16())?;
+    let smem = match plan.spread(dev.sm_count() as usize, kernel.blocks_per_sm as usize) {
+        Some(per_sm) if super::gemv_spread() => dev.spread_smem(&kernel, smem_bytes(w.scheme, m), per_sm)?,
+        _ => smem_bytes(w.scheme, m),
+    };
     let (decoded, total) = decoded_at(plan.workspace, acts.decoded_bytes(m, k));
     let mut scratch = dev.scratch_for(total, grow && total > 0)?;
     let crate::device::Scratch { workspace, counters } = &mut *scratch;
@@ -293,13 +311,13 @@ fn launch<O: DeviceElement>(
             (plan.tiles as u32, plan.splits as u32, 1)
         },
         block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: smem_bytes(w.scheme, m) as u32,
+        shared_mem_bytes: smem as u32,
     };
     // The launch contract (ffi): the prepared codes and scales were made by PreparedLayout
     // for this scheme and shape (row groups padded to whole CTA tiles, slabs to whole
     // chunks), so every load the plan's grid issues is inside them; gate and up were
     // checked equal in scheme and shape; the dynamic shared memory is the ring prepared.cu
-    // lays out (it traps if given less). The activations were checked for M rows of K at
+    // lays out or more (padded to spread the grid; it traps if given less). The activations were checked for M rows of K at
     // their stride with 16-byte aligned rows, or decoded just before into the workspace
     // after the partials (M rows of K bf16, K a multiple of 16; the kernel reads them after
     // its griddepcontrol.wait) (the kernel zero-fills past M and K), the output for M x N
@@ -325,6 +343,25 @@ mod tests {
     /// Room for any number of clusters, and for none.
     const ALL: fn(usize) -> usize = |_| usize::MAX;
     const NONE: fn(usize) -> usize = |_| 0;
+
+    #[test]
+    fn one_wave_grids_spread_evenly_over_the_sms() {
+        // 64 tiles x 4 splits on 132 SMs of 4 slots: at most 2 a SM.
+        let p = Plan::new(Scheme::NvFp4, (1, 4096, 64), false, 528, &NONE);
+        assert_eq!((p.tiles, p.splits), (64, 4));
+        assert_eq!(p.spread(132, 4), Some(2));
+        // 448 CTAs need 4 a SM: nothing to spread.
+        let big = Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 528, &NONE);
+        assert_eq!(big.spread(132, 4), None);
+        // More than a wave: no spreading.
+        let multi = Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 396, &NONE);
+        assert!(!multi.one_wave);
+        assert_eq!(multi.spread(132, 3), None);
+        // Clustered plans keep their shared memory.
+        let four = Plan::new(Scheme::NvFp4, (4, 4096, 64), false, 528, &ALL);
+        assert!(four.cluster);
+        assert_eq!(four.spread(132, 4), None);
+    }
 
     #[test]
     fn a_mostly_empty_last_wave_is_filled_by_splitting_k() {
