@@ -255,6 +255,27 @@ static double graph_us(cudaGraphExec_t g, cudaStream_t s, int calls) {
     return pct(t, 0.5);
 }
 
+// `copies` random weight matrices: codes and scale bytes (scales kept small and finite).
+struct Weights {
+    std::vector<uint8_t*> codes, scales;
+    Weights(int copies, size_t code, size_t scale) : codes(copies), scales(copies) {
+        for (int c = 0; c < copies; ++c) {
+            CK(cudaMalloc(&codes[c], code));
+            CK(cudaMalloc(&scales[c], scale));
+            random_bytes(codes[c], code, 11 + c);
+            random_bytes(scales[c], scale, 97 + c, 0x0F, 0x30);
+        }
+    }
+    ~Weights() {
+        for (size_t c = 0; c < codes.size(); ++c) {
+            cudaFree(codes[c]);
+            cudaFree(scales[c]);
+        }
+    }
+    Weights(const Weights&) = delete;
+    Weights& operator=(const Weights&) = delete;
+};
+
 static int l2_bytes() {
     int v;
     CK(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, 0));
@@ -294,13 +315,8 @@ static void gemv_case(const char* scheme, int n, int k, int sms, cudaStream_t s)
     wanted = std::min(std::max(1, std::min(wanted, max_splits)), chunks);
     const int cps = (chunks + wanted - 1) / wanted, splits = (chunks + cps - 1) / cps;
     const bool one_wave = tiles * splits <= slots;
-    std::vector<uint8_t*> w(copies), sc(copies);
-    for (int c = 0; c < copies; ++c) {
-        CK(cudaMalloc(&w[c], code));
-        CK(cudaMalloc(&sc[c], scale));
-        random_bytes(w[c], code, 11 + c);
-        random_bytes(sc[c], scale, 97 + c, 0x0F, 0x30);
-    }
+    const Weights wt(copies, code, scale);
+    const std::vector<uint8_t*>&w = wt.codes, &sc = wt.scales;
     void *x, *out;
     float* partial = nullptr;
     unsigned* counters = nullptr;
@@ -366,10 +382,6 @@ static void gemv_case(const char* scheme, int n, int k, int sms, cudaStream_t s)
         if (!by[c].empty())
             printf("    SMs with %d CTAs: %3zu, last end p50 %.2f max %.2f us after the first start\n", c, by[c].size(),
                    pct(by[c], 0.5), pct(by[c], 1.0));
-    for (int c = 0; c < copies; ++c) {
-        CK(cudaFree(w[c]));
-        CK(cudaFree(sc[c]));
-    }
     CK(cudaFree(x));
     CK(cudaFree(out));
     CK(cudaFree(partial));
@@ -379,8 +391,9 @@ static void gemv_case(const char* scheme, int n, int k, int sms, cudaStream_t s)
     CK(cudaGraphDestroy(graph));
 }
 
-// The `wgmma` kernel at M = 128 with the plan gemm/prepared.rs makes for N = K = 4096 on
-// 132 SMs: 32 tiles, 4 splits of 16 slabs, clusters of 4 (passed in).
+// The `wgmma` kernel (NVFP4) with the plan gemm/prepared.rs makes (K splits as the
+// driver's cluster occupancy allows), after the activation tiling kernel; `hot`: one
+// weight copy (the GEMM bench's warm L2) instead of rotating copies.
 static void wgemm_case(int m, int n, int k, bool hot, cudaStream_t s) {
     using namespace bs::wgemm;
     const size_t code = (size_t)n * k / 2, scale = (size_t)n * k / 16;
@@ -425,13 +438,8 @@ static void wgemm_case(int m, int n, int k, bool hot, cudaStream_t s) {
     printf("clusters held at once: 2: %d, 3: %d, 4: %d\n", active(2), active(3), active(4));
     // Persistent without a split: one CTA an SM at most.
     const int ctas = splits > 1 ? tiles * splits : std::min(tiles, sms);
-    std::vector<uint8_t*> w(copies), sc(copies);
-    for (int c = 0; c < copies; ++c) {
-        CK(cudaMalloc(&w[c], code));
-        CK(cudaMalloc(&sc[c], scale));
-        random_bytes(w[c], code, 11 + c);
-        random_bytes(sc[c], scale, 97 + c, 0x0F, 0x30);
-    }
+    const Weights wt(copies, code, scale);
+    const std::vector<uint8_t*>&w = wt.codes, &sc = wt.scales;
     void *x, *out, *ws;
     CK(cudaMalloc(&x, (size_t)m * k * 2));
     random_bytes(x, (size_t)m * k * 2, 5, 0x3F, 0);
@@ -485,10 +493,6 @@ static void wgemm_case(int m, int n, int k, bool hot, cudaStream_t s) {
         ks.push_back(Kern{"wgmma", std::vector<Rec>(gg.begin() + (size_t)i * ctas, gg.begin() + (size_t)(i + 1) * ctas)});
     }
     report(ks, 2);
-    for (int c = 0; c < copies; ++c) {
-        CK(cudaFree(w[c]));
-        CK(cudaFree(sc[c]));
-    }
     CK(cudaFree(x));
     CK(cudaFree(out));
     CK(cudaFree(ws));
