@@ -317,15 +317,16 @@ fn launch<O: DeviceElement>(
     // for this scheme and shape (row groups padded to whole CTA tiles, slabs to whole
     // chunks), so every load the plan's grid issues is inside them; gate and up were
     // checked equal in scheme and shape; the dynamic shared memory is the ring prepared.cu
-    // lays out or more (padded to spread the grid; it traps if given less). The activations were checked for M rows of K at
-    // their stride with 16-byte aligned rows, or decoded just before into the workspace
-    // after the partials (M rows of K bf16, K a multiple of 16; the kernel reads them after
-    // its griddepcontrol.wait) (the kernel zero-fills past M and K), the output for M x N
-    // at its stride, the bias for N values, the workspace for the split-K partials and the
-    // counters for the plan's tiles (zero between launches: the last CTA of each tile
-    // resets its counter), or, for a clustered plan, clusters of its 2 to MAX_CLUSTER
-    // splits along x, which the kernel reads from %cluster_nctarank. The guards keep every buffer alive and ordered until the launch
-    // is queued on this device's stream. Before its griddepcontrol.wait the kernel reads
+    // lays out or more (padded to spread the grid; it traps if given less). The
+    // activations were checked for M rows of K at their stride with 16-byte aligned rows,
+    // or decoded just before into the workspace after the partials (M rows of K bf16, K a
+    // multiple of 16; the kernel reads them after its griddepcontrol.wait) (the kernel
+    // zero-fills past M and K), the output for M x N at its stride, the bias for N values,
+    // the workspace for the split-K partials and the counters for the plan's tiles (zero
+    // between launches: the last CTA of each tile resets its counter), or, for a
+    // clustered plan, clusters of its 2 to MAX_CLUSTER splits along x, which the kernel
+    // reads from %cluster_nctarank. The guards keep every buffer alive and ordered until
+    // the launch is queued on this device's stream. Before its griddepcontrol.wait the kernel reads
     // only the prepared weights, which nothing writes after PreparedWeights uploaded them.
     let order = Order::Dependent { cluster: if plan.cluster { plan.splits as u32 } else { 1 } };
     crate::ffi::launch::launch(stream, &kernel, config, order, &params)
