@@ -55,6 +55,16 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D += A B on the bf16 MMA, or on the f16 one (F16: f16 fragments and activations).
+template <bool F16>
+__device__ __forceinline__ void mma_as(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (F16) {
+        mma_f16(d, a, b0, b1);
+    } else {
+        mma(d, a, b0, b1);
+    }
+}
+
 // f16 pair to two bf16 pairs whose sum is the f16 values exactly (an infinity goes
 // whole into `hi`, so Inf stays Inf rather than Inf + NaN).
 __device__ __forceinline__ void split_f16x2(uint32_t h, uint32_t& hi, uint32_t& lo) {

@@ -207,13 +207,8 @@ __device__ __forceinline__ void pgemm(const PgemmParams& p) {
 #pragma unroll
                         for (int w = 0; w < kWG; ++w)
 #pragma unroll
-                            for (int u = 0; u < kNB; ++u) {
-                                if constexpr (H) {
-                                    mma_f16(dt[w][u], a[w][q], b[u][pc][2 * q], b[u][pc][2 * q + 1]);
-                                } else {
-                                    mma(dt[w][u], a[w][q], b[u][pc][2 * q], b[u][pc][2 * q + 1]);
-                                }
-                            }
+                            for (int u = 0; u < kNB; ++u)
+                                mma_as<H>(dt[w][u], a[w][q], b[u][pc][2 * q], b[u][pc][2 * q + 1]);
                     if (q == 3 || (T::kHalfMap && q == 1)) {
                         const int blk = T::kHalfMap ? q / 2 : 0;
 #pragma unroll

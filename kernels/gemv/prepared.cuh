@@ -490,12 +490,10 @@ __device__ __forceinline__ void slab_product(const Slab<T>& d, const uint32_t (&
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int pc = 0; pc < PIECES; ++pc) {
-                if constexpr (H) {
-                    mma_f16(dt[mt], a, b[mt][pc][2 * q], b[mt][pc][2 * q + 1]);
-                } else if constexpr (T::kPre) {
+                if constexpr (T::kPre) {
                     mma(acc[mt], a, b[mt][pc][2 * q], b[mt][pc][2 * q + 1]);
                 } else {
-                    mma(dt[mt], a, b[mt][pc][2 * q], b[mt][pc][2 * q + 1]);
+                    mma_as<H>(dt[mt], a, b[mt][pc][2 * q], b[mt][pc][2 * q + 1]);
                 }
             }
         }

@@ -244,9 +244,10 @@ fn launch<O: DeviceElement>(
     let (n, k) = (w.rows, w.k);
     let gated = sides.len() == 2;
     let (kernel, plan) = prepare(dev, w, m, gated, acts.f16())?;
+    let ring = smem_bytes(w.scheme, m);
     let smem = match plan.spread(dev.sm_count() as usize, kernel.blocks_per_sm as usize) {
-        Some(per_sm) if super::gemv_spread() => dev.spread_smem(&kernel, smem_bytes(w.scheme, m), per_sm)?,
-        _ => smem_bytes(w.scheme, m),
+        Some(per_sm) if super::gemv_spread() => dev.spread_smem(&kernel, ring, per_sm)?,
+        _ => ring,
     };
     let (decoded, total) = decoded_at(plan.workspace, acts.decoded_bytes(m, k));
     let mut scratch = dev.scratch_for(total, grow && total > 0)?;
