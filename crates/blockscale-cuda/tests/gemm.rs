@@ -937,4 +937,7 @@ fn gemm_sanitizer_smoke() {
     run_weight_only_prepared::<f16, f32>(&dev, tile, (70, 40, 512), false, Activation::Identity, 958);
     run_weight_only_prepared::<bf16, f32>(&dev, row, (70, 40, 512), false, Activation::Identity, 957);
     run_weight_only_prepared::<bf16, bf16>(&dev, tile, (20, 40, 512), false, Activation::GeluTanh, 954);
+    // f16 activations at M = 20: pgemm on the f16 MMA (INT4 and FP8 block fragments in f16).
+    run_weight_only_prepared::<f16, bf16>(&dev, Scheme::Int4G128, (20, 40, 640), false, Activation::Silu, 961);
+    run_weight_only_prepared::<f16, bf16>(&dev, tile, (20, 40, 512), false, Activation::Identity, 962);
 }
