@@ -105,8 +105,6 @@ impl Plan {
         let gout = groups(scheme) / if gated { 2 } else { 1 };
         let tiles = n.div_ceil(16).div_ceil(gout);
         let chunks = slabs / CHUNK;
-        // A split keeps at least one chunk per warp.
-        let max_splits = (chunks / WARPS).max(1);
         let wanted = if tiles <= slots {
             // Every CTA is resident at once: split K as far as one wave of CTAs holds,
             // which gives small matrices more warps to hide latency with.
@@ -126,7 +124,46 @@ impl Plan {
             }
             best.0
         };
-        let wanted = super::split_override().unwrap_or(wanted).clamp(1, max_splits.max(1)).min(chunks.max(1));
+        let wanted = super::split_override().unwrap_or(wanted);
+        Self::with_splits((m, n, tiles, chunks), gated, slots, clusters, wanted)
+    }
+
+    /// As [`Plan::new`] for one activation row on a GPU of `sms` SMs whose one-wave grids
+    /// are spread evenly ([`Plan::spread`]): the K splits that give the busiest SM the
+    /// least work (its CTAs times a CTA's chunks); at equal work those that put at least
+    /// two CTAs on it (more warps to hide latency with), then the fewest (each split adds
+    /// partials, a counter and the last CTA's adds to the call). NVFP4 on an H200, graph
+    /// replay: 16384 x 2048 takes 1 split instead of 2 (10.1 -> 7.9 µs), 4096 x 4096 keeps
+    /// 4 (docs/DECISIONS.md #68). Grids of more than a wave, and a split override, plan as
+    /// `new` does.
+    fn new_spread(scheme: Scheme, (n, slabs): (usize, usize), gated: bool, slots: usize, sms: usize) -> Self {
+        let base = Self::new(scheme, (1, n, slabs), gated, slots, &|_| 0);
+        if !base.one_wave || super::split_override().is_some() {
+            return base;
+        }
+        let (tiles, chunks) = (base.tiles, slabs / CHUNK);
+        let max_splits = (chunks / WARPS).max(1).min(chunks.max(1));
+        let cost = |s: usize| {
+            let per_split = chunks.div_ceil(s).max(1);
+            let per_sm = (tiles * chunks.div_ceil(per_split)).div_ceil(sms.max(1));
+            (per_sm * per_split, per_sm < 2, s)
+        };
+        let best = (1..=max_splits).filter(|&s| tiles * s <= slots).min_by_key(|&s| cost(s)).unwrap_or(1);
+        Self::with_splits((1, n, tiles, chunks), gated, slots, &|_| 0, best)
+    }
+
+    /// The plan of `wanted` K splits (clamped to at least one chunk a warp) of `tiles` row
+    /// tiles over `chunks` chunks.
+    fn with_splits(
+        (m, n, tiles, chunks): (usize, usize, usize, usize),
+        gated: bool,
+        slots: usize,
+        clusters: &dyn Fn(usize) -> usize,
+        wanted: usize,
+    ) -> Self {
+        // A split keeps at least one chunk per warp.
+        let max_splits = (chunks / WARPS).max(1);
+        let wanted = wanted.clamp(1, max_splits).min(chunks.max(1));
         let chunks_per_split = chunks.div_ceil(wanted).max(1);
         let splits = chunks.div_ceil(chunks_per_split).max(1);
         let mats = if gated { 2 } else { 1 };
@@ -157,7 +194,11 @@ fn prepare(dev: &Device, w: &Fast, m: usize, gated: bool, f16: bool) -> Result<(
     } else {
         [0; MAX_CLUSTER + 1]
     };
-    let plan = Plan::new(w.scheme, (m, w.rows, w.slabs), gated, slots, &|s| counts[s]);
+    let plan = if m == 1 && super::gemv_spread() {
+        Plan::new_spread(w.scheme, (w.rows, w.slabs), gated, slots, dev.sm_count() as usize)
+    } else {
+        Plan::new(w.scheme, (m, w.rows, w.slabs), gated, slots, &|s| counts[s])
+    };
     if plan.tiles > MAX_TILES {
         return Err(CudaError::TooLarge { rows: w.rows, k: w.k, limit: "the GEMV's row tiles exceed 65536" });
     }
@@ -363,6 +404,25 @@ mod tests {
         let four = Plan::new(Scheme::NvFp4, (4, 4096, 64), false, 528, &ALL);
         assert!(four.cluster);
         assert_eq!(four.spread(132, 4), None);
+    }
+
+    #[test]
+    fn spread_single_rows_split_k_to_unload_the_busiest_sm() {
+        // 16384 x 2048 (256 tiles, 8 chunks) on 132 SMs of 4 slots: one split (2 CTAs of 8
+        // chunks on the busiest SM) rather than two (4 of 4), no partials.
+        let p = Plan::new_spread(Scheme::NvFp4, (16384, 32), false, 528, 132);
+        assert_eq!((p.tiles, p.splits, p.workspace), (256, 1, 0));
+        assert_eq!(p.spread(132, 4), Some(2));
+        // 4096 x 4096 (64 tiles, 16 chunks): 4 splits (2 CTAs of 4), not 2 (1 of 8: the
+        // same work with half the warps) nor 1 (64 SMs idle).
+        let p = Plan::new_spread(Scheme::NvFp4, (4096, 64), false, 528, 132);
+        assert_eq!((p.tiles, p.splits, p.chunks_per_split), (64, 4, 4));
+        // 28672 x 8192: one wave unsplit, as `new` plans it.
+        let p = Plan::new_spread(Scheme::NvFp4, (28672, 128), false, 528, 132);
+        assert_eq!(p, Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 528, &NONE));
+        // More than a wave: as `new`.
+        let p = Plan::new_spread(Scheme::NvFp4, (28672, 128), false, 396, 132);
+        assert_eq!(p, Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 396, &NONE));
     }
 
     #[test]
