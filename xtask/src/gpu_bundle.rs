@@ -17,7 +17,8 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # tiles paired wherever K is not split), the prepared-weight GEMM tests a third time on the
 # wgmma kernel's wide tiles wherever M > 128 allows them and a fourth without the wgmma
 # kernel (pgemm and CUTLASS, SM120's route), the GEMV tests
-# a second time with its one-wave K splits added through the workspace), the golden files
+# a second time with its one-wave K splits added through the workspace and a third on
+# unspread grids, whose splits from two rows on add in a cluster), the golden files
 # against the CUDA backend, compute-sanitizer (memcheck and racecheck) over short
 # quantize, GEMM, GEMV and host-pipeline tests, and the benchmarks; `sm120` runs what proves the SM120
 # GEMM tier and the GEMV on an RTX 50xx / RTX PRO Blackwell (compute capability 12.x):
@@ -49,6 +50,8 @@ if [ "$mode" = test ] || [ "$mode" = all ]; then
     BLOCKSCALE_GEMM_WGMMA=0 bin/test-gemm --test-threads=1 prepared || status=1
     echo "== bin/test-gemv with one-wave K splits added through the workspace, as larger grids add them (no clusters)"
     BLOCKSCALE_GEMV_CLUSTERS=0 bin/test-gemv --test-threads=1 || status=1
+    echo "== bin/test-gemv on unspread grids: from two rows on, one-wave K splits add in a cluster"
+    BLOCKSCALE_GEMV_SPREAD=0 bin/test-gemv --test-threads=1 || status=1
 fi
 if [ "$mode" = verify ] || [ "$mode" = all ]; then
     echo "== golden files, cuda backend"

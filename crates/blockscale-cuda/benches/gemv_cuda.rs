@@ -11,7 +11,9 @@
 //!
 //! Run on a GPU machine: `gpu-bundle/run.sh bench` (the `cargo xtask bench --backend
 //! cuda` flow), with cuBLAS on the library path. `BLOCKSCALE_BENCH_FILTER=text` keeps the
-//! cases whose label contains `text`.
+//! cases whose label contains `text`; `BLOCKSCALE_BENCH_PREPARED=1` (or `_PLAIN=1`) times
+//! only the prepared (or checkpoint-layout) weights; `BLOCKSCALE_BENCH_GRAPH=1` adds a
+//! graph row for every M, not only M = 1, and every scheme's rows of M > 1.
 //!
 //! Why this bench stays beside the facade's (benches/backend.rs): the facade's
 //! `Backend::Cuda` calls take host arrays and copy them over PCIe on every call; this bench
@@ -177,6 +179,12 @@ fn only_prepared() -> bool {
     std::env::var("BLOCKSCALE_BENCH_PREPARED").is_ok_and(|v| v == "1")
 }
 
+/// `BLOCKSCALE_BENCH_GRAPH=1`: every M's row timed in a CUDA graph too (kernel time without
+/// the host's launch rate, which sets the eager rows of the small shapes).
+fn graph_all() -> bool {
+    std::env::var("BLOCKSCALE_BENCH_GRAPH").is_ok_and(|v| v == "1")
+}
+
 /// One scheme's rows of the table.
 struct Case<'a> {
     name: &'a str,
@@ -219,6 +227,11 @@ fn rows(
     for &m in c.ms {
         let t = run(m, &epi, false);
         print_row(&Row { label: &format!("{name} (M={m}: {:.2}x M=1)", t / t1), m, t, bytes }, copy_gbs, an);
+        if graph_all() {
+            let t = run(m, &epi, true);
+            let label = format!("{name} (graph, M={m}: {:.2}x M=1)", t / tg);
+            print_row(&Row { label: &label, m, t, bytes }, copy_gbs, an);
+        }
     }
     let fused = DeviceEpilogue::default().with_bias(&bias).with_activation(Activation::Silu);
     let te = run(1, &fused, false);
@@ -287,7 +300,7 @@ fn main() {
             let half: Vec<DeviceQuantized> = weight_copies(&dev, (n / 2, k), scheme, interleaved, 2);
             let hb = weight_bytes(&half[0]);
             let xs = random_bf16(&dev, 16 * k, 5);
-            let detail = scheme == Scheme::NvFp4 || n == 28672;
+            let detail = scheme == Scheme::NvFp4 || n == 28672 || graph_all();
             let plain: Vec<GemvWeights<'_>> = ws.iter().map(GemvWeights::from).collect();
             let plain_half: Vec<GemvWeights<'_>> = half.iter().map(GemvWeights::from).collect();
             let t1 = if only_prepared() {

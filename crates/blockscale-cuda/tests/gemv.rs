@@ -245,12 +245,14 @@ fn of_shape(dev: &Device, scheme: Scheme, interleaved: bool, n: usize, k: usize,
     Held::new(dev, &weights(&mut Rng::new(1), (n, k), scheme, ScaleLayout::Linear, interleaved, false), prepared)
 }
 
-/// Whether a GEMV of two or more rows whose split K fits one wave keeps its partial sums in
-/// the workspace: not on prepared weights, which add them in a cluster (these tests' shapes
-/// are far from filling an H100), unless `BLOCKSCALE_GEMV_CLUSTERS=0` (run.sh runs these
-/// tests both ways).
-fn split_workspace(prepared: bool) -> bool {
-    !prepared || std::env::var("BLOCKSCALE_GEMV_CLUSTERS").is_ok_and(|v| v.trim() == "0")
+/// Whether a GEMV of `m` rows (two or more) whose split K fits one wave keeps its partial
+/// sums in the workspace: on prepared weights only when `BLOCKSCALE_GEMV_CLUSTERS=0`, or
+/// when the grid is spread over the SMs (the default; `BLOCKSCALE_GEMV_SPREAD=0` turns it
+/// off) and the partials hold at most 8 rows; otherwise they are added in a cluster (these
+/// tests' shapes are far from filling an H100). run.sh runs these tests all three ways.
+fn split_workspace(prepared: bool, m: usize) -> bool {
+    let off = |name: &str| std::env::var(name).is_ok_and(|v| v.trim() == "0");
+    !prepared || off("BLOCKSCALE_GEMV_CLUSTERS") || (!off("BLOCKSCALE_GEMV_SPREAD") && m <= 8)
 }
 
 /// Long K with few rows takes the split-K path (partials reduced in split order, through
@@ -273,7 +275,7 @@ fn split_k_and_single_pass() {
             let workspace = gemv_workspace_size(&dev, m, held.get(), false).unwrap() > 0;
             assert_eq!(
                 workspace,
-                n < 1000 && split_workspace(prepared),
+                n < 1000 && split_workspace(prepared, m),
                 "{scheme:?} {m}x{n}x{k}: split-K partials expected only for the short N"
             );
             if si % 2 == 0 {
@@ -423,7 +425,7 @@ fn results_do_not_change_from_run_to_run() {
         let held = Held::new(&dev, &w, prepared);
         let dw = held.get();
         let ws = gemv_workspace_size(&dev, m, dw, false).unwrap();
-        assert_eq!(ws > 0, split_workspace(prepared), "this shape splits K");
+        assert_eq!(ws > 0, split_workspace(prepared, m), "this shape splits K");
         let xm = DeviceMatrix::new(&dx, m, k);
         let first =
             dev.stream().clone_dtoh(&gemv::<bf16, f32>(&dev, xm, dw, &DeviceEpilogue::default()).unwrap()).unwrap();
@@ -446,9 +448,9 @@ fn gemv_into_replays_in_a_cuda_graph() {
     let (m, n, k) = (2, 96, 4096);
     let (w, dx) = random_operands(&dev, 5, Scheme::NvFp4, (m, n, k));
     for prepared in [false, true] {
-        // Prepared: one launch whose splits add their sums in a cluster, or (without
-        // clusters) whose last CTA per tile adds the partials (its counters must be back at
-        // zero for every replay).
+        // Prepared: one launch whose last CTA per tile adds the partials (its counters must
+        // be back at zero for every replay), or (not spread) whose splits add their sums in
+        // a cluster.
         let held = Held::new(&dev, &w, prepared);
         let dw = held.get();
         let epi = DeviceEpilogue::default().with_activation(Activation::Silu);
@@ -456,7 +458,7 @@ fn gemv_into_replays_in_a_cuda_graph() {
         let expect = dev.stream().clone_dtoh(&gemv::<bf16, bf16>(&dev, xm, dw, &epi).unwrap()).unwrap();
         assert_eq!(
             gemv_workspace_size(&dev, m, dw, false).unwrap() > 0,
-            split_workspace(prepared),
+            split_workspace(prepared, m),
             "this shape splits K"
         );
         dev.reserve_workspace(gemv_workspace_size(&dev, m, dw, false).unwrap()).unwrap();

@@ -19,6 +19,10 @@ const THREADS: u32 = 128;
 const CHUNK: usize = 4;
 /// Warps per CTA.
 const WARPS: usize = 4;
+/// The most activation rows whose split-K partials a spread plan leaves in the workspace
+/// ([`Plan::new_spread`]): with more, adding them in a cluster costs less (NVFP4, 4096 x
+/// 4096, M = 16 on an H200, graph: 11.0 µs in clusters, 11.3 spread).
+const SPREAD_PARTIAL_ROWS: usize = 8;
 /// Row tiles the per-device counters cover (`Device::GEMV_COUNTERS`).
 const MAX_TILES: usize = crate::device::GEMV_COUNTERS;
 
@@ -60,7 +64,8 @@ struct Plan {
     /// lets the next one on the stream launch from its start.
     one_wave: bool,
     /// The splits of a tile are one cluster (at least two activation rows, one wave of 2
-    /// to [`MAX_CLUSTER`] splits whose clusters the GPU holds all at once): they add their
+    /// to [`MAX_CLUSTER`] splits whose clusters the GPU holds all at once, and where
+    /// spreading the grid is on, more than [`SPREAD_PARTIAL_ROWS`] rows): they add their
     /// sums through distributed shared memory, with no partials in the workspace and no
     /// counters. The grid is then splits x tiles (clusters run along x).
     cluster: bool,
@@ -128,16 +133,25 @@ impl Plan {
         Self::with_splits((m, n, tiles, chunks), gated, slots, clusters, wanted)
     }
 
-    /// As [`Plan::new`] for one activation row on a GPU of `sms` SMs whose one-wave grids
-    /// are spread evenly ([`Plan::spread`]): the K splits that give the busiest SM the
-    /// least work (its CTAs times a CTA's chunks); at equal work those that put at least
-    /// two CTAs on it (more warps to hide latency with), then the fewest (each split adds
-    /// partials, a counter and the last CTA's adds to the call). NVFP4 on an H200, graph
-    /// replay: 16384 x 2048 takes 1 split instead of 2 (10.1 -> 7.9 µs), 4096 x 4096 keeps
-    /// 4 (docs/DECISIONS.md #68). Grids of more than a wave, and a split override, plan as
-    /// `new` does.
-    fn new_spread(scheme: Scheme, (n, slabs): (usize, usize), gated: bool, slots: usize, sms: usize) -> Self {
-        let base = Self::new(scheme, (1, n, slabs), gated, slots, &|_| 0);
+    /// As [`Plan::new`] on a GPU of `sms` SMs whose one-wave unclustered grids are spread
+    /// evenly ([`Plan::spread`]): the K splits that give the busiest SM the least work (its
+    /// CTAs times a CTA's chunks); at equal work those that put at least two CTAs on it
+    /// (more warps to hide latency with), then the fewest (each split adds partials, a
+    /// counter and the last CTA's adds to the call). Such a plan takes no cluster, so it
+    /// is spread, except where its partials would hold more than [`SPREAD_PARTIAL_ROWS`]
+    /// activation rows and `new`'s plan adds them in a cluster instead. NVFP4 on an H200,
+    /// graph replay: 16384 x 2048 takes 1 split instead of 2 (M = 1 10.1 -> 7.9 µs, M = 16
+    /// 13.0 -> 10.3), 4096 x 4096 keeps 4 but unclustered from M = 2 to 8 (M = 2 8.4 ->
+    /// 6.3 µs) and in clusters at M = 16 (docs/DECISIONS.md #68). Grids of more than a
+    /// wave, and a split override, plan as `new` does.
+    fn new_spread(
+        scheme: Scheme,
+        (m, n, slabs): (usize, usize, usize),
+        gated: bool,
+        (slots, sms): (usize, usize),
+        clusters: &dyn Fn(usize) -> usize,
+    ) -> Self {
+        let base = Self::new(scheme, (m, n, slabs), gated, slots, clusters);
         if !base.one_wave || super::split_override().is_some() {
             return base;
         }
@@ -149,7 +163,8 @@ impl Plan {
             (per_sm * per_split, per_sm < 2, s)
         };
         let best = (1..=max_splits).filter(|&s| tiles * s <= slots).min_by_key(|&s| cost(s)).unwrap_or(1);
-        Self::with_splits((1, n, tiles, chunks), gated, slots, &|_| 0, best)
+        let spread = Self::with_splits((m, n, tiles, chunks), gated, slots, &|_| 0, best);
+        if spread.partials() && m > SPREAD_PARTIAL_ROWS && base.cluster { base } else { spread }
     }
 
     /// The plan of `wanted` K splits (clamped to at least one chunk a warp) of `tiles` row
@@ -170,7 +185,8 @@ impl Plan {
         let one_wave = tiles * splits <= slots;
         // One activation row's partials are small enough that the last CTA adding them
         // through L2 costs no more than the cluster's barriers (measured: slightly less);
-        // from two rows on, the cluster is faster (docs/DECISIONS.md).
+        // from two rows on, the cluster was faster on an unspread grid (docs/DECISIONS.md
+        // #55; `new_spread` weighs it against a spread grid).
         let cluster = m >= 2 && one_wave && (2..=MAX_CLUSTER).contains(&splits) && clusters(splits) >= tiles;
         let workspace = if splits > 1 && !cluster { splits * mats * m * n * 4 } else { 0 };
         Self { tiles, splits, chunks_per_split, workspace, one_wave, cluster }
@@ -194,8 +210,8 @@ fn prepare(dev: &Device, w: &Fast, m: usize, gated: bool, f16: bool) -> Result<(
     } else {
         [0; MAX_CLUSTER + 1]
     };
-    let plan = if m == 1 && super::gemv_spread() {
-        Plan::new_spread(w.scheme, (w.rows, w.slabs), gated, slots, dev.sm_count() as usize)
+    let plan = if super::gemv_spread() {
+        Plan::new_spread(w.scheme, (m, w.rows, w.slabs), gated, (slots, dev.sm_count() as usize), &|s| counts[s])
     } else {
         Plan::new(w.scheme, (m, w.rows, w.slabs), gated, slots, &|s| counts[s])
     };
@@ -407,22 +423,39 @@ mod tests {
     }
 
     #[test]
-    fn spread_single_rows_split_k_to_unload_the_busiest_sm() {
+    fn spread_plans_split_k_to_unload_the_busiest_sm() {
+        let spread = |m, (n, slabs), slots| Plan::new_spread(Scheme::NvFp4, (m, n, slabs), false, (slots, 132), &ALL);
         // 16384 x 2048 (256 tiles, 8 chunks) on 132 SMs of 4 slots: one split (2 CTAs of 8
-        // chunks on the busiest SM) rather than two (4 of 4), no partials.
-        let p = Plan::new_spread(Scheme::NvFp4, (16384, 32), false, 528, 132);
-        assert_eq!((p.tiles, p.splits, p.workspace), (256, 1, 0));
-        assert_eq!(p.spread(132, 4), Some(2));
+        // chunks on the busiest SM) rather than two (4 of 4), no partials, at any M.
+        for m in [1, 2, 16] {
+            let p = spread(m, (16384, 32), 528);
+            assert_eq!((p.tiles, p.splits, p.workspace, p.cluster), (256, 1, 0, false), "M = {m}");
+            assert_eq!(p.spread(132, 4), Some(2));
+        }
         // 4096 x 4096 (64 tiles, 16 chunks): 4 splits (2 CTAs of 4), not 2 (1 of 8: the
-        // same work with half the warps) nor 1 (64 SMs idle).
-        let p = Plan::new_spread(Scheme::NvFp4, (4096, 64), false, 528, 132);
-        assert_eq!((p.tiles, p.splits, p.chunks_per_split), (64, 4, 4));
+        // same work with half the warps) nor 1 (64 SMs idle), their partials in the
+        // workspace up to 8 rows...
+        for m in [1, 2, 8] {
+            let p = spread(m, (4096, 64), 528);
+            assert_eq!((p.tiles, p.splits, p.chunks_per_split, p.cluster), (64, 4, 4, false), "M = {m}");
+            assert_eq!(p.workspace, 4 * m * 4096 * 4);
+            assert_eq!(p.spread(132, 4), Some(2));
+        }
+        // ... and 16 rows' partials in clusters, as `new` plans them.
+        let p = spread(16, (4096, 64), 528);
+        assert!(p.cluster);
+        assert_eq!(p, Plan::new(Scheme::NvFp4, (16, 4096, 64), false, 528, &ALL));
+        // Unless the GPU cannot hold the clusters: then spread, through the workspace.
+        let p = Plan::new_spread(Scheme::NvFp4, (16, 4096, 64), false, (528, 132), &NONE);
+        assert!(!p.cluster && p.partials());
         // 28672 x 8192: one wave unsplit, as `new` plans it.
-        let p = Plan::new_spread(Scheme::NvFp4, (28672, 128), false, 528, 132);
+        let p = spread(1, (28672, 128), 528);
         assert_eq!(p, Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 528, &NONE));
         // More than a wave: as `new`.
-        let p = Plan::new_spread(Scheme::NvFp4, (28672, 128), false, 396, 132);
-        assert_eq!(p, Plan::new(Scheme::NvFp4, (1, 28672, 128), false, 396, &NONE));
+        for m in [1, 4] {
+            let p = spread(m, (28672, 128), 396);
+            assert_eq!(p, Plan::new(Scheme::NvFp4, (m, 28672, 128), false, 396, &ALL));
+        }
     }
 
     #[test]
