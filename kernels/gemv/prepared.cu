@@ -149,8 +149,8 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             const unsigned short* row = xrow[mt] && next ? xrow[mt] + kNextX : xrow[mt];
-            issue_x<T>(row, next ? k_chunk + kNextX : k_chunk, s % kChunk, p.k, t,
-                       stage + weight_stage_bytes<T>() + mt * 1024 + 32 * lane, p.x);
+            issue_x<T>(row, next ? k_chunk + kNextX : k_chunk, s % kChunk, p.k, t, lane,
+                       stage + weight_stage_bytes<T>() + mt * 1024, p.x);
         }
         cp_async_arrive(&bar[st]);
     };
@@ -189,8 +189,8 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
             uint32_t b[MT][PIECES][8];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                const uint4* xs = reinterpret_cast<const uint4*>(stage + weight_stage_bytes<T>() + mt * 1024 + 32 * lane);
-                const uint4 lo = xs[0], hi = xs[1];
+                const uint4* xs = reinterpret_cast<const uint4*>(stage + weight_stage_bytes<T>() + mt * 1024);
+                const uint4 lo = xs[lane], hi = xs[32 + lane];
                 act_fragments<F16 && !H, PIECES>(lo, hi, b[mt]);
             }
 #pragma unroll

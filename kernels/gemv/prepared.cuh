@@ -338,18 +338,20 @@ __device__ __forceinline__ void read_stage(const uint8_t* stage, int gi, int lan
 }
 
 // Every lane: queues its activations of slab `s` (counted from `row`, the lane's
-// activation row at the chunk's first slab, or null past M) into `xs` (32 bytes: its
-// eight bf16/f16 pairs, registers 2q and 2q + 1 the B fragment of MMA q), zero past K,
-// and arrives on `bar` when they land.
+// activation row at the chunk's first slab, or null past M) into `xs`, the 1 KiB of
+// eight rows: its eight bf16/f16 pairs (registers 2q and 2q + 1 the B fragment of MMA q)
+// as two 16-byte halves, at 16 x lane and 512 + 16 x lane, so that each half is one
+// conflict-free 16-byte shared load a warp (contiguous 32 bytes a lane made each load
+// two-way conflicted). Zero past K. Arrives on `bar` when they land.
 template <class T>
 __device__ __forceinline__ void issue_x(const unsigned short* row, uint32_t k_chunk, int s, uint32_t k, int t,
-                                        uint8_t* xs, const void* any) {
+                                        int lane, uint8_t* xs, const void* any) {
     // Natural order: the lane's 16 consecutive elements; INT4-G32: 8 in each 32-block.
     const uint32_t o0 = (uint32_t)s * kSlabK + (T::kHalfMap ? 8u : 16u) * t;
     const uint32_t o1 = o0 + (T::kHalfMap ? 32u : 8u);
     const bool v0 = row != nullptr && k_chunk + o0 < k, v1 = row != nullptr && k_chunk + o1 < k;
-    cp_async16(xs, v0 ? row + o0 : any, v0 ? 16u : 0u);
-    cp_async16(xs + 16, v1 ? row + o1 : any, v1 ? 16u : 0u);
+    cp_async16(xs + 16 * lane, v0 ? row + o0 : any, v0 ? 16u : 0u);
+    cp_async16(xs + 512 + 16 * lane, v1 ? row + o1 : any, v1 ? 16u : 0u);
 }
 
 // ---------------------------------------------------------------------------------------
