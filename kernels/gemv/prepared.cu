@@ -26,7 +26,8 @@
 // their sums in warp order at the end. gridDim.y splits K further when the row tiles
 // leave the GPU or its last wave idle: each CTA writes its partial sums and the last
 // one of a tile to arrive (a counter, reset afterwards) adds them in split order and
-// runs the epilogue; or, with two activation rows or more in one wave, the splits of a
+// runs the epilogue; or, where the plan chooses it (one wave; more than 8 activation
+// rows, or from two rows on when the grid is not spread: prepared.rs), the splits of a
 // tile are one cluster and add the same sums in the same order through distributed
 // shared memory. The sums never depend on timing.
 #include "prepared.cuh"
