@@ -169,20 +169,25 @@ const SCHEMES: [(&str, Scheme, bool); 10] = [
     ("int4-g128", Scheme::Int4G128, false),
 ];
 
+/// Whether the environment variable `name` is set to `1` (this bench's switches).
+fn flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1")
+}
+
 /// `BLOCKSCALE_BENCH_PLAIN=1`: the checkpoint-layout kernels only.
 fn only_plain() -> bool {
-    std::env::var("BLOCKSCALE_BENCH_PLAIN").is_ok_and(|v| v == "1")
+    flag("BLOCKSCALE_BENCH_PLAIN")
 }
 
 /// `BLOCKSCALE_BENCH_PREPARED=1`: the prepared-weights kernels only.
 fn only_prepared() -> bool {
-    std::env::var("BLOCKSCALE_BENCH_PREPARED").is_ok_and(|v| v == "1")
+    flag("BLOCKSCALE_BENCH_PREPARED")
 }
 
 /// `BLOCKSCALE_BENCH_GRAPH=1`: every M's row timed in a CUDA graph too (kernel time without
 /// the host's launch rate, which sets the eager rows of the small shapes).
 fn graph_all() -> bool {
-    std::env::var("BLOCKSCALE_BENCH_GRAPH").is_ok_and(|v| v == "1")
+    flag("BLOCKSCALE_BENCH_GRAPH")
 }
 
 /// One scheme's rows of the table.

@@ -92,6 +92,12 @@ impl Plan {
     }
 }
 
+/// The most K splits of `chunks` chunks: a split keeps at least one chunk per warp (and
+/// there is always one).
+fn max_splits(chunks: usize) -> usize {
+    (chunks / WARPS).max(1).min(chunks.max(1))
+}
+
 /// How full the waves are when `ctas` CTAs run on `slots` resident ones.
 fn wave_fill(ctas: usize, slots: usize) -> f64 {
     ctas as f64 / (ctas.div_ceil(slots) * slots) as f64
@@ -156,13 +162,12 @@ impl Plan {
             return base;
         }
         let (tiles, chunks) = (base.tiles, slabs / CHUNK);
-        let max_splits = (chunks / WARPS).max(1).min(chunks.max(1));
         let cost = |s: usize| {
             let per_split = chunks.div_ceil(s).max(1);
             let per_sm = (tiles * chunks.div_ceil(per_split)).div_ceil(sms.max(1));
             (per_sm * per_split, per_sm < 2, s)
         };
-        let best = (1..=max_splits).filter(|&s| tiles * s <= slots).min_by_key(|&s| cost(s)).unwrap_or(1);
+        let best = (1..=max_splits(chunks)).filter(|&s| tiles * s <= slots).min_by_key(|&s| cost(s)).unwrap_or(1);
         let spread = Self::with_splits((m, n, tiles, chunks), gated, slots, &|_| 0, best);
         if spread.partials() && m > SPREAD_PARTIAL_ROWS && base.cluster { base } else { spread }
     }
@@ -176,9 +181,7 @@ impl Plan {
         clusters: &dyn Fn(usize) -> usize,
         wanted: usize,
     ) -> Self {
-        // A split keeps at least one chunk per warp.
-        let max_splits = (chunks / WARPS).max(1);
-        let wanted = wanted.clamp(1, max_splits).min(chunks.max(1));
+        let wanted = wanted.clamp(1, max_splits(chunks));
         let chunks_per_split = chunks.div_ceil(wanted).max(1);
         let splits = chunks.div_ceil(chunks_per_split).max(1);
         let mats = if gated { 2 } else { 1 };
