@@ -9,7 +9,9 @@
 //! as the other kernels do, so the bits are the same.
 //!
 //! Six-bit panels (E2M3) take the same tile with another group decoding (see [`Six`]);
-//! their values reach 120, so each `vpmaddubsw` result is widened on its own.
+//! their values reach 120, so each `vpmaddubsw` result is widened on its own. One
+//! activation row (the GEMV) takes [`signed_row`] instead: magnitudes up to 60 and the
+//! sign on the activations, which decodes in fewer operations when nothing amortizes it.
 //!
 //! Every function needs AVX2, FMA and F16C: `Kernel::of` only picks this kernel
 //! for an ISA that has all three.
@@ -92,6 +94,19 @@ trait Groups {
     /// # Safety
     /// As [`Self::consts`], and `Self::GB` bytes readable at `w`.
     unsafe fn half(c: Self::Consts, w: *const u8, h: usize) -> (__m256i, __m256i);
+    /// Whether one activation row takes [`Self::signed`] (the sign on the activations)
+    /// instead of the offset operands of [`Self::half`].
+    const SIGNED_ROW: bool = false;
+    /// Half `h` of the group at `w` as magnitudes and sign bytes: `[low-nibble
+    /// magnitudes, their signs, high-nibble magnitudes, their signs]`, magnitudes at most
+    /// 60 (`8 |value|`) and sign bytes negative where the code is, never zero (for
+    /// `vpsignb`). Only groups with `SIGNED_ROW` implement it.
+    ///
+    /// # Safety
+    /// As [`Self::half`].
+    unsafe fn signed(_c: Self::Consts, _w: *const u8, _h: usize) -> [__m256i; 4] {
+        unreachable!("only groups with SIGNED_ROW decode signed halves")
+    }
 }
 
 /// Four-bit codes: mask or shift, then `vpshufb`; values up to 24, so four products
@@ -121,19 +136,31 @@ impl Groups for Nibbles {
     }
 }
 
-/// Six-bit E2M3 codes: the plane quarter of the eight rows broadcast, so byte `p` holds
-/// its position's top bits at bits `2 (p / 8)` (high exponent bit) and `2 (p / 8) + 1`
-/// (sign); per-dword shifts bring each to bit 7 for `vpblendvb`. The low nibble picks
-/// `60 + |value|` from one of two `vpshufb` tables (by the exponent bit), and the sign
-/// turns it into `120 - it`. Values up to 120: each product widens on its own
+/// Six-bit E2M3 codes: the plane shifted by a constant (`vpsllw`, per 16-bit lane; no
+/// bit crosses into the bit 7 of another byte) puts each position's high exponent bit,
+/// then its sign, at bit 7 of its byte for `vpblendvb`. The low nibble picks `60 +
+/// |value|` from one of two `vpshufb` tables (by the exponent bit), and the sign turns it
+/// into `120 - it`. Values up to 120: each product widens on its own
 /// (`2 * 120 * 127 < 2^15`).
 struct Six;
+
+/// `plane` shifted left by `S` (0..=7) within its 16-bit lanes, for the bit 7 of each
+/// byte.
+///
+/// # Safety
+/// Inlined into a function that enables AVX2.
+#[inline(always)]
+unsafe fn plane_bits<const S: i32>(plane: __m256i) -> __m256i {
+    // SAFETY: the caller's guarantee.
+    unsafe { if S == 0 { plane } else { _mm256_slli_epi16::<S>(plane) } }
+}
 
 impl Groups for Six {
     const GB: usize = 96;
     const FOUR_IN_I16: bool = false;
-    /// (table of codes 0..16, of codes 16..32, low-nibble mask, exponent-bit shifts,
-    /// sign shifts, 120).
+    const SIGNED_ROW: bool = true;
+    /// (table of codes 0..16, of codes 16..32, low-nibble mask, 120, magnitudes of codes
+    /// 16..32 (`8 v`, at most 60), ones).
     type Consts = (__m256i, __m256i, __m256i, __m256i, __m256i, __m256i);
 
     #[inline(always)]
@@ -141,34 +168,62 @@ impl Groups for Six {
         // SAFETY: `unsigned` holds 64 bytes; the caller guarantees the features.
         unsafe {
             let table = |at: usize| _mm256_broadcastsi128_si256(_mm_loadu_si128(p.unsigned.as_ptr().add(at).cast()));
-            (
-                table(0),
-                table(16),
-                _mm256_set1_epi8(0x0f),
-                _mm256_setr_epi32(7, 7, 5, 5, 3, 3, 1, 1),
-                _mm256_setr_epi32(6, 6, 4, 4, 2, 2, 0, 0),
-                _mm256_set1_epi8(120),
-            )
+            let all = _mm256_set1_epi8(120);
+            // Codes 16..32 are positive (`60 + 8 v`): their magnitudes are less 60.
+            let magnitudes = _mm256_sub_epi8(table(16), _mm256_set1_epi8(60));
+            (table(0), table(16), _mm256_set1_epi8(0x0f), all, magnitudes, _mm256_set1_epi8(1))
         }
     }
 
     #[inline(always)]
-    unsafe fn half((t0, t1, low, exp, sign, all): Self::Consts, w: *const u8, h: usize) -> (__m256i, __m256i) {
+    unsafe fn half((t0, t1, low, all, _, _): Self::Consts, w: *const u8, h: usize) -> (__m256i, __m256i) {
         // SAFETY: the caller guarantees 96 bytes at `w` and the features.
         unsafe {
             let v = _mm256_loadu_si256(w.add(32 * h).cast());
-            let decode = |nibbles: __m256i, quarter: *const u8| {
-                let top = _mm256_set1_epi64x(quarter.cast::<i64>().read_unaligned());
-                let plus = _mm256_blendv_epi8(
-                    _mm256_shuffle_epi8(t0, nibbles),
-                    _mm256_shuffle_epi8(t1, nibbles),
-                    _mm256_sllv_epi32(top, exp),
-                );
-                _mm256_blendv_epi8(plus, _mm256_sub_epi8(all, plus), _mm256_sllv_epi32(top, sign))
+            let plane = _mm256_loadu_si256(w.add(64).cast());
+            // `exp` and `sign` hold the bits of half-vector `c` at bit 7 (`c = 2 h` for the
+            // low nibbles, `2 h + 1` for the high ones: see the module docs).
+            let decode = |nibbles: __m256i, exp: __m256i, sign: __m256i| {
+                let plus = _mm256_blendv_epi8(_mm256_shuffle_epi8(t0, nibbles), _mm256_shuffle_epi8(t1, nibbles), exp);
+                _mm256_blendv_epi8(plus, _mm256_sub_epi8(all, plus), sign)
             };
-            let lo = decode(_mm256_and_si256(v, low), w.add(64 + 8 * h));
-            let hi = decode(_mm256_and_si256(_mm256_srli_epi16::<4>(v), low), w.add(80 + 8 * h));
-            (lo, hi)
+            let (nlo, nhi) = (_mm256_and_si256(v, low), _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
+            if h == 0 {
+                let lo = decode(nlo, plane_bits::<7>(plane), plane_bits::<6>(plane));
+                (lo, decode(nhi, plane_bits::<5>(plane), plane_bits::<4>(plane)))
+            } else {
+                let lo = decode(nlo, plane_bits::<3>(plane), plane_bits::<2>(plane));
+                (lo, decode(nhi, plane_bits::<1>(plane), plane_bits::<0>(plane)))
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn signed((_, _, low, _, magnitudes, one): Self::Consts, w: *const u8, h: usize) -> [__m256i; 4] {
+        // SAFETY: the caller guarantees 96 bytes at `w` and the features.
+        unsafe {
+            let v = _mm256_loadu_si256(w.add(32 * h).cast());
+            let plane = _mm256_loadu_si256(w.add(64).cast());
+            // Codes 0..16 are their own magnitudes (`8 v = code`); 16..32 from the table.
+            let magnitude = |nibbles: __m256i, exp: __m256i| {
+                _mm256_blendv_epi8(nibbles, _mm256_shuffle_epi8(magnitudes, nibbles), exp)
+            };
+            let (nlo, nhi) = (_mm256_and_si256(v, low), _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
+            if h == 0 {
+                [
+                    magnitude(nlo, plane_bits::<7>(plane)),
+                    _mm256_or_si256(plane_bits::<6>(plane), one),
+                    magnitude(nhi, plane_bits::<5>(plane)),
+                    _mm256_or_si256(plane_bits::<4>(plane), one),
+                ]
+            } else {
+                [
+                    magnitude(nlo, plane_bits::<3>(plane)),
+                    _mm256_or_si256(plane_bits::<2>(plane), one),
+                    magnitude(nhi, plane_bits::<1>(plane)),
+                    _mm256_or_si256(plane_bits::<0>(plane), one),
+                ]
+            }
         }
     }
 }
@@ -202,6 +257,10 @@ tiles!(Avx2Six, Width::Six, Six);
 /// As [`Tiles::tile`], inlined into a function enabling AVX2, FMA and F16C.
 #[inline(always)]
 unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
+    if TR == 1 && G::SIGNED_ROW {
+        // SAFETY: the caller's guarantee.
+        return unsafe { signed_row::<G, BLOCK, SC>(run, pi, i0) };
+    }
     let (a, p) = (run.a, run.p);
     let k = p.k;
     let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(a.dblock));
@@ -269,6 +328,54 @@ unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run
             _mm256_storeu_ps(o, _mm256_mul_ps(acc_f[0], vscale));
             _mm256_storeu_ps(o.add(8), _mm256_mul_ps(acc_f[1], vscale));
         }
+    }
+}
+
+/// Panel `pi` times activation row `i` with the sign on the activations (groups with
+/// `SIGNED_ROW`): the codes' magnitudes times the activation bytes negated where the
+/// codes are negative (`vpsignb`), two products (at most `2 * 2 * 60 * 127 < 2^15`)
+/// added in i16 before they widen, and no offset. The block sums are the same integers
+/// as [`tile`]'s, and so are the bits; one row skips the offset form's subtraction and
+/// blend and half its widening.
+///
+/// # Safety
+/// As [`tile`] with one row.
+#[inline(always)]
+unsafe fn signed_row<G: Groups, const BLOCK: usize, const SC: u8>(run: &Run<'_>, pi: usize, i: usize) {
+    let (a, p) = (run.a, run.p);
+    let k = p.k;
+    let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(a.dblock));
+    // SAFETY (this function): as `tile`.
+    unsafe {
+        let consts = G::consts(p);
+        let ones = _mm256_set1_epi16(1);
+        let wbase = run.codes(pi);
+        let mut accf = [_mm256_setzero_ps(); 2];
+        for b in 0..cols {
+            let s = scales::<SC>(p, p.scale_at(pi, b));
+            let q = a.q.as_ptr().add(i * k + b * BLOCK).cast::<i32>();
+            let mut acc = [_mm256_setzero_si256(); 2];
+            for g in 0..groups {
+                let w = wbase.add((b * groups + g) * G::GB);
+                let q_lo = _mm256_set1_epi32(q.add(2 * g).read_unaligned());
+                let q_hi = _mm256_set1_epi32(q.add(2 * g + 1).read_unaligned());
+                for (h, acc_h) in acc.iter_mut().enumerate() {
+                    let [ml, sl, mh, sh] = G::signed(consts, w, h);
+                    let pl = _mm256_maddubs_epi16(ml, _mm256_sign_epi8(q_lo, sl));
+                    let ph = _mm256_maddubs_epi16(mh, _mm256_sign_epi8(q_hi, sh));
+                    *acc_h = _mm256_add_epi32(*acc_h, _mm256_madd_epi16(_mm256_add_epi16(pl, ph), ones));
+                }
+            }
+            let dv = _mm256_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / a.dblock));
+            for h in 0..2 {
+                let c = _mm256_mul_ps(s[h], dv);
+                accf[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), c, accf[h]);
+            }
+        }
+        let vscale = _mm256_set1_ps(p.vscale);
+        let o = run.out(i, pi);
+        _mm256_storeu_ps(o, _mm256_mul_ps(accf[0], vscale));
+        _mm256_storeu_ps(o.add(8), _mm256_mul_ps(accf[1], vscale));
     }
 }
 

@@ -10,10 +10,10 @@
 //! faster ([`walk`]).
 //!
 //! Six-bit panels (E2M3) take the same tiles with another group decoding (VBMI on top
-//! of VNNI): the plane's two 16-byte halves are spread to the vectors' qwords
-//! (`vpermq`), `vpmultishiftqb` moves each position's two top bits to bits 4 and 5 of
-//! its byte, one `vpternlogd` merges them under the low nibble, and `vpermb` maps the
-//! six-bit codes to unsigned values through a 64-byte table.
+//! of VNNI): the 32-byte plane is broadcast to both halves of a vector,
+//! `vpmultishiftqb` moves each position's two top bits to bits 4 and 5 of its byte,
+//! one `vpternlogd` merges them under the low nibble, and `vpermb` maps the six-bit
+//! codes to unsigned values through a 64-byte table.
 //!
 //! Scales are decoded in registers: UE8M0 by shifting the byte into an f32 exponent
 //! (0 and 255 patched to 2^-127 and NaN), UE4M3 by shifting it under an f32's exponent
@@ -205,52 +205,49 @@ impl Groups for Nibbles {
 /// through the 64-entry table (see the module docs).
 struct Six;
 
-/// `vpmultishiftqb` controls: byte `p` of a vector takes the 8 bits of its qword that
-/// start 4 below its top bits (bit `8 (p % 8) + 2 ((p % 32) / 8)` of the plane quarter
-/// spread to that qword), so they land in bits 4 and 5.
-const SIX_SHIFTS: [u8; 64] = {
+/// `vpmultishiftqb` controls of vector `J` (0: low nibbles, 1: high): byte `p` takes the 8
+/// bits of its qword that start 4 below its top bits (bit `8 (p % 8) + 2c` of the plane
+/// broadcast to both 32-byte halves, `c = 2 (p / 32) + J`), so they land in bits 4 and 5.
+const fn six_shifts<const J: usize>() -> [u8; 64] {
     let mut c = [0u8; 64];
     let mut p = 0;
     while p < 64 {
-        c[p] = ((8 * (p % 8) + 2 * ((p % 32) / 8) + 60) % 64) as u8;
+        c[p] = ((8 * (p % 8) + 2 * (2 * (p / 32) + J) + 60) % 64) as u8;
         p += 1;
     }
     c
-};
+}
+
+const SIX_SHIFTS: [[u8; 64]; 2] = [six_shifts::<0>(), six_shifts::<1>()];
 
 impl Groups for Six {
     const GB: usize = 96;
-    /// (table, shift controls, low-nibble mask, qword spread).
-    type Consts = (__m512i, __m512i, __m512i, __m512i);
+    /// (table, shift controls of vectors 0 and 1, low-nibble mask).
+    type Consts = (__m512i, [__m512i; 2], __m512i);
     one_operand!();
 
     #[inline(always)]
     unsafe fn consts(p: &Panels) -> Self::Consts {
-        // SAFETY: `unsigned` and `SIX_SHIFTS` hold 64 bytes; the caller guarantees the
+        // SAFETY: `unsigned` and each `SIX_SHIFTS` hold 64 bytes; the caller guarantees the
         // features.
         unsafe {
-            (
-                _mm512_loadu_si512(p.unsigned.as_ptr().cast()),
-                _mm512_loadu_si512(SIX_SHIFTS.as_ptr().cast()),
-                _mm512_set1_epi8(0x0f),
-                // Qwords 0..4 take the quarter in qword 0, 4..8 the one in qword 1.
-                _mm512_set_epi64(1, 1, 1, 1, 0, 0, 0, 0),
-            )
+            let shifts = |j: usize| _mm512_loadu_si512(SIX_SHIFTS[j].as_ptr().cast());
+            (_mm512_loadu_si512(p.unsigned.as_ptr().cast()), [shifts(0), shifts(1)], _mm512_set1_epi8(0x0f))
         }
     }
 
     #[inline(always)]
-    unsafe fn group((table, shifts, low, spread): Self::Consts, w: *const u8) -> (__m512i, __m512i) {
+    unsafe fn group((table, shifts, low): Self::Consts, w: *const u8) -> (__m512i, __m512i) {
         // SAFETY: the caller guarantees 96 bytes at `w` and the features.
         unsafe {
             let v = _mm512_loadu_si512(w.cast());
-            let decode = |nibbles: __m512i, plane: *const u8| {
-                let half = _mm512_castsi128_si512(_mm_loadu_si128(plane.cast()));
-                let top = _mm512_multishift_epi64_epi8(shifts, _mm512_permutexvar_epi64(spread, half));
+            let plane = _mm512_broadcast_i64x4(_mm256_loadu_si256(w.add(64).cast()));
+            let decode = |nibbles: __m512i, shifts: __m512i| {
+                let top = _mm512_multishift_epi64_epi8(shifts, plane);
                 // Bits 0..4 from the nibbles, 4.. from `top` (`vpermb` reads bits 0..6).
                 _mm512_permutexvar_epi8(_mm512_ternarylogic_epi32::<0xe4>(nibbles, top, low), table)
             };
-            (decode(v, w.add(64)), decode(_mm512_srli_epi16::<4>(v), w.add(80)))
+            (decode(v, shifts[0]), decode(_mm512_srli_epi16::<4>(v), shifts[1]))
         }
     }
 }

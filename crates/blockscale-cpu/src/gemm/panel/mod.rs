@@ -40,12 +40,14 @@
 //! holding the codes' low four bits, then a 32-byte plane of their top two bits (sign
 //! and high exponent bit). Call the low-nibble vector of the group vector 0 and the
 //! high-nibble one vector 1, and position `v = 4 r + i` in each the code of row `r`,
-//! element `8 g + i` (vector 0) or `8 g + 4 + i` (vector 1). Plane byte `8 c + j`
-//! (`c < 4`, `j < 8`) holds in bits `2 t, 2 t + 1` (`t < 4`) the top two bits of
-//! position `32 (c % 2) + 8 t + j` of vector `c / 2`. So each 8-byte quarter of the plane
-//! serves 32 positions (eight rows), with the bits of position `p` of those 32 in byte
-//! `p % 8`: a broadcast of the quarter puts every position's bits in its own byte
-//! (AVX2), and AVX-512's `vpmultishiftqb` selects them for 64 positions at once.
+//! element `8 g + i` (vector 0) or `8 g + 4 + i` (vector 1). Plane byte `v % 32` holds
+//! the top bits of position `v` of vector `j` in bits `2c` (high exponent bit) and
+//! `2c + 1` (sign), `c = 2 (v / 32) + j`: each byte serves the four positions (one of
+//! each 32-byte half of each vector) that sit at the same place of their 32-byte halves.
+//! So a shift of the whole plane by a constant (`vpsllw`) brings any one half-vector's
+//! bits to bit 7 of the bytes that meet them (AVX2), and a broadcast of the plane to both
+//! halves of a 64-byte vector lets AVX-512's `vpmultishiftqb` select them for 64
+//! positions at once.
 //! Six-bit panels take the same activations; the byte scales are UE8M0.
 //!
 //! # Eight-bit panels (E4M3: MXFP8 E4M3, FP8 block)
@@ -242,7 +244,7 @@ impl Panels {
                         group[v] = (c0 & 0xf) | (c1 << 4);
                         if width == Width::Six {
                             for (vector, c) in [(0, c0), (1, c1)] {
-                                group[64 + plane_byte(vector, v)] |= (c >> 4) << plane_shift(v);
+                                group[64 + plane_byte(v)] |= (c >> 4) << plane_shift(vector, v);
                             }
                         }
                     }
@@ -299,7 +301,7 @@ impl Panels {
         if self.width == Width::Four {
             return low;
         }
-        low | ((self.codes[base + 64 + plane_byte(vector, v)] >> plane_shift(v)) & 3) << 4
+        low | ((self.codes[base + 64 + plane_byte(v)] >> plane_shift(vector, v)) & 3) << 4
     }
 
     /// Bytes held (codes and scales).
@@ -341,15 +343,15 @@ pub(crate) fn panel_scales_f32(n: usize, cols: usize, rows: impl Fn(usize, &mut 
     PanelScales::F32(out)
 }
 
-/// The plane byte (from the plane's start) holding the top bits of position `v` of
-/// `vector` (see the module docs).
-fn plane_byte(vector: usize, v: usize) -> usize {
-    8 * (2 * vector + v / 32) + v % 8
+/// The plane byte (from the plane's start) holding the top bits of position `v` of a
+/// vector (see the module docs).
+fn plane_byte(v: usize) -> usize {
+    v % 32
 }
 
-/// Where in its plane byte the top bits of position `v` sit.
-fn plane_shift(v: usize) -> usize {
-    2 * ((v % 32) / 8)
+/// Where in its plane byte the top bits of position `v` of `vector` sit.
+fn plane_shift(vector: usize, v: usize) -> usize {
+    2 * (2 * (v / 32) + vector)
 }
 
 /// Scales `data` (rows `0..n`, `cols` per row, stored as `index` says) in panel order
