@@ -228,12 +228,14 @@ impl Groups for Six {
     }
 }
 
-/// The `Tiles` of an AVX2 tile type (four rows a tile: two vectors of accumulators
-/// each; the single-row walk is the default one).
+/// The `Tiles` of an AVX2 tile type (eight rows a tile, two vectors of accumulators
+/// each: the decoded block, which does not fit the registers beside them, is read back
+/// from L1 for each row; eight rows measured 6-15% faster than four at M = 16 on a Zen 1;
+/// the single-row walk is the default one).
 macro_rules! tiles {
     ($tiles:ty, $width:expr, $groups:ty) => {
         impl Tiles for $tiles {
-            const MR: usize = 4;
+            const MR: usize = 8;
             const WIDTH: Width = $width;
 
             /// # Safety
