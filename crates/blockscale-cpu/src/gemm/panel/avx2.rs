@@ -169,7 +169,7 @@ impl Groups for Six {
         unsafe {
             let table = |at: usize| _mm256_broadcastsi128_si256(_mm_loadu_si128(p.unsigned.as_ptr().add(at).cast()));
             let all = _mm256_set1_epi8(120);
-            // Codes 16..32 are positive (`60 + 8 v`): their magnitudes are less 60.
+            // Codes 16..32 are positive: their magnitudes `8 v` are their operands less 60.
             let magnitudes = _mm256_sub_epi8(table(16), _mm256_set1_epi8(60));
             (table(0), table(16), _mm256_set1_epi8(0x0f), all, magnitudes, _mm256_set1_epi8(1))
         }
@@ -338,7 +338,8 @@ unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run
 /// codes are negative (`vpsignb`), two products (at most `2 * 2 * 60 * 127 < 2^15`)
 /// added in i16 before they widen, and no offset. The block sums are the same integers
 /// as [`tile`]'s, and so are the bits; one row skips the offset form's subtraction and
-/// blend and half its widening.
+/// blend and half its widening. It relies on the activations lying in `-127..=127`
+/// (`quantize_row` clamps them): `vpsignb` would leave a -128 negative.
 ///
 /// # Safety
 /// As [`tile`] with one row.
