@@ -10,8 +10,9 @@
 //!
 //! Six-bit panels (E2M3) take the same tile with another group decoding (see [`Six`]);
 //! their values reach 120, so each `vpmaddubsw` result is widened on its own. One
-//! activation row (the GEMV) takes [`signed_row`] instead: magnitudes up to 60 and the
-//! sign on the activations, which decodes in fewer operations when nothing amortizes it.
+//! activation row (the GEMV) takes [`signed_rows`] instead, two panels side by side:
+//! magnitudes up to 60 and the sign on the activations, which decodes in fewer
+//! operations when nothing amortizes it.
 //!
 //! Every function needs AVX2, FMA and F16C: `Kernel::of` only picks this kernel
 //! for an ISA that has all three.
@@ -46,7 +47,7 @@ pub(super) unsafe fn rows(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn rows_six(a: &ActRows<'_>, m: usize, p: &Panels, p0: usize, p1: usize, buf: &mut [f32]) {
     // SAFETY: as `rows`.
-    unsafe { drive::rows::<Avx2Six>(a, m, p, p0, p1, buf, (1, 0)) }
+    unsafe { drive::rows::<Avx2Six>(a, m, p, p0, p1, buf, (2, 0)) }
 }
 
 /// The 16 scales at scale index `at` as two vectors (rows 0..8, 8..16).
@@ -246,6 +247,23 @@ macro_rules! tiles {
                 // SAFETY: the caller's guarantee; the features are enabled here.
                 unsafe { tile::<$groups, BLOCK, SC, TR>(run, pi, i0) }
             }
+
+            /// # Safety
+            /// As [`Tiles::tile1`].
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn tile1<const BLOCK: usize, const SC: u8, const NP: usize>(run: &Run<'_>, pi: usize) {
+                // SAFETY: the caller's guarantee; the features are enabled here.
+                unsafe {
+                    if <$groups as Groups>::SIGNED_ROW {
+                        signed_rows::<$groups, BLOCK, SC, NP>(run, pi, 0)
+                    } else {
+                        for j in 0..NP {
+                            tile::<$groups, BLOCK, SC, 1>(run, pi + j, 0);
+                        }
+                    }
+                }
+            }
         }
     };
 }
@@ -345,6 +363,21 @@ unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run
 /// As [`tile`] with one row.
 #[inline(always)]
 unsafe fn signed_row<G: Groups, const BLOCK: usize, const SC: u8>(run: &Run<'_>, pi: usize, i: usize) {
+    // SAFETY: the caller's guarantee.
+    unsafe { signed_rows::<G, BLOCK, SC, 1>(run, pi, i) }
+}
+
+/// [`signed_row`] for panels `pi..pi + NP` side by side (the same operations per panel
+/// in the same order, so the same bits).
+///
+/// # Safety
+/// As [`tile`] with one row, for each of the `NP` panels.
+#[inline(always)]
+unsafe fn signed_rows<G: Groups, const BLOCK: usize, const SC: u8, const NP: usize>(
+    run: &Run<'_>,
+    pi: usize,
+    i: usize,
+) {
     let (a, p) = (run.a, run.p);
     let k = p.k;
     let (cols, groups, xb) = (k / BLOCK, BLOCK / 8, k.div_ceil(a.dblock));
@@ -352,33 +385,39 @@ unsafe fn signed_row<G: Groups, const BLOCK: usize, const SC: u8>(run: &Run<'_>,
     unsafe {
         let consts = G::consts(p);
         let ones = _mm256_set1_epi16(1);
-        let wbase = run.codes(pi);
-        let mut accf = [_mm256_setzero_ps(); 2];
+        let wbase: [*const u8; NP] = core::array::from_fn(|j| run.codes(pi + j));
+        let mut accf = [[_mm256_setzero_ps(); 2]; NP];
         for b in 0..cols {
-            let s = scales::<SC>(p, p.scale_at(pi, b));
             let q = a.q.as_ptr().add(i * k + b * BLOCK).cast::<i32>();
-            let mut acc = [_mm256_setzero_si256(); 2];
+            let mut acc = [[_mm256_setzero_si256(); 2]; NP];
             for g in 0..groups {
-                let w = wbase.add((b * groups + g) * G::GB);
                 let q_lo = _mm256_set1_epi32(q.add(2 * g).read_unaligned());
                 let q_hi = _mm256_set1_epi32(q.add(2 * g + 1).read_unaligned());
-                for (h, acc_h) in acc.iter_mut().enumerate() {
-                    let [ml, sl, mh, sh] = G::signed(consts, w, h);
-                    let pl = _mm256_maddubs_epi16(ml, _mm256_sign_epi8(q_lo, sl));
-                    let ph = _mm256_maddubs_epi16(mh, _mm256_sign_epi8(q_hi, sh));
-                    *acc_h = _mm256_add_epi32(*acc_h, _mm256_madd_epi16(_mm256_add_epi16(pl, ph), ones));
+                for (j, acc_j) in acc.iter_mut().enumerate() {
+                    let w = wbase[j].add((b * groups + g) * G::GB);
+                    for (h, acc_h) in acc_j.iter_mut().enumerate() {
+                        let [ml, sl, mh, sh] = G::signed(consts, w, h);
+                        let pl = _mm256_maddubs_epi16(ml, _mm256_sign_epi8(q_lo, sl));
+                        let ph = _mm256_maddubs_epi16(mh, _mm256_sign_epi8(q_hi, sh));
+                        *acc_h = _mm256_add_epi32(*acc_h, _mm256_madd_epi16(_mm256_add_epi16(pl, ph), ones));
+                    }
                 }
             }
             let dv = _mm256_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / a.dblock));
-            for h in 0..2 {
-                let c = _mm256_mul_ps(s[h], dv);
-                accf[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), c, accf[h]);
+            for (j, (accf_j, acc_j)) in accf.iter_mut().zip(acc).enumerate() {
+                let s = scales::<SC>(p, p.scale_at(pi + j, b));
+                for h in 0..2 {
+                    let c = _mm256_mul_ps(s[h], dv);
+                    accf_j[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc_j[h]), c, accf_j[h]);
+                }
             }
         }
         let vscale = _mm256_set1_ps(p.vscale);
-        let o = run.out(i, pi);
-        _mm256_storeu_ps(o, _mm256_mul_ps(accf[0], vscale));
-        _mm256_storeu_ps(o.add(8), _mm256_mul_ps(accf[1], vscale));
+        for (j, accf_j) in accf.iter().enumerate() {
+            let o = run.out(i, pi + j);
+            _mm256_storeu_ps(o, _mm256_mul_ps(accf_j[0], vscale));
+            _mm256_storeu_ps(o.add(8), _mm256_mul_ps(accf_j[1], vscale));
+        }
     }
 }
 
