@@ -279,7 +279,7 @@ tiles!(Avx2Six, Width::Six, Six);
 unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run: &Run<'_>, pi: usize, i0: usize) {
     if TR == 1 && G::SIGNED_ROW {
         // SAFETY: the caller's guarantee.
-        return unsafe { signed_row::<G, BLOCK, SC>(run, pi, i0) };
+        return unsafe { signed_rows::<G, BLOCK, SC, 1>(run, pi, i0) };
     }
     let (a, p) = (run.a, run.p);
     let k = p.k;
@@ -335,40 +335,23 @@ unsafe fn tile<G: Groups, const BLOCK: usize, const SC: u8, const TR: usize>(run
                         }
                     }
                 }
-                let dv = _mm256_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / a.dblock));
-                for h in 0..2 {
-                    let c = _mm256_mul_ps(s[h], dv);
-                    acc_f[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), c, acc_f[h]);
-                }
+                add_block(acc_f, acc, s, *a.d.get_unchecked(i * xb + b * BLOCK / a.dblock));
             }
         }
-        let vscale = _mm256_set1_ps(p.vscale);
-        for (r, acc_f) in accf.iter().enumerate() {
-            let o = run.out(i0 + r, pi);
-            _mm256_storeu_ps(o, _mm256_mul_ps(acc_f[0], vscale));
-            _mm256_storeu_ps(o.add(8), _mm256_mul_ps(acc_f[1], vscale));
+        for (r, &acc_f) in accf.iter().enumerate() {
+            store_row(run.out(i0 + r, pi), acc_f, p.vscale);
         }
     }
 }
 
-/// Panel `pi` times activation row `i` with the sign on the activations (groups with
-/// `SIGNED_ROW`): the codes' magnitudes times the activation bytes negated where the
+/// Panels `pi..pi + NP` side by side (the same operations per panel in the same order,
+/// so the same bits) times activation row `i`, with the sign on the activations (groups
+/// with `SIGNED_ROW`): the codes' magnitudes times the activation bytes negated where the
 /// codes are negative (`vpsignb`), two products (at most `2 * 2 * 60 * 127 < 2^15`)
 /// added in i16 before they widen, and no offset. The block sums are the same integers
 /// as [`tile`]'s, and so are the bits; one row skips the offset form's subtraction and
 /// blend and half its widening. It relies on the activations lying in `-127..=127`
 /// (`quantize_row` clamps them): `vpsignb` would leave a -128 negative.
-///
-/// # Safety
-/// As [`tile`] with one row.
-#[inline(always)]
-unsafe fn signed_row<G: Groups, const BLOCK: usize, const SC: u8>(run: &Run<'_>, pi: usize, i: usize) {
-    // SAFETY: the caller's guarantee.
-    unsafe { signed_rows::<G, BLOCK, SC, 1>(run, pi, i) }
-}
-
-/// [`signed_row`] for panels `pi..pi + NP` side by side (the same operations per panel
-/// in the same order, so the same bits).
 ///
 /// # Safety
 /// As [`tile`] with one row, for each of the `NP` panels.
@@ -403,21 +386,45 @@ unsafe fn signed_rows<G: Groups, const BLOCK: usize, const SC: u8, const NP: usi
                     }
                 }
             }
-            let dv = _mm256_set1_ps(*a.d.get_unchecked(i * xb + b * BLOCK / a.dblock));
+            let d = *a.d.get_unchecked(i * xb + b * BLOCK / a.dblock);
             for (j, (accf_j, acc_j)) in accf.iter_mut().zip(acc).enumerate() {
-                let s = scales::<SC>(p, p.scale_at(pi + j, b));
-                for h in 0..2 {
-                    let c = _mm256_mul_ps(s[h], dv);
-                    accf_j[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc_j[h]), c, accf_j[h]);
-                }
+                add_block(accf_j, acc_j, scales::<SC>(p, p.scale_at(pi + j, b)), d);
             }
         }
-        let vscale = _mm256_set1_ps(p.vscale);
-        for (j, accf_j) in accf.iter().enumerate() {
-            let o = run.out(i, pi + j);
-            _mm256_storeu_ps(o, _mm256_mul_ps(accf_j[0], vscale));
-            _mm256_storeu_ps(o.add(8), _mm256_mul_ps(accf_j[1], vscale));
+        for (j, &accf_j) in accf.iter().enumerate() {
+            store_row(run.out(i, pi + j), accf_j, p.vscale);
         }
+    }
+}
+
+/// One block's exact sums into a row's 16 f32 accumulators: `acc_f += f32(acc) * (s *
+/// d)`, the block scales times the activation factor rounded once, then one FMA (the
+/// order every panel kernel follows).
+///
+/// # Safety
+/// Inlined into a function that enables AVX2 and FMA.
+#[inline(always)]
+unsafe fn add_block(acc_f: &mut [__m256; 2], acc: [__m256i; 2], s: [__m256; 2], d: f32) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        let dv = _mm256_set1_ps(d);
+        for h in 0..2 {
+            acc_f[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), _mm256_mul_ps(s[h], dv), acc_f[h]);
+        }
+    }
+}
+
+/// A row's 16 outputs, times `vscale`, stored at `o`.
+///
+/// # Safety
+/// 16 floats writable at `o`; inlined into a function that enables AVX2.
+#[inline(always)]
+unsafe fn store_row(o: *mut f32, acc_f: [__m256; 2], vscale: f32) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        let v = _mm256_set1_ps(vscale);
+        _mm256_storeu_ps(o, _mm256_mul_ps(acc_f[0], v));
+        _mm256_storeu_ps(o.add(8), _mm256_mul_ps(acc_f[1], v));
     }
 }
 
