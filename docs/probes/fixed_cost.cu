@@ -81,7 +81,7 @@ template <class T>
 __global__ void __launch_bounds__(bs::pgemv::kThreads, 3) probe_gemv(const bs::PgemvParams p, Rec* rec) {
     const unsigned long long t0 = gtime();
     clear_marks();
-    bs::pgemv::gemv<T, 1, false>(p);
+    bs::pgemv::entry<T, 1, false>(p);
     record(rec, t0);
 }
 extern "C" __global__ void __launch_bounds__(256) probe_acts(const bs::PgemmParams p, Rec* rec) {

@@ -38,7 +38,7 @@ namespace pgemv {
 // ---------------------------------------------------------------------------------------
 // The kernel.
 
-template <class T, int MT, bool F16>
+template <class T, int MT, bool F16, bool GATED>
 __device__ __forceinline__ void gemv(const PgemvParams& p) {
     constexpr int G = T::kG;
     // f16 activations: the post-scaled schemes (INT4, FP8 block) decode to f16 exactly
@@ -57,8 +57,10 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const bool gated = p.gated != 0;
-    const int gout = gated ? G / 2 : G;
+    // Gated or not is a template argument (the entry points branch once), so the copy
+    // sizes and matrix count are constants in the main loop.
+    constexpr bool gated = GATED;
+    constexpr int gout = gated ? G / 2 : G;
     // The row tile and K split: blockIdx x and y, or y and x when the splits of a tile
     // are one cluster (clusters run along x; rank = split).
     uint32_t cluster;
@@ -92,8 +94,8 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     constexpr uint32_t kCode = code_slab_bytes<T>();
     constexpr uint32_t kScaleStep = scale_step_bytes<T>();
     constexpr uint32_t kScaleSlabs = pair_scales<T>() ? 2u : 1u;
-    const int mats = gated ? 2 : 1;
-    const uint32_t gm = (uint32_t)gout;
+    constexpr int mats = gated ? 2 : 1;
+    constexpr uint32_t gm = (uint32_t)gout;
     MatPtr mp[2];
 #pragma unroll
     for (int mat = 0; mat < 2; ++mat) {
@@ -105,13 +107,18 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     uint32_t add[G];
 #pragma unroll
     for (int gi = 0; gi < G; ++gi) add[gi] = p.scale_add[gated && gi >= G / 2 ? 1 : 0];
+    // The lane's activation rows (g and g + 8), from element 0; past M, any readable
+    // address (nothing is read from it).
     const unsigned short* xrow[MT];
+    bool xlive[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         const uint32_t m = (uint32_t)(g + 8 * mt);
-        xrow[mt] = m < p.m ? reinterpret_cast<const unsigned short*>(p.x) + (uint64_t)m * p.x_stride +
-                                 (uint64_t)slab0 * kSlabK
-                           : nullptr;
+        xlive[mt] = m < p.m;
+        const unsigned short* row = reinterpret_cast<const unsigned short*>(p.x) + (xlive[mt] ? (uint64_t)m * p.x_stride : 0u);
+        // One register pair for the row's address, so each copy adds only its element
+        // index to it (the compiler would otherwise rebuild it from p.x every slab).
+        asm("mov.b64 %0, %1;" : "=l"(xrow[mt]) : "l"(row));
     }
     uint32_t k_chunk = slab0 * kSlabK;
     // Per chunk of this warp the pointers move on by kWarps chunks.
@@ -141,17 +148,17 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
 
     // Lane 0 queues a stage's weights; every lane its activations. `s`: the slab counted
     // from the current chunk's first (4 and on: the warp's next chunk).
+    const uint64_t policy = evict_first_policy();
     auto issue_weights = [&](int s, uint32_t st) {
-        if (lane == 0) issue_stage<T>(mp, mats, gm, s, ring + st * kStage, &bar[st], kNextCode, kNextScale);
+        if (lane == 0) issue_stage<T>(mp, mats, gm, s, ring + st * kStage, &bar[st], kNextCode, kNextScale, policy);
     };
     auto issue_acts = [&](int s, uint32_t st) {
-        const bool next = s >= kChunk;
+        // Slabs past the chunk (s >= kChunk) are the warp's next chunk's, kWarps chunks on.
+        const uint32_t k0 = k_chunk + (s >= kChunk ? kNextX + (uint32_t)(s - kChunk) * kSlabK : (uint32_t)s * kSlabK);
         uint8_t* stage = ring + st * kStage;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const unsigned short* row = xrow[mt] && next ? xrow[mt] + kNextX : xrow[mt];
-            issue_x<T>(row, next ? k_chunk + kNextX : k_chunk, s % kChunk, p.k, t, lane,
-                       stage + weight_stage_bytes<T>() + mt * 1024, p.x);
+            issue_x<T>(xrow[mt], xlive[mt], k0, p.k, t, lane, stage + weight_stage_bytes<T>() + mt * 1024);
         }
         cp_async_arrive(&bar[st]);
     };
@@ -218,9 +225,6 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
         }
 #pragma unroll
         for (int gi = 0; gi < G; ++gi) tile_scale[gi] += kNextScale;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-            if (xrow[mt]) xrow[mt] += kNextX;
         k_chunk += kNextX;
     }
     // The next kernel on the stream may start launching (its own weights do not depend
@@ -336,6 +340,16 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     if (threadIdx.x == 0) p.counters[tile] = 0u;
 }
 
+// The kernel bodies: one for plain weights, one for the gated pair.
+template <class T, int MT, bool F16>
+__device__ __forceinline__ void entry(const PgemvParams& p) {
+    if (p.gated != 0) {
+        gemv<T, MT, F16, true>(p);
+    } else {
+        gemv<T, MT, F16, false>(p);
+    }
+}
+
 }  // namespace pgemv
 }  // namespace bs
 
@@ -345,16 +359,16 @@ using bs::PgemvParams;
 // (`_m16`) or f16 (`_m16_f16`).
 #define BS_PGEMV(name, traits)                                                                        \
     extern "C" __global__ void __launch_bounds__(bs::pgemv::kThreads, 3) pgemv_##name(const PgemvParams p) { \
-        bs::pgemv::gemv<bs::pgemv::traits, 1, false>(p);                                             \
+        bs::pgemv::entry<bs::pgemv::traits, 1, false>(p);                                             \
     }                                                                                                 \
     extern "C" __global__ void __launch_bounds__(bs::pgemv::kThreads, 2) pgemv_##name##_f16(const PgemvParams p) { \
-        bs::pgemv::gemv<bs::pgemv::traits, 1, true>(p);                                              \
+        bs::pgemv::entry<bs::pgemv::traits, 1, true>(p);                                              \
     }                                                                                                 \
     extern "C" __global__ void __launch_bounds__(bs::pgemv::kThreads, 2) pgemv_##name##_m16(const PgemvParams p) { \
-        bs::pgemv::gemv<bs::pgemv::traits, 2, false>(p);                                             \
+        bs::pgemv::entry<bs::pgemv::traits, 2, false>(p);                                             \
     }                                                                                                 \
     extern "C" __global__ void __launch_bounds__(bs::pgemv::kThreads, 1) pgemv_##name##_m16_f16(const PgemvParams p) { \
-        bs::pgemv::gemv<bs::pgemv::traits, 2, true>(p);                                              \
+        bs::pgemv::entry<bs::pgemv::traits, 2, true>(p);                                              \
     }
 
 BS_PGEMV(nvfp4, TNvfp4)

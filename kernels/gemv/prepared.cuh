@@ -277,8 +277,7 @@ constexpr uint32_t kUnit = 4;  // row groups stored side by side (prepared.rs UN
 // CTA's groups (`gm` per matrix, `mats` matrices) into `stage`, completing on `bar`.
 template <class T>
 __device__ __forceinline__ void issue_stage(const MatPtr (&mp)[2], int mats, uint32_t gm, int s, uint8_t* stage,
-                                            uint64_t* bar, uint32_t next_code, uint32_t next_scale) {
-    const uint64_t policy = evict_first_policy();
+                                            uint64_t* bar, uint32_t next_code, uint32_t next_scale, uint64_t policy) {
     constexpr uint32_t kCode = code_slab_bytes<T>();
     constexpr uint32_t kScale = stage_scale_bytes<T>();
     mbar_expect_tx(bar, weight_stage_bytes<T>());
@@ -337,21 +336,23 @@ __device__ __forceinline__ void read_stage(const uint8_t* stage, int gi, int lan
     }
 }
 
-// Every lane: queues its activations of slab `s` (counted from `row`, the lane's
-// activation row at the chunk's first slab, or null past M) into `xs`, the 1 KiB of
-// eight rows: its eight bf16/f16 pairs (registers 2q and 2q + 1 the B fragment of MMA q)
-// as two 16-byte halves, at 16 x lane and 512 + 16 x lane, so that each half is one
-// conflict-free 16-byte shared load a warp (contiguous 32 bytes a lane made each load
-// two-way conflicted). Zero past K. Arrives on `bar` when they land.
+// Every lane: queues its activations of the slab whose first element is `k0` into
+// `xs`, the 1 KiB of eight rows: its eight bf16/f16 pairs (registers 2q and 2q + 1 the B
+// fragment of MMA q) as two 16-byte halves, at 16 x lane and 512 + 16 x lane, so that
+// each half is one conflict-free 16-byte shared load a warp (contiguous 32 bytes a lane
+// made each load two-way conflicted). `row`: the lane's activation row (element 0), or
+// any readable address when `live` is false (past M), which zero-fills both halves, as
+// the halves past K are. Arrives on `bar` when they land.
 template <class T>
-__device__ __forceinline__ void issue_x(const unsigned short* row, uint32_t k_chunk, int s, uint32_t k, int t,
-                                        int lane, uint8_t* xs, const void* any) {
+__device__ __forceinline__ void issue_x(const unsigned short* row, bool live, uint32_t k0, uint32_t k, int t, int lane,
+                                        uint8_t* xs) {
     // Natural order: the lane's 16 consecutive elements; INT4-G32: 8 in each 32-block.
-    const uint32_t o0 = (uint32_t)s * kSlabK + (T::kHalfMap ? 8u : 16u) * t;
+    const uint32_t o0 = k0 + (T::kHalfMap ? 8u : 16u) * t;
     const uint32_t o1 = o0 + (T::kHalfMap ? 32u : 8u);
-    const bool v0 = row != nullptr && k_chunk + o0 < k, v1 = row != nullptr && k_chunk + o1 < k;
-    cp_async16(xs + 16 * lane, v0 ? row + o0 : any, v0 ? 16u : 0u);
-    cp_async16(xs + 512 + 16 * lane, v1 ? row + o1 : any, v1 ? 16u : 0u);
+    const bool v0 = live && o0 < k, v1 = live && o1 < k;
+    // An element index of 0 where nothing is read keeps the address inside the row.
+    cp_async16(xs + 16 * lane, row + (v0 ? o0 : 0u), v0 ? 16u : 0u);
+    cp_async16(xs + 512 + 16 * lane, row + (v1 ? o1 : 0u), v1 ? 16u : 0u);
 }
 
 // ---------------------------------------------------------------------------------------
