@@ -126,13 +126,19 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     constexpr uint32_t kNextScale = kWarps * kChunk / kScaleSlabs * kUnit * kScaleStep;
     constexpr uint32_t kNextX = kWarps * kChunk * kSlabK;
 
-    constexpr uint32_t kStage = stage_bytes<T, MT>();
-    uint8_t* ring = smem + warp * kDepth * kStage;
+    // Plain 4-bit weights (the CTA's groups one whole unit of the layout) with an even
+    // ring take two slabs a stage: one bulk copy for both slabs' codes, one for their
+    // scales, one barrier and one wait, halving the bookkeeping a slab.
+    constexpr int SPS = !gated && G == (int)kUnit && kDepth % 2 == 0 ? 2 : 1;
+    constexpr int kStages = kDepth / SPS;
+    constexpr uint32_t kStage = SPS * stage_bytes<T, MT>();
+    constexpr uint32_t kWeights = weight_part_bytes<T, SPS>();
+    uint8_t* ring = smem + warp * kDepth * stage_bytes<T, MT>();
     uint64_t* bar = bars[warp];
     if (lane == 0) {
 #pragma unroll
         // Arrivals per phase: lane 0's expect_tx, and every lane's cp.async arrival.
-        for (int s = 0; s < kDepth; ++s) mbar_init(&bar[s], 33);
+        for (int s = 0; s < kStages; ++s) mbar_init(&bar[s], 33);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
@@ -150,15 +156,20 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     // from the current chunk's first (4 and on: the warp's next chunk).
     const uint64_t policy = evict_first_policy();
     auto issue_weights = [&](int s, uint32_t st) {
-        if (lane == 0) issue_stage<T>(mp, mats, gm, s, ring + st * kStage, &bar[st], kNextCode, kNextScale, policy);
+        if (lane == 0) {
+            issue_stage<T, SPS>(mp, mats, gm, s, ring + st * kStage, &bar[st], kNextCode, kNextScale, policy);
+        }
     };
     auto issue_acts = [&](int s, uint32_t st) {
         // Slabs past the chunk (s >= kChunk) are the warp's next chunk's, kWarps chunks on.
         const uint32_t k0 = k_chunk + (s >= kChunk ? kNextX + (uint32_t)(s - kChunk) * kSlabK : (uint32_t)s * kSlabK);
         uint8_t* stage = ring + st * kStage;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            issue_x<T>(xrow[mt], xlive[mt], k0, p.k, t, lane, stage + weight_stage_bytes<T>() + mt * 1024);
+        for (int h = 0; h < SPS; ++h) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                issue_x<T>(xrow[mt], xlive[mt], k0 + h * kSlabK, p.k, t, lane, stage + kWeights + (h * MT + mt) * 1024);
+            }
         }
         cp_async_arrive(&bar[st]);
     };
@@ -168,13 +179,13 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     // for it (griddepcontrol.wait returns at once without that launch attribute).
     if (count > 0) {
 #pragma unroll
-        for (int s = 0; s < kDepth; ++s) issue_weights(s, (uint32_t)s);
+        for (int s = 0; s < kDepth; s += SPS) issue_weights(s, (uint32_t)(s / SPS));
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
     BS_PROBE_MARK(0);
     if (count > 0) {
 #pragma unroll
-        for (int s = 0; s < kDepth; ++s) issue_acts(s, (uint32_t)s);
+        for (int s = 0; s < kDepth; s += SPS) issue_acts(s, (uint32_t)(s / SPS));
     }
     // FP8 128x128: each group's tile scale (4 bytes a group and slab pair), read from
     // global memory.
@@ -185,35 +196,43 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
         tile_scale[gi] = (up ? mp[1].s : mp[0].s) + (gi - (up ? gout : 0)) * kScaleStep;
     }
 
-    // The stage of the slab being consumed and its barrier phase: each slab refills the
-    // stage it emptied with the slab kDepth on.
+    // The stage being consumed and its barrier phase: each stage, once read, is refilled
+    // with the slabs kDepth on.
     uint32_t st = 0, phase = 0;
     for (int ci = 0; ci < count; ++ci) {
         const bool more = ci + 1 < count;
 #pragma unroll
-        for (int s = 0; s < kChunk; ++s) {
+        for (int s0 = 0; s0 < kChunk; s0 += SPS) {
             const uint8_t* stage = ring + st * kStage;
             mbar_wait(&bar[st], phase);
-            uint32_t b[MT][PIECES][8];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const uint4* xs = reinterpret_cast<const uint4*>(stage + weight_stage_bytes<T>() + mt * 1024);
-                const uint4 lo = xs[lane], hi = xs[32 + lane];
-                act_fragments<F16 && !H, PIECES>(lo, hi, b[mt]);
-            }
+            for (int h = 0; h < SPS; ++h) {
+                const int s = s0 + h;
+                uint32_t b[MT][PIECES][8];
 #pragma unroll
-            for (int gi = 0; gi < G; ++gi) {
-                Slab<T> d;
-                read_stage<T>(stage, gi, lane, tile_scale[gi] + (s / 2) * kUnit * kScaleStep, d);
-                slab_product<T, MT, PIECES, H>(d, b, add[gi], (s & 1) != 0, acc[gi], dt[gi]);
+                for (int mt = 0; mt < MT; ++mt) {
+                    const uint4* xs = reinterpret_cast<const uint4*>(stage + kWeights + (h * MT + mt) * 1024);
+                    const uint4 lo = xs[lane], hi = xs[32 + lane];
+                    act_fragments<F16 && !H, PIECES>(lo, hi, b[mt]);
+                }
+                // Slab h's codes, and its scales (a pair's shared scales: the stage's one set).
+                const uint8_t* codes = stage + h * G * kCode;
+                const uint8_t* scales =
+                    stage + SPS * G * kCode + (stage_scale_sets<T, SPS>() == 1 ? 0 : h) * G * stage_scale_bytes<T>();
+#pragma unroll
+                for (int gi = 0; gi < G; ++gi) {
+                    Slab<T> d;
+                    read_slab<T>(codes, scales, gi, lane, tile_scale[gi] + (s / 2) * kUnit * kScaleStep, d);
+                    slab_product<T, MT, PIECES, H>(d, b, add[gi], (s & 1) != 0, acc[gi], dt[gi]);
+                }
             }
-            // Every lane has read the stage: refill it with the slab kDepth on.
+            // Every lane has read the stage: refill it with the slabs kDepth on.
             __syncwarp();
-            if (s + kDepth < kChunk || more) {
-                issue_weights(s + kDepth, st);
-                issue_acts(s + kDepth, st);
+            if (s0 + kDepth < kChunk || more) {
+                issue_weights(s0 + kDepth, st);
+                issue_acts(s0 + kDepth, st);
             }
-            if (++st == (uint32_t)kDepth) {
+            if (++st == (uint32_t)kStages) {
                 st = 0;
                 phase ^= 1u;
             }
@@ -232,7 +251,7 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     BS_PROBE_MARK(1);
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     __syncthreads();  // every warp's copies have landed and been read: smem is free
-    static_assert((kWarps + 2) * G * MT * 32 * 4 * 4 <= kWarps * kDepth * kStage,
+    static_assert((kWarps + 2) * G * MT * 32 * 4 * 4 <= kWarps * kDepth * stage_bytes<T, MT>(),
                   "the reduction and the clustered splits' sums fit the ring");
 
     // The warps' sums, added in warp order (in the ring's shared memory).

@@ -273,21 +273,36 @@ struct MatPtr {
 
 constexpr uint32_t kUnit = 4;  // row groups stored side by side (prepared.rs UNIT_GROUPS)
 
-// Lane 0: queues slab `s` (counted from the matrix pointers' slab, an even one) of the
-// CTA's groups (`gm` per matrix, `mats` matrices) into `stage`, completing on `bar`.
-template <class T>
+// Scale sets a stage of SPS slabs holds: one per slab, or one for a slab pair's shared
+// scales.
+template <class T, int SPS>
+__host__ __device__ constexpr int stage_scale_sets() {
+    return pair_scales<T>() ? 1 : SPS;
+}
+// The weight part of a stage of SPS slabs: their codes, then their scales.
+template <class T, int SPS>
+__host__ __device__ constexpr uint32_t weight_part_bytes() {
+    return SPS * T::kG * code_slab_bytes<T>() + stage_scale_sets<T, SPS>() * T::kG * stage_scale_bytes<T>();
+}
+
+// Lane 0: queues slabs `s` .. `s + SPS - 1` (counted from the matrix pointers' slab, an
+// even one) of the CTA's groups (`gm` per matrix, `mats` matrices) into `stage`,
+// completing on `bar`. Two slabs a stage (SPS = 2) need the CTA's groups to be a whole
+// unit of one matrix: the layout then keeps consecutive slabs' codes, and scales,
+// contiguous, so each takes one copy.
+template <class T, int SPS = 1>
 __device__ __forceinline__ void issue_stage(const MatPtr (&mp)[2], int mats, uint32_t gm, int s, uint8_t* stage,
                                             uint64_t* bar, uint32_t next_code, uint32_t next_scale, uint64_t policy) {
-    constexpr uint32_t kCode = code_slab_bytes<T>();
-    constexpr uint32_t kScale = stage_scale_bytes<T>();
-    mbar_expect_tx(bar, weight_stage_bytes<T>());
+    constexpr uint32_t kCode = SPS * code_slab_bytes<T>();
+    constexpr uint32_t kScale = stage_scale_sets<T, SPS>() * stage_scale_bytes<T>();
+    mbar_expect_tx(bar, weight_part_bytes<T, SPS>());
     // Slabs past the chunk (s >= kChunk) are the next chunk's, kWarps chunks on.
     const bool next = s >= kChunk;
     const int sl = next ? s - kChunk : s;
 #pragma unroll
     for (int mat = 0; mat < 2; ++mat) {
         if (mat >= mats) break;
-        const uint8_t* w = mp[mat].w + (next ? next_code : 0u) + sl * kUnit * kCode;
+        const uint8_t* w = mp[mat].w + (next ? next_code : 0u) + sl * kUnit * code_slab_bytes<T>();
         bulk_copy(stage + mat * gm * kCode, w, gm * kCode, bar, policy);
         if constexpr (kScale > 0) {
             const uint8_t* sc = mp[mat].s + (next ? next_scale : 0u) +
@@ -301,11 +316,21 @@ __device__ __forceinline__ void issue_stage(const MatPtr (&mp)[2], int mats, uin
 // then their scales (FP8 128x128: the tile scale from global memory, `tile_scale` at the
 // slab's pair).
 template <class T>
+__device__ __forceinline__ void read_slab(const uint8_t* codes, const uint8_t* scales, int gi, int lane,
+                                          const uint8_t* tile_scale, Slab<T>& d);
+template <class T>
 __device__ __forceinline__ void read_stage(const uint8_t* stage, int gi, int lane, const uint8_t* tile_scale,
                                            Slab<T>& d, int groups = T::kG) {
+    read_slab<T>(stage, stage + groups * code_slab_bytes<T>(), gi, lane, tile_scale, d);
+}
+// The same from a slab's codes at `codes` and its scales at `scales` (apart in the GEMV's
+// two-slab stages).
+template <class T>
+__device__ __forceinline__ void read_slab(const uint8_t* codes, const uint8_t* scales, int gi, int lane,
+                                          const uint8_t* tile_scale, Slab<T>& d) {
     constexpr int W = T::kWords;
     constexpr uint32_t kCode = code_slab_bytes<T>();
-    const uint8_t* c = stage + gi * kCode;
+    const uint8_t* c = codes + gi * kCode;
     const uint4 a = *reinterpret_cast<const uint4*>(c + 16 * lane);
     d.w[0] = a.x;
     d.w[1] = a.y;
@@ -322,7 +347,7 @@ __device__ __forceinline__ void read_stage(const uint8_t* stage, int gi, int lan
         d.w[4] = b.x;
         d.w[5] = b.y;
     }
-    const uint8_t* sc = stage + groups * kCode + gi * stage_scale_bytes<T>() + scale_lane_offset<T>(lane);
+    const uint8_t* sc = scales + gi * stage_scale_bytes<T>() + scale_lane_offset<T>(lane);
     if constexpr (T::kSc == Sc::Ue4m3 || T::kSc == Sc::Ue8m0) {
         d.w[W] = *reinterpret_cast<const uint16_t*>(sc);
     } else if constexpr (T::kSc == Sc::F32T128) {
