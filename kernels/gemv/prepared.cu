@@ -4,9 +4,11 @@
 // prepared/layout.rs holds the layout, docs/KERNELS.md "GEMV on prepared weights" the
 // design).
 //
-// What the layout buys. Each warp's weights arrive by bulk copies (lane 0, one per slab
-// and matrix) in a per-warp shared-memory ring; every lane then reads its words with
-// one or two 16-byte loads, already in the order of its mma.sync m16n8k16 A fragments,
+// What the layout buys. Each warp's weights arrive by bulk copies (lane 0, one per ring
+// stage and matrix: a stage is one slab, or two for plain 4-bit weights at M <= 8, whose
+// consecutive slabs are contiguous) in a per-warp shared-memory ring; every lane then
+// reads its words with one or two 16-byte loads, already in the order of its
+// mma.sync m16n8k16 A fragments,
 // with each code's bits already where a few bit operations turn them into bf16: E2M1
 // takes 8 operations per 32-bit word of eight codes (a mask, two rotations and masks,
 // one multiply that gathers the last four codes' bits), INT4 eleven, E4M3 / E5M2 five

@@ -312,12 +312,12 @@ __device__ __forceinline__ void issue_stage(const MatPtr (&mp)[2], int mats, uin
     }
 }
 
-// The lane's words of group `gi` from a landed stage holding `groups` groups' codes,
-// then their scales (FP8 128x128: the tile scale from global memory, `tile_scale` at the
-// slab's pair).
 template <class T>
 __device__ __forceinline__ void read_slab(const uint8_t* codes, const uint8_t* scales, int gi, int lane,
                                           const uint8_t* tile_scale, Slab<T>& d);
+// The lane's words of group `gi` from a landed stage holding `groups` groups' codes,
+// then their scales (FP8 128x128: the tile scale from global memory, `tile_scale` at the
+// slab's pair).
 template <class T>
 __device__ __forceinline__ void read_stage(const uint8_t* stage, int gi, int lane, const uint8_t* tile_scale,
                                            Slab<T>& d, int groups = T::kG) {
