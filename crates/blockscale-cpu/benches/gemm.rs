@@ -229,7 +229,7 @@ fn gemv_cases(v: &mut Vec<Case>) {
                 });
             c.bytes = q.storage_bytes() as f64;
             v.push(c);
-            // Panel weights: the 4-bit schemes, MXFP6 E2M3 and E4M3.and MXFP6 E2M3.
+            // Panel weights: the 4-bit schemes, MXFP6 E2M3 and E4M3.
             let Ok(panels) = PanelWeights::new(q) else { continue };
             let panels: &'static PanelWeights = Box::leak(Box::new(panels));
             for single in [true, false] {
