@@ -134,7 +134,7 @@ __device__ __forceinline__ void gemv(const PgemvParams& p) {
     constexpr int SPS = !gated && G == (int)kUnit && kDepth % 2 == 0 ? 2 : 1;
     constexpr int kStages = kDepth / SPS;
     constexpr uint32_t kStage = SPS * stage_bytes<T, MT>();
-    constexpr uint32_t kWeights = weight_part_bytes<T, SPS>();
+    constexpr uint32_t kWeights = weight_stage_bytes<T, SPS>();
     uint8_t* ring = smem + warp * kDepth * stage_bytes<T, MT>();
     uint64_t* bar = bars[warp];
     if (lane == 0) {

@@ -166,11 +166,17 @@ template <class T>
 __host__ __device__ constexpr uint32_t stage_scale_bytes() {
     return T::kSc == Sc::F32T128 ? 0u : scale_step_bytes<T>();
 }
-// The weight part of one stage of a warp's ring: G groups' codes, then their scales
-// (what the bulk copies bring).
-template <class T>
+// Scale sets a stage of SPS slabs holds: one per slab, or one for a slab pair's shared
+// scales.
+template <class T, int SPS>
+__host__ __device__ constexpr int stage_scale_sets() {
+    return pair_scales<T>() ? 1 : SPS;
+}
+// The weight part of one stage of a warp's ring, SPS slabs (the GEMV's two-slab stages)
+// or one: G groups' codes for each slab, then their scales (what the bulk copies bring).
+template <class T, int SPS = 1>
 __host__ __device__ constexpr uint32_t weight_stage_bytes() {
-    return T::kG * (code_slab_bytes<T>() + stage_scale_bytes<T>());
+    return T::kG * (SPS * code_slab_bytes<T>() + stage_scale_sets<T, SPS>() * stage_scale_bytes<T>());
 }
 // A whole stage: the weights, then the activations' B fragments, 32 bytes a lane per n8
 // tile (written by each lane's own cp.async, zero past M and K).
@@ -273,18 +279,6 @@ struct MatPtr {
 
 constexpr uint32_t kUnit = 4;  // row groups stored side by side (prepared.rs UNIT_GROUPS)
 
-// Scale sets a stage of SPS slabs holds: one per slab, or one for a slab pair's shared
-// scales.
-template <class T, int SPS>
-__host__ __device__ constexpr int stage_scale_sets() {
-    return pair_scales<T>() ? 1 : SPS;
-}
-// The weight part of a stage of SPS slabs: their codes, then their scales.
-template <class T, int SPS>
-__host__ __device__ constexpr uint32_t weight_part_bytes() {
-    return SPS * T::kG * code_slab_bytes<T>() + stage_scale_sets<T, SPS>() * T::kG * stage_scale_bytes<T>();
-}
-
 // Lane 0: queues slabs `s` .. `s + SPS - 1` (counted from the matrix pointers' slab, an
 // even one) of the CTA's groups (`gm` per matrix, `mats` matrices) into `stage`,
 // completing on `bar`. Two slabs a stage (SPS = 2) need the CTA's groups to be a whole
@@ -293,9 +287,10 @@ __host__ __device__ constexpr uint32_t weight_part_bytes() {
 template <class T, int SPS = 1>
 __device__ __forceinline__ void issue_stage(const MatPtr (&mp)[2], int mats, uint32_t gm, int s, uint8_t* stage,
                                             uint64_t* bar, uint32_t next_code, uint32_t next_scale, uint64_t policy) {
-    constexpr uint32_t kCode = SPS * code_slab_bytes<T>();
-    constexpr uint32_t kScale = stage_scale_sets<T, SPS>() * stage_scale_bytes<T>();
-    mbar_expect_tx(bar, weight_part_bytes<T, SPS>());
+    // A group's codes and scales in the stage (SPS slabs' worth).
+    constexpr uint32_t kCodes = SPS * code_slab_bytes<T>();
+    constexpr uint32_t kScales = stage_scale_sets<T, SPS>() * stage_scale_bytes<T>();
+    mbar_expect_tx(bar, weight_stage_bytes<T, SPS>());
     // Slabs past the chunk (s >= kChunk) are the next chunk's, kWarps chunks on.
     const bool next = s >= kChunk;
     const int sl = next ? s - kChunk : s;
@@ -303,11 +298,11 @@ __device__ __forceinline__ void issue_stage(const MatPtr (&mp)[2], int mats, uin
     for (int mat = 0; mat < 2; ++mat) {
         if (mat >= mats) break;
         const uint8_t* w = mp[mat].w + (next ? next_code : 0u) + sl * kUnit * code_slab_bytes<T>();
-        bulk_copy(stage + mat * gm * kCode, w, gm * kCode, bar, policy);
-        if constexpr (kScale > 0) {
+        bulk_copy(stage + mat * gm * kCodes, w, gm * kCodes, bar, policy);
+        if constexpr (kScales > 0) {
             const uint8_t* sc = mp[mat].s + (next ? next_scale : 0u) +
                                 (pair_scales<T>() ? sl / 2 : sl) * kUnit * scale_step_bytes<T>();
-            bulk_copy(stage + T::kG * kCode + mat * gm * kScale, sc, gm * kScale, bar, policy);
+            bulk_copy(stage + T::kG * kCodes + mat * gm * kScales, sc, gm * kScales, bar, policy);
         }
     }
 }
