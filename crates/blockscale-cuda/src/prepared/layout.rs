@@ -158,10 +158,10 @@ pub(crate) fn decode_registers(dec: Decode, w: &[u32]) -> [u32; 16] {
                     const M: u32 = 0x8380_8380;
                     let x = w[q];
                     [
-                        rotr(x, 1) & M,
-                        (x & 0x8080_8080) | (rotr(x, 9) & 0x0300_0300),
-                        rotr(x, 4) & M,
-                        (rotr(x, 5) & 0x8200_8200) | (rotr(x, 14) & 0x0180_0180),
+                        x & M,
+                        rotr(x, 3) & M,
+                        ((x & 0x4058_4058).wrapping_mul(0x22)) & M,
+                        ((x & 0x2023_2023).wrapping_mul(0x104)) & M,
                     ]
                 };
                 let mb = if dec == Decode::E2M3 { 0x0030_0030 } else { 0x0060_0060 };
