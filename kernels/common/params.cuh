@@ -187,6 +187,7 @@ struct PgemmParams {
     uint32_t activation;            // as bs::activation
     uint32_t splits;                // CTAs along K (gridDim.z)
     uint32_t slabs_per_split;       // a multiple of 2
+    uint32_t tail;                  // wgemm: last tiles split in two K halves (splits = 1), else 0
 };
 
 // Block-scaled FP8 pair GEMM on Hopper's FP8 tensor cores (kernels/gemm/fgemm.cu): A (M x K
@@ -237,5 +238,5 @@ static_assert(sizeof(bs::CopyParams) == 40, "CopyParams layout changed: update p
 static_assert(sizeof(bs::Fp8ScaleParams) == 32, "Fp8ScaleParams layout changed: update params.rs");
 static_assert(sizeof(bs::GemvParams) == 160, "GemvParams layout changed: update params.rs");
 static_assert(sizeof(bs::PgemvParams) == 160, "PgemvParams layout changed: update params.rs");
-static_assert(sizeof(bs::PgemmParams) == 104, "PgemmParams layout changed: update params.rs");
-static_assert(sizeof(bs::FgemmParams) == 144, "FgemmParams layout changed: update params.rs");
+static_assert(sizeof(bs::PgemmParams) == 112, "PgemmParams layout changed: update params.rs");
+static_assert(sizeof(bs::FgemmParams) == 152, "FgemmParams layout changed: update params.rs");

@@ -384,6 +384,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
         if (!paired) return tile_at<TM>(p, t);
         Tile r;
         r.split = 0;
+        r.splits = 1;
         r.n = (t >> 1) % tiles_n;
         r.m = 2u * ((t >> 1) / tiles_n % (tiles_m / 2u)) + (t & 1u);
         r.s0 = 0;
@@ -673,7 +674,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
             consumers_sync();
             put_sums<TM / 8, kSumsLd>(tile_sums, acc);
             consumers_sync();
-            store_split<TM, TM == 64 ? 4u : 2u, kSumsLd>(p, tile_sums, m0, n0, tl.split, act);
+            store_split<TM, TM == 64 ? 4u : 2u, kSumsLd>(p, tile_sums, m0, n0, tl.split, p.splits, act);
         } else if (fp.store_map) {
             uint8_t* box = staging + (uint32_t)wg * (TM * 128u);
             if (p.out_kind == 0)

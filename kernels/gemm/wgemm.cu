@@ -328,8 +328,8 @@ __device__ __forceinline__ void finish_tile(const PgemmParams& p, const Tile& tl
         put_sums<J, kSumsLd>(sums, acc, h * (R / 8), (h + 1) * (R / 8));
         consumers_sync();
         BS_PROBE_MARK(2);
-        if (p.splits > 1) {
-            store_split<R, 1u, kSumsLd>(p, sums, m0, n0, tl.split, (int)p.activation);
+        if (tl.splits > 1) {
+            store_split<R, 1u, kSumsLd>(p, sums, m0, n0, tl.split, tl.splits, (int)p.activation);
             continue;
         }
         switch ((int)p.activation) {
@@ -358,9 +358,10 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
     const int lane = threadIdx.x & 31;
     const uint32_t S = p.slabs;
-    const uint32_t tiles = (p.n + BN - 1) / BN * ((p.m + BM - 1) / BM) * p.splits;
+    const uint32_t tiles = work_items(p);
     // With K split, the splits of a tile are one cluster of consecutive CTAs (rank =
-    // split, tile_at's order; the grid is one CTA per tile and split).
+    // split, tile_at's order; the grid is one CTA per tile and split); with a split tail,
+    // the grid is persistent in clusters of two.
 
     if (roles<T, kDepth, kStage, 1>(p, smem, full, empty, tiles, warp, lane)) return;
     BS_PROBE_MARK(0);
@@ -574,7 +575,7 @@ __device__ __forceinline__ void gemm_wide(const PgemmParams& p) {
 
     const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
     const int lane = threadIdx.x & 31;
-    const uint32_t tiles = (p.n + BN - 1) / BN * ((p.m + BMW - 1) / BMW) * p.splits;
+    const uint32_t tiles = work_items<BMW>(p);
 
     if (roles<T, D, kStage, 2>(p, smem, full, empty, tiles, warp, lane)) return;
     // The consumers: `gemm`'s pre-scaled loop (pre_scaled_tile) with m64n256 products.

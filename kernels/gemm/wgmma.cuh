@@ -269,8 +269,8 @@ __device__ __forceinline__ void load_peer8(uint32_t saddr, uint32_t rank, float 
                  : "memory");
 }
 
-// Split K across a cluster (its CTAs are the splits of one tile, rank = split): once
-// every split's sums are in its shared memory (`sums`, [activation row][weight row]),
+// Split K across a cluster (its CTAs are the `splits` splits of one tile, rank = split):
+// once every split's sums are in its shared memory (`sums`, [activation row][weight row]),
 // CTA `split` adds its share of the tile's rows from all of them through distributed
 // shared memory, in split order, and writes those outputs with activation `act`; the
 // second barrier keeps each CTA's sums in place until every peer has read them. Every
@@ -280,23 +280,23 @@ __device__ __forceinline__ void load_peer8(uint32_t saddr, uint32_t rank, float 
 // caller's registers allow).
 template <int ROWS, uint32_t KB, int LD = BN>
 __device__ __forceinline__ void store_split(const PgemmParams& p, const float* sums, uint32_t m0, uint32_t n0,
-                                            uint32_t split, int act) {
+                                            uint32_t split, uint32_t splits, int act) {
     cluster_sync();
     BS_PROBE_MARK(3);
-    const uint32_t share = (ROWS / 8u + p.splits - 1u) / p.splits * 8u;
+    const uint32_t share = (ROWS / 8u + splits - 1u) / splits * 8u;
     const uint32_t r0 = min((uint32_t)ROWS, split * share), r1 = min((uint32_t)ROWS, r0 + share);
     auto peers = [&](uint32_t r, uint32_t col, float (&v)[8]) {
         const uint32_t at = smem_u32(sums + r * LD + col);
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[e] = 0.0f;
-        for (uint32_t sp0 = 0; sp0 < p.splits; sp0 += KB) {
+        for (uint32_t sp0 = 0; sp0 < splits; sp0 += KB) {
             float w[KB][8];
 #pragma unroll
             for (uint32_t b = 0; b < KB; ++b)
-                if (sp0 + b < p.splits) load_peer8(at, sp0 + b, w[b]);
+                if (sp0 + b < splits) load_peer8(at, sp0 + b, w[b]);
 #pragma unroll
             for (uint32_t b = 0; b < KB; ++b)
-                if (sp0 + b < p.splits) {
+                if (sp0 + b < splits) {
 #pragma unroll
                     for (int e = 0; e < 8; ++e) v[e] = __fadd_rn(v[e], w[b][e]);
                 }
@@ -312,29 +312,51 @@ __device__ __forceinline__ void store_split(const PgemmParams& p, const float* s
     cluster_sync();
 }
 
-// Which tile the CTA's k-th turn takes, and its K range. Tiles go in groups of kGroupM
-// activation tiles; in a group the activation tile turns fastest, so the CTAs running at
-// once share weight tiles (read from DRAM once per group rather than once per activation
-// tile) and the group's activation tiles stay in L2. With K split, the splits of a tile
-// are consecutive (one cluster: rank = split).
+// Which tile work item t (a CTA's turns are items gridDim.x apart) takes, and its K
+// range. Tiles go in groups of kGroupM activation tiles; in a group the activation tile
+// turns fastest, so the CTAs running at once share weight tiles (read from DRAM once per
+// group rather than once per activation tile) and the group's activation tiles stay in
+// L2. With K split, the splits of a tile are consecutive items (one cluster: rank =
+// split). With a split tail (p.tail > 0, p.splits = 1; the host plans it where the last
+// wave is at most half full): the last p.tail tiles are two items each, the K halves
+// (tiles_n x tiles_m - p.tail is a multiple of the grid, which is of clusters of two, so
+// a tail tile's halves are the two CTAs of one cluster in their last turn).
 struct Tile {
-    uint32_t n, m, split, s0, count;
+    uint32_t n, m, split, splits, s0, count;
 };
 constexpr uint32_t kGroupM = 8;
 template <int ROWS = BM>
 __device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
     const uint32_t tiles_n = (p.n + BN - 1) / BN, tiles_m = (p.m + ROWS - 1) / ROWS;
+    const uint32_t head = tiles_n * tiles_m - p.tail;  // the tiles of one item each split
     Tile r;
-    r.split = t % p.splits;
-    const uint32_t tile = t / p.splits;
+    uint32_t tile, per;
+    if (t >= head * p.splits) {
+        const uint32_t u = t - head * p.splits;
+        r.split = u & 1u;
+        r.splits = 2u;
+        tile = head + u / 2u;
+        per = p.slabs / 2u;  // the layout's slabs are a multiple of 4: even halves
+    } else {
+        r.split = t % p.splits;
+        r.splits = p.splits;
+        tile = t / p.splits;
+        per = p.slabs_per_split;
+    }
     const uint32_t span = kGroupM * tiles_n, first = tile / span * kGroupM;
     const uint32_t rows = min(tiles_m - first, kGroupM), in = tile % span;
     r.m = first + in % rows;
     r.n = in / rows;
-    r.s0 = r.split * p.slabs_per_split;
-    const uint32_t s1 = min(p.slabs, r.s0 + p.slabs_per_split);
+    r.s0 = r.split * per;
+    const uint32_t s1 = r.split + 1u == r.splits ? p.slabs : min(p.slabs, r.s0 + per);
     r.count = s1 > r.s0 ? s1 - r.s0 : 0u;
     return r;
+}
+
+// Work items of the persistent grid: every tile's splits, and the tail's second halves.
+template <int ROWS = BM>
+__device__ __forceinline__ uint32_t work_items(const PgemmParams& p) {
+    return (p.n + BN - 1) / BN * ((p.m + ROWS - 1) / ROWS) * p.splits + p.tail;
 }
 
 }  // namespace wgemm

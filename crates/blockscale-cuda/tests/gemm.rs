@@ -940,4 +940,9 @@ fn gemm_sanitizer_smoke() {
     // f16 activations at M = 20: pgemm on the f16 MMA (INT4 and FP8 block fragments in f16).
     run_weight_only_prepared::<f16, bf16>(&dev, Scheme::Int4G128, (20, 40, 640), false, Activation::Silu, 961);
     run_weight_only_prepared::<f16, bf16>(&dev, tile, (20, 40, 512), false, Activation::Identity, 962);
+    // With BLOCKSCALE_GEMM_WGMMA_CTAS=4 and BLOCKSCALE_GEMM_TAIL=1 (run.sh's tail passes):
+    // 9 tiles (6 wide) on 4 persistent CTAs, the last wave's K halves added in a cluster
+    // of two; otherwise K split in clusters.
+    run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::NvFp4, (300, 384, 256), false, Activation::Silu, 963);
+    run_weight_only_prepared::<bf16, f32>(&dev, Scheme::Int4G128, (300, 384, 512), false, Activation::Identity, 964);
 }

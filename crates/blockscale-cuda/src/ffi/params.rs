@@ -194,6 +194,9 @@ pub(crate) struct PgemmParams {
     pub activation: u32,
     pub splits: u32,
     pub slabs_per_split: u32,
+    /// The wgmma kernel's split tail: its last `tail` tiles take two K halves each, in
+    /// clusters of two (`splits` = 1), else 0 (wgmma.cuh `tile_at`).
+    pub tail: u32,
 }
 
 /// `bs::FgemmParams`.
@@ -228,8 +231,8 @@ const _: () = assert!(size_of::<CopyParams>() == 40 && align_of::<CopyParams>() 
 const _: () = assert!(size_of::<Fp8ScaleParams>() == 32 && align_of::<Fp8ScaleParams>() == 8);
 const _: () = assert!(size_of::<GemvParams>() == 160 && align_of::<GemvParams>() == 8);
 const _: () = assert!(size_of::<PgemvParams>() == 160 && align_of::<PgemvParams>() == 8);
-const _: () = assert!(size_of::<PgemmParams>() == 104 && align_of::<PgemmParams>() == 8);
-const _: () = assert!(size_of::<FgemmParams>() == 144 && align_of::<FgemmParams>() == 8);
+const _: () = assert!(size_of::<PgemmParams>() == 112 && align_of::<PgemmParams>() == 8);
+const _: () = assert!(size_of::<FgemmParams>() == 152 && align_of::<FgemmParams>() == 8);
 const _: () = assert!(size_of::<TensorMap>() == 128 && align_of::<TensorMap>() == 64);
 
 /// The parameters a kernel takes, as a launch passes them: one pointer per parameter.

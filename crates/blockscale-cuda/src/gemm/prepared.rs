@@ -119,6 +119,37 @@ const WGMMA_WIDE_MIN_M: usize = 128;
 /// MXFP8 E4M3 at 256 x 28672 x 8192, where both fill the same waves: 1.17 and 1.23;
 /// docs/DECISIONS.md #65), the margin [`wide_tiles`] asks of them.
 const WGMMA_WIDE_GAIN: f64 = 1.15;
+/// The split tail's least K, in slabs: each half saves half a tile's main loop (at least
+/// 16 slabs, about 6 µs on an H200) against the halves' adds through distributed shared
+/// memory (about 3 µs for a 128 x 128 tile; docs/DECISIONS.md #68).
+const TAIL_MIN_SLABS: usize = 32;
+/// How the wgmma plan treats a last wave that is at most half full (`BLOCKSCALE_GEMM_TAIL`:
+/// `0` never splits it, `1` splits it wherever the shape allows, whatever K; unset, the
+/// rule of [`Plan::wgmma`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TailRule {
+    Never,
+    Rule,
+    Always,
+}
+
+fn tail_rule() -> TailRule {
+    static S: std::sync::OnceLock<TailRule> = std::sync::OnceLock::new();
+    *S.get_or_init(|| match crate::tuning::env_usize("BLOCKSCALE_GEMM_TAIL") {
+        Some(0) => TailRule::Never,
+        Some(_) => TailRule::Always,
+        None => TailRule::Rule,
+    })
+}
+
+/// At most this many persistent wgmma CTAs (`BLOCKSCALE_GEMM_WGMMA_CTAS`; unset: one per
+/// slot of the GPU). The GPU bundle's tests cap it so that small shapes take several
+/// waves and a split tail.
+fn wgmma_ctas_cap() -> Option<usize> {
+    static S: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *S.get_or_init(|| crate::tuning::env_usize("BLOCKSCALE_GEMM_WGMMA_CTAS").filter(|&c| c >= 2))
+}
+
 /// Activation rows of a wide tile (`BMW`).
 const WG_WIDE_TILE: usize = 256;
 /// Activation rows a round of the wide tiles' epilogue (`kSumRows`).
@@ -126,16 +157,18 @@ const WG_WIDE_SUM_ROWS: usize = 64;
 /// Hopper's dynamic shared memory a CTA (`kSmemLimit`).
 const WG_SMEM_LIMIT: usize = 227 << 10;
 
-/// Whether the wgmma kernel runs `m` x `n` outputs of `scheme` on wide tiles with
-/// `slots` persistent CTAs: the pre-scaled schemes (those without an f16 wgmma kernel)
-/// above [`WGMMA_WIDE_MIN_M`], where the wide tiles need no K split (at least half as
-/// many tiles as slots; their split-K epilogue measured slow) and fill their waves
-/// nearly as well as 128-row tiles: the share of slots busy over the waves, times
-/// [`WGMMA_WIDE_GAIN`], at least the narrow tiles'. (M = 512, N = 28672: 448 wide tiles
-/// in 4 waves of 132 against 896 in 7; M = 512, N = 4096: 64 wide tiles would split K.)
-/// `BLOCKSCALE_GEMM_WGMMA_WIDE=1` takes them wherever the scheme and M allow (K split
-/// or not: the tests' second pass), `=0` never.
-fn wide_tiles(scheme: Scheme, (m, n): (usize, usize), f16: bool, slots: usize) -> bool {
+/// Whether the wgmma kernel runs `m` x `n` outputs (K of `slabs` slabs) of `scheme` on
+/// wide tiles with `slots` persistent CTAs: the pre-scaled schemes (those without an f16
+/// wgmma kernel) above [`WGMMA_WIDE_MIN_M`], where the wide tiles need no K split (at
+/// least half as many tiles as slots; their split-K epilogue measured slow) and the
+/// busiest CTA's work, a wide tile counted as two 128-row ones made [`WGMMA_WIDE_GAIN`]
+/// faster, is no more than with 128-row tiles ([`half_tiles`]: whole waves, less half a
+/// tile where the last wave splits). That counts what each tiling pads M to: at M = 300
+/// two wide tiles cover 512 rows and three 128-row ones 384. (M = 512, N = 28672: 448
+/// wide tiles, 3.5 waves of 132 with the split tail, against 896 in 7; M = 512, N = 4096:
+/// 64 wide tiles would split K.) `BLOCKSCALE_GEMM_WGMMA_WIDE=1` takes them wherever the
+/// scheme and M allow (K split or not: the tests' second pass), `=0` never.
+fn wide_tiles(scheme: Scheme, (m, n, slabs): (usize, usize, usize), f16: bool, slots: usize) -> bool {
     static S: std::sync::OnceLock<(usize, Option<usize>)> = std::sync::OnceLock::new();
     let (min, forced) = *S.get_or_init(|| {
         let min = crate::tuning::env_usize("BLOCKSCALE_GEMM_WGMMA_WIDE_MIN_M").unwrap_or(WGMMA_WIDE_MIN_M);
@@ -147,10 +180,27 @@ fn wide_tiles(scheme: Scheme, (m, n): (usize, usize), f16: bool, slots: usize) -
     if forced.is_some() {
         return true;
     }
-    let busy = |tiles: usize| tiles as f64 / (tiles.div_ceil(slots) * slots) as f64;
     let tiles_n = n.div_ceil(WG_TILE_N);
     let (wide, narrow) = (tiles_n * m.div_ceil(WG_WIDE_TILE), tiles_n * m.div_ceil(WG_TILE));
-    2 * wide > slots && WGMMA_WIDE_GAIN * busy(wide) >= busy(narrow)
+    let work = |tiles: usize| half_tiles(tiles, slots, slabs, tail_rule()) as f64;
+    2 * wide > slots && 2.0 * work(wide) <= WGMMA_WIDE_GAIN * work(narrow)
+}
+
+/// The busiest persistent CTA's work, in half tiles, for `tiles` tiles on `slots` CTAs
+/// and K of `slabs` slabs: whole waves, less half a tile where [`Plan::wgmma`] would
+/// split a last wave at most half full (taking the grid of clusters of two as every
+/// slot).
+fn half_tiles(tiles: usize, slots: usize, slabs: usize, rule: TailRule) -> usize {
+    let left = tiles % slots.max(1);
+    let split = tiles > slots
+        && left > 0
+        && 2 * left <= slots
+        && match rule {
+            TailRule::Never => false,
+            TailRule::Always => true,
+            TailRule::Rule => slabs >= TAIL_MIN_SLABS,
+        };
+    2 * tiles.div_ceil(slots.max(1)) - usize::from(split)
 }
 
 /// The wgmma kernel's dynamic shared memory: stages of (activation tile + the tile's
@@ -231,6 +281,9 @@ struct Plan {
     workspace: usize,
     /// The wgmma kernel on wide tiles (256 activation rows; `tiles_m` counts them).
     wide: bool,
+    /// The wgmma kernel's split tail: its last `tail` tiles (the last wave's) take two
+    /// CTAs each, the K halves, in clusters of two (`splits` = 1); 0: none.
+    tail: usize,
 }
 
 impl Plan {
@@ -247,11 +300,19 @@ impl Plan {
     /// cluster of at most [`MAX_CLUSTER`] CTAs, as many as the GPU holds every tile's
     /// cluster at once (`active(s)`: clusters of s CTAs resident at once). The splits add
     /// their sums in the cluster: the workspace holds only the activation tiles.
+    ///
+    /// With more tiles than slots and the last wave at most half full (the tiles left
+    /// over a whole number of waves of a grid of clusters of two), those last tiles split
+    /// K in halves, the two CTAs of a cluster adding them (a split tail): the call then
+    /// takes the whole waves and half a tile instead of one more tile. `rule` says when:
+    /// where that is shorter and K has at least [`TAIL_MIN_SLABS`] slabs (`Rule`),
+    /// wherever the shape allows (`Always`) or never.
     fn wgmma(
         (m, n, slabs): (usize, usize, usize),
         tile_m: usize,
         slots: usize,
         active: &dyn Fn(usize) -> usize,
+        rule: TailRule,
     ) -> Self {
         // The activation tiles are of 128 rows whatever the GEMM's tile height.
         let image = m.div_ceil(WG_TILE) * slabs * WG_ACT_TILE;
@@ -266,7 +327,21 @@ impl Plan {
         let (splits, slabs_per_split) =
             (2..=most).rev().map(split).find(|&(s, _)| s > 1 && active(s) >= tiles).unwrap_or((1, slabs));
         let ctas = if splits > 1 { tiles * splits } else { tiles.min(slots) };
-        Self { tiles_n, tiles_m, splits, slabs_per_split, image, ctas, workspace: image, wide: false }
+        let plain =
+            Self { tiles_n, tiles_m, splits, slabs_per_split, image, ctas, workspace: image, wide: false, tail: 0 };
+        // The split tail: a grid of clusters of two, its whole waves first.
+        let grid = slots.min(2 * active(2)) & !1;
+        if splits > 1 || tiles <= slots || grid < 2 || rule == TailRule::Never {
+            return plain;
+        }
+        let tail = tiles % grid;
+        // In half tiles: the busiest CTA's work with the tail split, and without.
+        let shorter = 2 * (tiles / grid) + 1 < 2 * tiles.div_ceil(slots);
+        let wanted = rule == TailRule::Always || (shorter && slabs >= TAIL_MIN_SLABS);
+        if tail == 0 || 2 * tail > grid || !wanted {
+            return plain;
+        }
+        Self { ctas: grid, tail, ..plain }
     }
 
     fn tiled(
@@ -292,6 +367,7 @@ impl Plan {
             ctas: tiles_n * tiles_m * splits,
             workspace,
             wide: false,
+            tail: 0,
         }
     }
 }
@@ -310,14 +386,16 @@ fn plan(
     let (kernel, plan) = if wgmma {
         // Every scheme has a wgmma kernel for bf16 activations, the post-scaled ones for
         // f16 (see `f16_wgmma`).
-        let wide = wide_tiles(w.scheme, (m, w.rows), f16, dev.sm_count() as usize);
+        let wide = wide_tiles(w.scheme, (m, w.rows, w.slabs), f16, dev.sm_count() as usize);
         let name = if wide { KernelName::wgemm_wide(w.scheme) } else { KernelName::wgemm(w.scheme, f16) };
         let smem = wg_smem_bytes(w.scheme, wide);
         let kernel = dev.function_with_threads(&name, WG_THREADS, smem)?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
+        let slots = wgmma_ctas_cap().map_or(slots, |c| c.min(slots));
         let counts = crate::device::active_clusters(dev, &kernel, &name, (WG_THREADS, smem));
         let tile_m = if wide { WG_WIDE_TILE } else { WG_TILE };
-        (kernel, Plan { wide, ..Plan::wgmma((m, w.rows, w.slabs), tile_m, slots, &|s| counts[s]) })
+        let plan = Plan::wgmma((m, w.rows, w.slabs), tile_m, slots, &|s| counts[s], tail_rule());
+        (kernel, Plan { wide, ..plan })
     } else {
         let kernel = dev.function_with_threads(&KernelName::pgemm(w.scheme, f16), THREADS, smem_bytes(w.scheme))?;
         let slots = dev.sm_count() as usize * kernel.blocks_per_sm as usize;
@@ -441,6 +519,7 @@ fn launch_fused<O: DeviceElement>(
         activation: super::activation_code(epilogue.activation) as u32,
         splits: plan.splits as u32,
         slabs_per_split: plan.slabs_per_split as u32,
+        tail: plan.tail as u32,
     };
     // Whole 8-element chunks: K is a multiple of every scheme's block, 16 at the least.
     debug_assert!(k % 16 == 0, "the weights hold whole blocks along K");
@@ -495,7 +574,11 @@ fn launch_fused<O: DeviceElement>(
             shared_mem_bytes: smem_bytes(f.scheme) as u32,
         }
     };
-    let cluster = if wgmma { plan.splits as u32 } else { 1 };
+    let cluster = match (wgmma, plan.tail) {
+        (false, _) => 1,
+        (true, 0) => plan.splits as u32,
+        (true, _) => 2,
+    };
     // The launch contract (ffi): the prepared codes and scales hold whole pairs of 4-group
     // units (128 rows) and a multiple of 4 slabs, so every copy of the grid's tiles is
     // inside them; the activations were checked for M rows of K at a stride keeping rows
@@ -509,7 +592,9 @@ fn launch_fused<O: DeviceElement>(
     // weights. The guards keep every buffer alive and ordered until the launch is queued on
     // this device's stream. With K split on the wgmma kernel, the splits of a tile are one
     // cluster (at most MAX_CLUSTER): the grid is one CTA per tile and split, a multiple of
-    // the cluster, as wgemm.cu's tile order expects.
+    // the cluster, as wgemm.cu's tile order expects; with a split tail, the persistent
+    // grid is of clusters of two, all resident at once, and its whole waves (the tiles
+    // before the tail) a multiple of it, so each tail tile's halves meet in one cluster.
     launch(stream, &kernel, config, Order::Dependent { cluster }, &params)
         .map_err(CudaError::driver("launching the GEMM on prepared weights"))?;
     if plan.splits > 1 && !wgmma {
@@ -805,26 +890,55 @@ mod tests {
         // M = 128, N = K = 4096 on 132 SMs: 32 tiles, 4 splits of 16 slabs (clusters of
         // 4), 128 CTAs; the workspace holds one 128-row block of activation tiles (64
         // slabs of 16 KiB) and nothing else (the splits add their sums in the cluster).
-        let p = Plan::wgmma((128, 4096, 64), 128, 132, &ideal);
+        let p = Plan::wgmma((128, 4096, 64), 128, 132, &ideal, TailRule::Rule);
         assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.slabs_per_split, p.ctas), (32, 1, 4, 16, 128));
         assert_eq!((p.image, p.workspace), (64 * 16384, 64 * 16384));
         // If only 30 clusters of 4 fit at once: 3 splits (of 22, 22 and 20 slabs).
-        let p = Plan::wgmma((128, 4096, 64), 128, 132, &|s| if s == 4 { 30 } else { ideal(s) });
+        let p = Plan::wgmma((128, 4096, 64), 128, 132, &|s| if s == 4 { 30 } else { ideal(s) }, TailRule::Rule);
         assert_eq!((p.splits, p.slabs_per_split, p.ctas), (3, 22, 96));
         // No cluster fits: no split.
-        assert_eq!(Plan::wgmma((128, 4096, 64), 128, 132, &|_| 0).splits, 1);
+        assert_eq!(Plan::wgmma((128, 4096, 64), 128, 132, &|_| 0, TailRule::Rule).splits, 1);
         // M = 128, N = 7168, K = 2048: 56 tiles, 2 splits of 16 slabs.
-        let p = Plan::wgmma((128, 7168, 32), 128, 132, &ideal);
+        let p = Plan::wgmma((128, 7168, 32), 128, 132, &ideal, TailRule::Rule);
         assert_eq!((p.splits, p.slabs_per_split, p.ctas), (2, 16, 112));
         // A single tile splits into a cluster of at most 8, each split at least 8 slabs.
-        assert_eq!(Plan::wgmma((64, 128, 256), 128, 132, &ideal).splits, 8);
-        assert_eq!(Plan::wgmma((64, 128, 24), 128, 132, &ideal).splits, 3);
+        assert_eq!(Plan::wgmma((64, 128, 256), 128, 132, &ideal, TailRule::Rule).splits, 8);
+        assert_eq!(Plan::wgmma((64, 128, 24), 128, 132, &ideal, TailRule::Rule).splits, 3);
         // M = 300, N = 28672: 224 x 3 tiles on 132 CTAs, no split.
-        let q = Plan::wgmma((300, 28672, 128), 128, 132, &ideal);
+        let q = Plan::wgmma((300, 28672, 128), 128, 132, &ideal, TailRule::Rule);
         assert_eq!((q.tiles_n, q.tiles_m, q.splits, q.ctas), (224, 3, 1, 132));
         assert_eq!((q.image, q.workspace), (3 * 128 * 16384, 3 * 128 * 16384));
         // N = 130: two tiles.
-        assert_eq!(Plan::wgmma((64, 130, 4), 128, 132, &ideal).tiles_n, 2);
+        assert_eq!(Plan::wgmma((64, 130, 4), 128, 132, &ideal, TailRule::Rule).tiles_n, 2);
+    }
+
+    #[test]
+    fn wgmma_plan_splits_a_last_wave_at_most_half_full() {
+        let ideal = |s: usize| 132 / s;
+        let tail = |(m, n, slabs), tile_m, active: &dyn Fn(usize) -> usize, rule| {
+            let p = Plan::wgmma((m, n, slabs), tile_m, 132, active, rule);
+            (p.splits, p.tail, p.ctas)
+        };
+        // M = 512, N = 28672, K = 8192 on wide tiles: 448 tiles, 3 waves of 132 and 52
+        // left, which split in halves: 3.5 tiles a CTA instead of 4.
+        assert_eq!(tail((512, 28672, 128), 256, &ideal, TailRule::Rule), (1, 52, 132));
+        // Only 64 clusters of two fit: 3 waves of 128 and 64 halves.
+        assert_eq!(tail((512, 28672, 128), 256, &|s| if s == 2 { 64 } else { ideal(s) }, TailRule::Rule), (1, 64, 128));
+        // M = 300, N = 28672: 672 tiles, 12 left over 5 waves.
+        assert_eq!(tail((300, 28672, 128), 128, &ideal, TailRule::Rule), (1, 12, 132));
+        // A last wave more than half full (224 tiles: 92 left) stays whole.
+        assert_eq!(tail((256, 28672, 128), 256, &ideal, TailRule::Rule), (1, 0, 132));
+        // Short K: the halves' adds would cost more than half a tile saves, unless forced.
+        assert_eq!(tail((300, 5980, 8), 128, &ideal, TailRule::Rule), (1, 0, 132));
+        assert_eq!(tail((300, 5980, 8), 128, &ideal, TailRule::Always), (1, 9, 132));
+        // Never; and no cluster of two fits.
+        assert_eq!(tail((512, 28672, 128), 256, &ideal, TailRule::Never), (1, 0, 132));
+        assert_eq!(tail((512, 28672, 128), 256, &|s| usize::from(s == 1) * 132, TailRule::Always), (1, 0, 132));
+        // A grid capped at 4 CTAs (the GPU bundle's test pass): 141 tiles, 1 left.
+        let p = Plan::wgmma((300, 5980, 8), 128, 4, &ideal, TailRule::Always);
+        assert_eq!((p.tail, p.ctas), (1, 4));
+        // Where K splits (fewer tiles than slots) there is no tail.
+        assert_eq!(tail((128, 4096, 64), 128, &ideal, TailRule::Always), (4, 0, 128));
     }
 
     #[test]
@@ -857,15 +971,31 @@ mod tests {
     #[test]
     fn wide_tiles_where_they_need_no_split_and_fill_their_waves() {
         // The bench shapes on 132 SMs (H100 and H200), as measured (DECISIONS #65).
-        let wide = |m, n| wide_tiles(Scheme::NvFp4, (m, n), false, 132);
-        assert!(wide(256, 28672) && wide(512, 28672) && wide(512, 7168));
+        let wide = |m, n| wide_tiles(Scheme::NvFp4, (m, n, 64), false, 132);
+        assert!(wide(256, 28672) && wide(512, 28672) && wide(512, 7168) && wide(1024, 28672));
         // 64 and 32 wide tiles would split K; 56 too.
         assert!(!wide(512, 4096) && !wide(256, 4096) && !wide(256, 7168));
+        // M = 300: two wide tiles pad it to 512 rows (448 tiles, 3.5 waves with the split
+        // tail: 7 half tiles of twice the work) where three 128-row tiles pad it to 384
+        // (672 tiles, 5.5 waves: 11 half tiles).
+        assert!(!wide(300, 28672));
         // M <= 128, the post-scaled schemes and f16 activations: never.
         assert!(!wide(128, 28672) && !wide(100, 28672));
-        assert!(!wide_tiles(Scheme::Int4G128, (512, 28672), false, 132));
-        assert!(!wide_tiles(Scheme::MxFp4, (512, 28672), true, 132));
-        assert!(wide_tiles(Scheme::MxFp8E4M3, (1024, 4096), false, 132));
+        assert!(!wide_tiles(Scheme::Int4G128, (512, 28672, 128), false, 132));
+        assert!(!wide_tiles(Scheme::MxFp4, (512, 28672, 128), true, 132));
+        assert!(wide_tiles(Scheme::MxFp8E4M3, (1024, 4096, 64), false, 132));
+    }
+
+    #[test]
+    fn half_tiles_count_whole_waves_less_a_split_tail() {
+        assert_eq!(half_tiles(448, 132, 128, TailRule::Rule), 7);
+        assert_eq!(half_tiles(448, 132, 16, TailRule::Rule), 8);
+        assert_eq!(half_tiles(448, 132, 16, TailRule::Always), 7);
+        assert_eq!(half_tiles(448, 132, 128, TailRule::Never), 8);
+        // A last wave more than half full, one wave, and an exact number of waves.
+        assert_eq!(half_tiles(224, 132, 128, TailRule::Always), 4);
+        assert_eq!(half_tiles(100, 132, 128, TailRule::Always), 2);
+        assert_eq!(half_tiles(264, 132, 128, TailRule::Always), 4);
     }
 
     #[test]
