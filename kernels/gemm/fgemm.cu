@@ -381,7 +381,7 @@ __device__ __forceinline__ void gemm(const FgemmParams& fp, const TensorMap* ta,
     const bool clustered = p.splits > 1;
     const uint32_t half = paired ? blockIdx.x & 1u : 0u;
     auto tile_of = [&](uint32_t t) {
-        if (!paired) return tile_at<TM>(p, t);
+        if (!paired) return tile_at<TM, false>(p, t);
         Tile r;
         r.split = 0;
         r.splits = 1;

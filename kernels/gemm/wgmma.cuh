@@ -325,13 +325,14 @@ struct Tile {
     uint32_t n, m, split, splits, s0, count;
 };
 constexpr uint32_t kGroupM = 8;
-template <int ROWS = BM>
+// (TAIL = false: a kernel that never takes a split tail, fgemm, compiles without it.)
+template <int ROWS = BM, bool TAIL = true>
 __device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
     const uint32_t tiles_n = (p.n + BN - 1) / BN, tiles_m = (p.m + ROWS - 1) / ROWS;
-    const uint32_t head = tiles_n * tiles_m - p.tail;  // the tiles of one item each split
+    const uint32_t head = tiles_n * tiles_m - (TAIL ? p.tail : 0u);  // the tiles of one item each split
     Tile r;
     uint32_t tile, per;
-    if (t >= head * p.splits) {
+    if (TAIL && t >= head * p.splits) {
         const uint32_t u = t - head * p.splits;
         r.split = u & 1u;
         r.splits = 2u;
