@@ -191,16 +191,22 @@ fn wide_tiles(scheme: Scheme, (m, n, slabs): (usize, usize, usize), f16: bool, s
 /// split a last wave at most half full (taking the grid of clusters of two as every
 /// slot).
 fn half_tiles(tiles: usize, slots: usize, slabs: usize, rule: TailRule) -> usize {
-    let left = tiles % slots.max(1);
-    let split = tiles > slots
-        && left > 0
-        && 2 * left <= slots
-        && match rule {
-            TailRule::Never => false,
-            TailRule::Always => true,
-            TailRule::Rule => slabs >= TAIL_MIN_SLABS,
-        };
-    2 * tiles.div_ceil(slots.max(1)) - usize::from(split)
+    2 * tiles.div_ceil(slots.max(1)) - usize::from(tail_splits(tiles, slots, slabs, rule))
+}
+
+/// Whether `rule` lets the last wave of `tiles` tiles on a grid of `grid` CTAs split in K
+/// halves: more tiles than the grid, the ones left over its whole waves at most half of
+/// it, and (`Rule`) K of at least [`TAIL_MIN_SLABS`] slabs.
+fn tail_splits(tiles: usize, grid: usize, slabs: usize, rule: TailRule) -> bool {
+    let fits = grid > 0 && tiles > grid && {
+        let left = tiles % grid;
+        left > 0 && 2 * left <= grid
+    };
+    fits && match rule {
+        TailRule::Never => false,
+        TailRule::Always => true,
+        TailRule::Rule => slabs >= TAIL_MIN_SLABS,
+    }
 }
 
 /// The wgmma kernel's dynamic shared memory: stages of (activation tile + the tile's
@@ -329,19 +335,18 @@ impl Plan {
         let ctas = if splits > 1 { tiles * splits } else { tiles.min(slots) };
         let plain =
             Self { tiles_n, tiles_m, splits, slabs_per_split, image, ctas, workspace: image, wide: false, tail: 0 };
-        // The split tail: a grid of clusters of two, its whole waves first.
+        // The split tail: a grid of clusters of two, its whole waves first; by the rule,
+        // only where the busiest CTA's work in half tiles is less than without it.
         let grid = slots.min(2 * active(2)) & !1;
-        if splits > 1 || tiles <= slots || grid < 2 || rule == TailRule::Never {
+        let shorter = || 2 * (tiles / grid) + 1 < 2 * tiles.div_ceil(slots);
+        if splits > 1
+            || tiles <= slots
+            || !tail_splits(tiles, grid, slabs, rule)
+            || (rule == TailRule::Rule && !shorter())
+        {
             return plain;
         }
-        let tail = tiles % grid;
-        // In half tiles: the busiest CTA's work with the tail split, and without.
-        let shorter = 2 * (tiles / grid) + 1 < 2 * tiles.div_ceil(slots);
-        let wanted = rule == TailRule::Always || (shorter && slabs >= TAIL_MIN_SLABS);
-        if tail == 0 || 2 * tail > grid || !wanted {
-            return plain;
-        }
-        Self { ctas: grid, tail, ..plain }
+        Self { ctas: grid, tail: tiles % grid, ..plain }
     }
 
     fn tiled(
