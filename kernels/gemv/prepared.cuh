@@ -309,19 +309,9 @@ __device__ __forceinline__ void issue_stage(const MatPtr (&mp)[2], int mats, uin
     }
 }
 
-template <class T>
-__device__ __forceinline__ void read_slab(const uint8_t* codes, const uint8_t* scales, int gi, int lane,
-                                          const uint8_t* tile_scale, Slab<T>& d);
-// The lane's words of group `gi` from a landed stage holding `groups` groups' codes,
-// then their scales (FP8 128x128: the tile scale from global memory, `tile_scale` at the
-// slab's pair).
-template <class T>
-__device__ __forceinline__ void read_stage(const uint8_t* stage, int gi, int lane, const uint8_t* tile_scale,
-                                           Slab<T>& d, int groups = T::kG) {
-    read_slab<T>(stage, stage + groups * code_slab_bytes<T>(), gi, lane, tile_scale, d);
-}
-// The same from a slab's codes at `codes` and its scales at `scales` (apart in the GEMV's
-// two-slab stages).
+// The lane's words of group `gi` from a slab's codes at `codes` and its scales at
+// `scales` (apart in the GEMV's two-slab stages; FP8 128x128: the tile scale from global
+// memory, `tile_scale` at the slab's pair).
 template <class T>
 __device__ __forceinline__ void read_slab(const uint8_t* codes, const uint8_t* scales, int gi, int lane,
                                           const uint8_t* tile_scale, Slab<T>& d) {
@@ -356,6 +346,12 @@ __device__ __forceinline__ void read_slab(const uint8_t* codes, const uint8_t* s
     } else {
         d.w[W] = *reinterpret_cast<const uint32_t*>(sc);
     }
+}
+// The same from a landed stage holding `groups` groups' codes, then their scales.
+template <class T>
+__device__ __forceinline__ void read_stage(const uint8_t* stage, int gi, int lane, const uint8_t* tile_scale,
+                                           Slab<T>& d, int groups = T::kG) {
+    read_slab<T>(stage, stage + groups * code_slab_bytes<T>(), gi, lane, tile_scale, d);
 }
 
 // Every lane: queues its activations of the slab whose first element is `k0` into
