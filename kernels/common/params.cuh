@@ -174,7 +174,8 @@ struct PgemmParams {
     const uint8_t* s;               // prepared scales
     const float* bias;              // N f32, or null
     void* out;                      // M x N outputs, row stride out_stride elements
-    float* partial;                 // split-K partial sums [split][M][N] (splits > 1)
+    float* partial;                 // split-K partial sums [split][M][N] (splits > 1); wgemm: stream-K's
+    unsigned int* counters;         // wgemm stream-K: per stream-K tile, zero between launches
     unsigned long long x_stride;    // elements
     unsigned long long out_stride;  // elements
     float alpha;                    // the epilogue's alpha times the layout's power of two
@@ -188,6 +189,8 @@ struct PgemmParams {
     uint32_t splits;                // CTAs along K (gridDim.z)
     uint32_t slabs_per_split;       // a multiple of 2
     uint32_t tail;                  // wgemm: last tiles split in two K halves (splits = 1), else 0
+    uint32_t sk_tiles;              // wgemm: last tiles spread over the grid by slabs (stream-K), else 0
+    uint32_t sk_slabs;              // wgemm stream-K: slabs a CTA (even)
 };
 
 // Block-scaled FP8 pair GEMM on Hopper's FP8 tensor cores (kernels/gemm/fgemm.cu): A (M x K
@@ -238,5 +241,5 @@ static_assert(sizeof(bs::CopyParams) == 40, "CopyParams layout changed: update p
 static_assert(sizeof(bs::Fp8ScaleParams) == 32, "Fp8ScaleParams layout changed: update params.rs");
 static_assert(sizeof(bs::GemvParams) == 160, "GemvParams layout changed: update params.rs");
 static_assert(sizeof(bs::PgemvParams) == 160, "PgemvParams layout changed: update params.rs");
-static_assert(sizeof(bs::PgemmParams) == 112, "PgemmParams layout changed: update params.rs");
-static_assert(sizeof(bs::FgemmParams) == 152, "FgemmParams layout changed: update params.rs");
+static_assert(sizeof(bs::PgemmParams) == 128, "PgemmParams layout changed: update params.rs");
+static_assert(sizeof(bs::FgemmParams) == 168, "FgemmParams layout changed: update params.rs");

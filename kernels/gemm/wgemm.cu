@@ -100,6 +100,12 @@ __device__ __forceinline__ void wgmma_m64n128(float (&d)[16][4], const uint32_t 
 // decrease has freed enough, so a larger producer share hangs the kernel):
 // INT4-G32 keeps two sets of block sums besides the accumulators (64 + 2 x 64 + 2 x 16
 // fragments), the others one at most.
+// Stream-K (sk_piece) runs on the 128-row tiles of every scheme but INT4-G32 (its 24
+// producer and 240 consumer registers leave no room for it), in the same 40 / 232 split.
+template <class T, int HALVES>
+__host__ __device__ constexpr bool stream_k() {
+    return HALVES == 1 && !T::kHalfMap;
+}
 template <class T>
 __host__ __device__ constexpr int consumer_regs() {
     return T::kHalfMap ? 240 : 232;
@@ -136,17 +142,17 @@ struct Ring {
 // only sums the epilogue does not store.)
 template <class T, int DEPTH, uint32_t kStage, int HALVES = 1>
 __device__ __forceinline__ void produce(const PgemmParams& p, uint8_t* smem, uint64_t (&full)[DEPTH],
-                                        uint64_t (&empty)[DEPTH], uint32_t tiles) {
+                                        uint64_t (&empty)[DEPTH]) {
     constexpr uint32_t kScaleSlabs = pair_scales<T>() ? 2u : 1u;
     constexpr uint32_t kCode = code_slab_bytes<T>();
     constexpr uint32_t kActs = HALVES * kActTile;
     const uint32_t S = p.slabs;
-    const uint64_t policy = evict_first_policy();
     // The layout holds whole pairs of units: every tile's units are inside it.
     uint32_t it = 0;  // slabs issued: stage it % DEPTH
     bool waited = false;
-    for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const Tile tl = tile_at<HALVES * BM>(p, t);
+    const uint64_t policy = evict_first_policy();
+    // One tile's slabs (a whole tile, a K split's or a stream-K segment's).
+    auto tile = [&](const Tile& tl) {
         const uint64_t unit0 = (uint64_t)tl.n * kUnits;
         // The 128-row activation tiles of the tile's halves inside M.
         const uint32_t halves = min((uint32_t)HALVES, (p.m - tl.m * HALVES * BM + BM - 1) / BM);
@@ -199,6 +205,16 @@ __device__ __forceinline__ void produce(const PgemmParams& p, uint8_t* smem, uin
             weights(i, st);
             activations(i, st);
         }
+    };
+    // The whole items, then the stream-K segments, in two loops: in one, the segments'
+    // plan (shared memory) would keep the copies' addresses out of uniform registers.
+    Tile tl;
+    for (uint32_t k = 0; whole_piece<HALVES * BM>(p, k, tl); ++k) tile(tl);
+    if constexpr (stream_k<T, HALVES>()) {
+        sk_publish<BM>(p);
+#pragma unroll 1
+        for (uint32_t e = 0; e < 2u; ++e)
+            if (sk_piece<BM>(p, e, tl)) tile(tl);
     }
 }
 
@@ -227,14 +243,15 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[32][4], const uint32_t 
 // without arriving).
 template <class T, int DEPTH, uint32_t kStage, int HALVES>
 __device__ __forceinline__ bool roles(const PgemmParams& p, uint8_t* smem, uint64_t (&full)[DEPTH],
-                                      uint64_t (&empty)[DEPTH], uint32_t tiles, int warp, int lane) {
-    init_ring(full, empty, 1);  // the producer's expect_tx
+                                      uint64_t (&empty)[DEPTH], int warp, int lane) {
+    if constexpr (stream_k<T, HALVES>()) sk_init(p);  // (before init_ring's fence)
+    init_ring(full, empty, 1);                         // the producer's expect_tx
     __syncthreads();
     if (warp >= kConsumerWarps) {
 #if BS_WGEMM_ARCH
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(producer_regs<T>()) : "memory");
 #endif
-        if (warp == kConsumerWarps && lane == 0) produce<T, DEPTH, kStage, HALVES>(p, smem, full, empty, tiles);
+        if (warp == kConsumerWarps && lane == 0) produce<T, DEPTH, kStage, HALVES>(p, smem, full, empty);
         return true;
     }
 #if BS_WGEMM_ARCH
@@ -308,17 +325,68 @@ __device__ __forceinline__ void pre_scaled_tile(uint8_t* smem, uint32_t full0, u
     }
 }
 
-// The tile's outputs (tile t of the CTA's turns; the last lets the next kernel launch)
-// from the accumulators of its 8 J activation rows, R rows a round through shared memory
+// The tile's outputs (the CTA's last work lets the next kernel launch) from the
+// accumulators of its 8 J activation rows, R rows a round through shared memory
 // (`sums`, [activation row][weight row]): once every consumer is done with the previous
 // round's sums, the round's are put there and written out, with K split this CTA's
 // share of them added across the cluster (store_split). Rounds wholly past M are
-// skipped (the same for every consumer thread of the cluster).
-template <int J, uint32_t R>
-__device__ __forceinline__ void finish_tile(const PgemmParams& p, const Tile& tl, uint32_t t, uint32_t tiles,
-                                            float* sums, const float (&acc)[J][4]) {
+// skipped (the same for every consumer thread of the cluster). Stream-K (work_at): a
+// later K range of a tile leaves its sums in its partial slot and counts itself in the
+// tile's counter (one release after the consumers' barrier); the tile's first range
+// waits (acquire) until all have, adds them in K order and writes the tile.
+template <int J, uint32_t R, int ROWS, bool SK>
+__device__ __forceinline__ void finish_tile(const PgemmParams& p, uint32_t k, const Tile& work, float* sums,
+                                            float (&acc)[J][4]) {
     static_assert((8 * J) % R == 0 && R % 8 == 0, "whole rounds of whole 8-row steps");
-    if (t + gridDim.x >= tiles) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    // With stream-K, the work's tile again from k alone (kept: the main loop carries no
+    // more of it); without, the loop's (`work`), the last turn the one a grid further
+    // would pass the items.
+    Tile tl = work;
+    if constexpr (SK) {
+        work_at<ROWS, SK>(p, kept(k), tl);
+    } else {
+        tl.sk = -1;
+        tl.last = blockIdx.x + (k + 1u) * gridDim.x >= work_items<ROWS>(p);
+    }
+    if (tl.last) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (tl.sk == 1) {
+        float* part = sk_partial<J * 4>(p, tl.slot);
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) __stcg(part + (4 * j + c) * (kConsumerWarps * 32), acc[j][c]);
+        consumers_sync();
+        if (threadIdx.x == 0) {
+            uint32_t done;
+            asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                         : "=r"(done)
+                         : "l"(p.counters + tl.sk_tile)
+                         : "memory");
+            (void)done;
+        }
+        return;
+    }
+    if (tl.sk == 0) {
+        if (threadIdx.x == 0) {
+            uint32_t arrived = 0;
+            for (;;) {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(arrived) : "l"(p.counters + tl.sk_tile) : "memory");
+                if (arrived >= tl.parts) break;
+                __nanosleep(64);
+            }
+            // Every part has arrived: the counter is done with until the next launch.
+            p.counters[tl.sk_tile] = 0u;
+        }
+        consumers_sync();
+        const uint32_t first = tl.slot;  // the tile's first slot (work_at)
+        for (uint32_t q = 0; q < tl.parts; ++q) {
+            const float* part = sk_partial<J * 4>(p, first + q);
+#pragma unroll
+            for (int j = 0; j < J; ++j)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) acc[j][c] = __fadd_rn(acc[j][c], __ldcg(part + (4 * j + c) * (kConsumerWarps * 32)));
+        }
+    }
     const uint32_t n0 = (uint32_t)BN * tl.n;
 #pragma unroll 1
     for (uint32_t h = 0; h < 8u * J / R; ++h) {
@@ -358,12 +426,11 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
     const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
     const int lane = threadIdx.x & 31;
     const uint32_t S = p.slabs;
-    const uint32_t tiles = work_items(p);
     // With K split, the splits of a tile are one cluster of consecutive CTAs (rank =
     // split, tile_at's order; the grid is one CTA per tile and split); with a split tail,
     // the grid is persistent in clusters of two.
 
-    if (roles<T, kDepth, kStage, 1>(p, smem, full, empty, tiles, warp, lane)) return;
+    if (roles<T, kDepth, kStage, 1>(p, smem, full, empty, warp, lane)) return;
     BS_PROBE_MARK(0);
     // The consumers: warpgroup wg owns unit wg, warp wi of it the unit's group wi.
     const int wg = warp >> 2, wi = warp & 3;
@@ -389,7 +456,9 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
         return d;
     };
 
-    auto finish = [&](const Tile& tl, uint32_t t) { finish_tile<16, BM>(p, tl, t, tiles, tile_sums, acc); };
+    // INT4-G32 (24 producer registers, 240 consumer ones) never takes stream-K.
+    constexpr bool SK = stream_k<T, 1>();
+    auto finish = [&](uint32_t k, const Tile& tl) { finish_tile<16, BM, BM, SK>(p, k, tl, tile_sums, acc); };
     auto clear = [&](float (&d)[16][4]) {
 #pragma unroll
         for (int j = 0; j < 16; ++j)
@@ -402,12 +471,12 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
         const uint32_t b_lo = kept(desc_lo(smem_u32(smem)));
         uint32_t a[kSets][4][4];
         Ring ring{}, freed{};  // the next slab's stage; the next stage to release
-        for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const Tile tl = tile_at(p, t);
+        Tile tl;
+        for (uint32_t k = 0; work_piece<BM, SK>(p, k, tl); ++k) {
             pre_scaled_tile<T, kSets, kDepth, kStage, kActTile>(smem, full0, empty0, b_lo, gi, lane, add,
                                                                 kept(tl.count), ring, freed, acc, a);
             BS_PROBE_MARK(1);
-            finish(tl, t);
+            finish(k, tl);
             BS_PROBE_MARK(5);
         }
     } else if constexpr (T::kHalfMap) {
@@ -447,8 +516,8 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
                 acc[j][3] = __fmaf_rn(db[j][3], fs[3], __fmaf_rn(da[j][3], fs[1], acc[j][3]));
             }
         };
-        for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const Tile tl = tile_at(p, t);
+        Tile tl;
+        for (uint32_t k = 0; work_piece<BM, false>(p, k, tl); ++k) {
             clear(acc);
             const uint32_t first = it;
             // A tile's K range is an even number of slabs (the layout pads K to 4, the
@@ -461,7 +530,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
                 });
             }
             it = first + tl.count;
-            finish(tl, t);
+            finish(k, tl);
         }
     } else {
         // INT4-G128 and FP8 block: each 128-element block (two slabs; a tile's K range
@@ -494,8 +563,8 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
             for (int q = 0; q < 4; ++q) wgmma_m64n128<F16>(dt, ar[q], tile_desc(base + 32u * q), fresh && q == 0 ? 0u : 1u);
             wg_commit();
         };
-        for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const Tile tl = tile_at(p, t);
+        Tile tl;
+        for (uint32_t k = 0; work_piece<BM, SK>(p, k, tl); ++k) {
             clear(acc);
             const uint32_t first = it;
             if (tl.count > 0) load(first, tl, 0, a[0], false);
@@ -520,7 +589,7 @@ __device__ __forceinline__ void gemm(const PgemmParams& p) {
                 }
             }
             it = first + tl.count;
-            finish(tl, t);
+            finish(k, tl);
         }
     }
 }
@@ -575,9 +644,7 @@ __device__ __forceinline__ void gemm_wide(const PgemmParams& p) {
 
     const int warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 5), 0);
     const int lane = threadIdx.x & 31;
-    const uint32_t tiles = work_items<BMW>(p);
-
-    if (roles<T, D, kStage, 2>(p, smem, full, empty, tiles, warp, lane)) return;
+    if (roles<T, D, kStage, 2>(p, smem, full, empty, warp, lane)) return;
     // The consumers: `gemm`'s pre-scaled loop (pre_scaled_tile) with m64n256 products.
     const int gi = 4 * (warp >> 2) + (warp & 3);
     const uint32_t add = p.scale_add;
@@ -586,11 +653,11 @@ __device__ __forceinline__ void gemm_wide(const PgemmParams& p) {
     float acc[32][4];
     uint32_t a[kWideSets][4][4];
     Ring ring{}, freed{};  // the next slab's stage; the next stage to release
-    for (uint32_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const Tile tl = tile_at<BMW>(p, t);
+    Tile tl;
+    for (uint32_t k = 0; work_piece<BMW, false>(p, k, tl); ++k) {
         pre_scaled_tile<T, kWideSets, D, kStage, 2u * kActTile>(smem, full0, empty0, b_lo, gi, lane, add,
                                                                  kept(tl.count), ring, freed, acc, a);
-        finish_tile<32, kSumRows>(p, tl, t, tiles, tile_sums, acc);
+        finish_tile<32, kSumRows, BMW, false>(p, k, tl, tile_sums, acc);
     }
 }
 

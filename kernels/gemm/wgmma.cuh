@@ -323,6 +323,13 @@ __device__ __forceinline__ void store_split(const PgemmParams& p, const float* s
 // a tail tile's halves are the two CTAs of one cluster in their last turn).
 struct Tile {
     uint32_t n, m, split, splits, s0, count;
+    // Stream-K (work_at): -1 a whole tile or a split's, 0 the first K range of a tile
+    // whose later ranges `parts` other CTAs add to it, 1 one of those later ranges (its
+    // partial sums to slot `slot`); `sk_tile` the tile among the stream-K ones. `last`:
+    // the CTA's last work.
+    int sk;
+    uint32_t parts, slot, sk_tile;
+    bool last;
 };
 constexpr uint32_t kGroupM = 8;
 // (TAIL = false: a kernel that never takes a split tail, fgemm, compiles without it.)
@@ -354,10 +361,137 @@ __device__ __forceinline__ Tile tile_at(const PgemmParams& p, uint32_t t) {
     return r;
 }
 
-// Work items of the persistent grid: every tile's splits, and the tail's second halves.
+// Work items of the persistent grid: every tile's splits, and the tail's second halves
+// (with stream-K, the tiles before the stream-K ones).
 template <int ROWS = BM>
 __device__ __forceinline__ uint32_t work_items(const PgemmParams& p) {
-    return (p.n + BN - 1) / BN * ((p.m + ROWS - 1) / ROWS) * p.splits + p.tail;
+    return (p.n + BN - 1) / BN * ((p.m + ROWS - 1) / ROWS) * p.splits + p.tail - p.sk_tiles;
+}
+
+// The CTA's stream-K segments (sk_setup): the whole items before them, then per segment
+// (at most two) its tile among the stream-K ones, K range, role and partial slot (Tile).
+// `ready` completes its first phase once the plan is written (sk_publish).
+struct SkPlan {
+    uint64_t ready;
+    uint32_t items;
+    uint32_t x[2], s0[2], count[2], parts[2], slot[2];
+    int sk[2];
+};
+__device__ __forceinline__ SkPlan& sk_plan() {
+    __shared__ SkPlan plan;
+    return plan;
+}
+
+// Stream-K (p.sk_tiles = R > 0, p.splits = 1, p.tail = 0; the items before are a whole
+// number of waves): the last R tiles' slabs, tile after tile, in ranges of p.sk_slabs
+// (even, at most a tile's) a CTA, CTA b taking [b U, (b + 1) U) as one or two segments
+// (split where a tile ends). The CTA whose range holds a tile's first slab finishes the
+// tile, after adding the partial sums of the CTAs holding its later slabs (those are
+// their first segments, so no CTA waits on one that waits on it). Segments are even
+// slab counts, so block pairs never straddle them. One thread works the CTA's segments
+// out once (the divisions would otherwise hold registers in every turn of the producer's
+// and consumers' loops) into shared memory: sk_publish.
+template <int ROWS = BM>
+__device__ __forceinline__ void sk_setup(const PgemmParams& p) {
+    SkPlan& sp = sk_plan();
+    sp.items = work_items<ROWS>(p);
+    const uint32_t S = p.slabs, U = p.sk_slabs, total = p.sk_tiles * S;
+    const uint32_t lo = blockIdx.x * U, hi = min(lo + U, total);
+    for (int e = 0; e < 2; ++e) {
+        const uint32_t a = e == 0 ? lo : (lo / S + 1u) * S;
+        sp.count[e] = 0;
+        if (p.sk_tiles == 0 || a >= hi) continue;
+        const uint32_t x = a / S, b = min(hi, (x + 1u) * S);
+        sp.x[e] = x;
+        sp.s0[e] = a - x * S;
+        sp.count[e] = b - a;
+        // The tile's CTAs: `owner` (its first slab) .. `final` (its last); their partial
+        // slots, after the owner's, from x C on (C = ceil(S / U) bounds a tile's later
+        // ranges).
+        const uint32_t owner = x * S / U, final = ((x + 1u) * S - 1u) / U;
+        const uint32_t slot0 = x * ((S + U - 1u) / U);
+        if (a == x * S) {
+            sp.parts[e] = final - owner;
+            sp.sk[e] = final > owner ? 0 : -1;
+            sp.slot[e] = slot0;
+        } else {
+            sp.parts[e] = 0;
+            sp.sk[e] = 1;
+            sp.slot[e] = slot0 + (blockIdx.x - owner - 1u);
+        }
+    }
+}
+
+// The CTA's k-th whole item (tile_at's order, gridDim.x apart; with stream-K, those
+// before the stream-K tiles); false past them.
+template <int ROWS = BM>
+__device__ __forceinline__ bool whole_piece(const PgemmParams& p, uint32_t k, Tile& r) {
+    const uint32_t t = blockIdx.x + k * gridDim.x;
+    if (t >= work_items<ROWS>(p)) return false;
+    r = tile_at<ROWS>(p, t);
+    r.sk = -1;
+    return true;
+}
+
+// The stream-K plan, worked out off the CTA's critical path: thread 0 readies its
+// barrier before the CTA's first __syncthreads (sk_init); the producer, its whole items'
+// copies queued (the ring's stages ahead of the consumers), works the plan out (a dozen
+// divisions: about half a microsecond that, before the CTA's first barrier, every CTA
+// waited for) and arrives (release); sk_piece waits for it (acquire). Nothing waits
+// when p.sk_tiles = 0.
+__device__ __forceinline__ void sk_init(const PgemmParams& p) {
+    if (threadIdx.x == 0 && p.sk_tiles > 0) mbar_init(&sk_plan().ready, 1);
+}
+template <int ROWS = BM>
+__device__ __forceinline__ void sk_publish(const PgemmParams& p) {
+    if (p.sk_tiles == 0) return;
+    sk_setup<ROWS>(p);
+    bar_arrive(&sk_plan().ready);
+}
+
+// The CTA's stream-K segment e (0 or 1; sk_setup); false if it has none.
+template <int ROWS = BM>
+__device__ __forceinline__ bool sk_piece(const PgemmParams& p, uint32_t e, Tile& r) {
+    if (p.sk_tiles == 0 || e > 1u) return false;
+    const SkPlan& sp = sk_plan();
+    mbar_wait(const_cast<uint64_t*>(&sp.ready), 0);
+    if (sp.count[e] == 0) return false;
+    const uint32_t x = sp.x[e];
+    r = tile_at<ROWS>(p, sp.items + x);  // (m, n) in tile_at's order; K below
+    r.split = 0;
+    r.splits = 1;
+    r.s0 = sp.s0[e];
+    r.count = sp.count[e];
+    r.sk_tile = x;
+    r.sk = sp.sk[e];
+    r.parts = sp.parts[e];
+    r.slot = sp.slot[e];
+    return true;
+}
+
+// The CTA's k-th work: its whole items, then (SK) its stream-K segments. Returns false
+// past the CTA's work. (The producer walks the two kinds in two loops instead: its
+// copies then take their addresses from uniform registers, moved there once a tile.)
+template <int ROWS = BM, bool SK = true>
+__device__ __forceinline__ bool work_piece(const PgemmParams& p, uint32_t k, Tile& r) {
+    if (whole_piece<ROWS>(p, k, r)) return true;
+    // (The whole turns, items / gridDim.x: the items are whole waves with stream-K.)
+    if constexpr (SK) return p.sk_tiles > 0 && sk_piece<ROWS>(p, k - work_items<ROWS>(p) / gridDim.x, r);
+    return false;
+}
+template <int ROWS = BM, bool SK = true>
+__device__ __forceinline__ bool work_at(const PgemmParams& p, uint32_t k, Tile& r) {
+    if (!work_piece<ROWS, SK>(p, k, r)) return false;
+    Tile next;
+    r.last = !work_piece<ROWS, SK>(p, k + 1u, next);
+    return true;
+}
+
+// A stream-K partial: this consumer thread's V accumulators at slot `slot` of p.partial,
+// [slot][value][consumer thread], so a warp's stores and loads are 128 bytes.
+template <int V>
+__device__ __forceinline__ float* sk_partial(const PgemmParams& p, uint32_t slot) {
+    return p.partial + (uint64_t)slot * V * (kConsumerWarps * 32) + threadIdx.x;
 }
 
 }  // namespace wgemm

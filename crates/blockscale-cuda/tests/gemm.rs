@@ -942,7 +942,8 @@ fn gemm_sanitizer_smoke() {
     run_weight_only_prepared::<f16, bf16>(&dev, tile, (20, 40, 512), false, Activation::Identity, 962);
     // With BLOCKSCALE_GEMM_WGMMA_CTAS=4 and BLOCKSCALE_GEMM_TAIL=1 (run.sh's tail passes):
     // 9 tiles (6 wide) on 4 persistent CTAs, the last wave's K halves added in a cluster
-    // of two; otherwise K split in clusters.
+    // of two; with BLOCKSCALE_GEMM_TAIL=0 BLOCKSCALE_GEMM_SK=1, the last tile's slabs
+    // spread over the 4 CTAs (stream-K); otherwise K split in clusters.
     run_weight_only_prepared::<bf16, bf16>(&dev, Scheme::NvFp4, (300, 384, 256), false, Activation::Silu, 963);
     run_weight_only_prepared::<bf16, f32>(&dev, Scheme::Int4G128, (300, 384, 512), false, Activation::Identity, 964);
 }

@@ -182,6 +182,9 @@ pub(crate) struct PgemmParams {
     pub bias: u64,
     pub out: u64,
     pub partial: u64,
+    /// The wgmma kernel's stream-K counters, one per stream-K tile, zero between launches
+    /// (the device's GEMV counters).
+    pub counters: u64,
     pub x_stride: u64,
     pub out_stride: u64,
     pub alpha: f32,
@@ -197,6 +200,10 @@ pub(crate) struct PgemmParams {
     /// The wgmma kernel's split tail: its last `tail` tiles take two K halves each, in
     /// clusters of two (`splits` = 1), else 0 (wgmma.cuh `tile_at`).
     pub tail: u32,
+    /// The wgmma kernel's stream-K: its last `sk_tiles` tiles' slabs spread over the
+    /// grid, `sk_slabs` (even) a CTA (wgmma.cuh `sk_setup`), else 0.
+    pub sk_tiles: u32,
+    pub sk_slabs: u32,
 }
 
 /// `bs::FgemmParams`.
@@ -231,8 +238,8 @@ const _: () = assert!(size_of::<CopyParams>() == 40 && align_of::<CopyParams>() 
 const _: () = assert!(size_of::<Fp8ScaleParams>() == 32 && align_of::<Fp8ScaleParams>() == 8);
 const _: () = assert!(size_of::<GemvParams>() == 160 && align_of::<GemvParams>() == 8);
 const _: () = assert!(size_of::<PgemvParams>() == 160 && align_of::<PgemvParams>() == 8);
-const _: () = assert!(size_of::<PgemmParams>() == 112 && align_of::<PgemmParams>() == 8);
-const _: () = assert!(size_of::<FgemmParams>() == 152 && align_of::<FgemmParams>() == 8);
+const _: () = assert!(size_of::<PgemmParams>() == 128 && align_of::<PgemmParams>() == 8);
+const _: () = assert!(size_of::<FgemmParams>() == 168 && align_of::<FgemmParams>() == 8);
 const _: () = assert!(size_of::<TensorMap>() == 128 && align_of::<TensorMap>() == 64);
 
 /// The parameters a kernel takes, as a launch passes them: one pointer per parameter.

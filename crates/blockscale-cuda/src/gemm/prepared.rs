@@ -133,6 +133,38 @@ enum TailRule {
     Always,
 }
 
+/// When the wgmma plan spreads tiles' slabs over the grid (stream-K, [`Plan::stream_k`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamK {
+    /// Never.
+    Never,
+    /// The last wave of a plan of more tiles than slots, by the rule of [`Plan::stream_k`].
+    Rule,
+    /// That last wave wherever the shape allows, whatever K.
+    Always,
+    /// That, and every tile of a plan of fewer tiles than slots in place of its K splits
+    /// (a measurement switch: measured slower than the splits at N = 7168, K = 2048;
+    /// docs/DECISIONS.md #73).
+    Everywhere,
+}
+
+/// The stream-K rule (`BLOCKSCALE_GEMM_SK`: `0` never, `1` wherever the kernel and shape
+/// allow it on a last wave, `2` on every tile too; unset, the rule of [`Plan::stream_k`]).
+fn sk_rule() -> StreamK {
+    static S: std::sync::OnceLock<StreamK> = std::sync::OnceLock::new();
+    *S.get_or_init(|| match crate::tuning::env_usize("BLOCKSCALE_GEMM_SK") {
+        Some(0) => StreamK::Never,
+        Some(1) => StreamK::Always,
+        Some(_) => StreamK::Everywhere,
+        None => StreamK::Rule,
+    })
+}
+/// Slabs of main loop a stream-K tile's partial sums cost (written by each later range,
+/// read back by the first: 64 KiB each way through L2), which a CTA's share must save.
+const SK_COST_SLABS: usize = 8;
+/// Bytes of one stream-K partial: 256 consumer threads x 64 f32 accumulators.
+const SK_PARTIAL_BYTES: usize = 256 * 64 * 4;
+
 fn tail_rule() -> TailRule {
     static S: std::sync::OnceLock<TailRule> = std::sync::OnceLock::new();
     *S.get_or_init(|| match crate::tuning::env_usize("BLOCKSCALE_GEMM_TAIL") {
@@ -290,6 +322,10 @@ struct Plan {
     /// The wgmma kernel's split tail: its last `tail` tiles (the last wave's) take two
     /// CTAs each, the K halves, in clusters of two (`splits` = 1); 0: none.
     tail: usize,
+    /// The wgmma kernel's stream-K: its last `sk_tiles` tiles' slabs spread over every
+    /// CTA, `sk_slabs` each; 0: none.
+    sk_tiles: usize,
+    sk_slabs: usize,
 }
 
 impl Plan {
@@ -319,11 +355,32 @@ impl Plan {
         slots: usize,
         active: &dyn Fn(usize) -> usize,
         rule: TailRule,
+        sk: StreamK,
     ) -> Self {
         // The activation tiles are of 128 rows whatever the GEMM's tile height.
         let image = m.div_ceil(WG_TILE) * slabs * WG_ACT_TILE;
         let (tiles_n, tiles_m) = (n.div_ceil(WG_TILE_N), m.div_ceil(tile_m));
         let tiles = tiles_n * tiles_m;
+        if sk == StreamK::Everywhere && tiles < slots {
+            // Every tile's slabs over every slot (no whole waves before them).
+            let share = (tiles * slabs).div_ceil(slots).next_multiple_of(2);
+            if share < slabs {
+                let partials = tiles * slabs.div_ceil(share) * SK_PARTIAL_BYTES;
+                return Self {
+                    tiles_n,
+                    tiles_m,
+                    splits: 1,
+                    slabs_per_split: slabs,
+                    image,
+                    ctas: slots,
+                    workspace: image + partials,
+                    wide: false,
+                    tail: 0,
+                    sk_tiles: tiles,
+                    sk_slabs: share,
+                };
+            }
+        }
         let most = if tiles < slots { (slots / tiles).min(slabs / MIN_SPLIT_SLABS).clamp(1, MAX_CLUSTER) } else { 1 };
         // s splits of an even number of slabs (the pair-scaled schemes' scale steps).
         let split = |s: usize| {
@@ -333,8 +390,19 @@ impl Plan {
         let (splits, slabs_per_split) =
             (2..=most).rev().map(split).find(|&(s, _)| s > 1 && active(s) >= tiles).unwrap_or((1, slabs));
         let ctas = if splits > 1 { tiles * splits } else { tiles.min(slots) };
-        let plain =
-            Self { tiles_n, tiles_m, splits, slabs_per_split, image, ctas, workspace: image, wide: false, tail: 0 };
+        let plain = Self {
+            tiles_n,
+            tiles_m,
+            splits,
+            slabs_per_split,
+            image,
+            ctas,
+            workspace: image,
+            wide: false,
+            tail: 0,
+            sk_tiles: 0,
+            sk_slabs: 0,
+        };
         // The split tail: a grid of clusters of two, its whole waves first; by the rule,
         // only where the busiest CTA's work in half tiles is less than without it.
         let grid = slots.min(2 * active(2)) & !1;
@@ -344,9 +412,33 @@ impl Plan {
             || !tail_splits(tiles, grid, slabs, rule)
             || (rule == TailRule::Rule && !shorter())
         {
-            return plain;
+            return plain.stream_k(slabs, slots, sk);
         }
         Self { ctas: grid, tail: tiles % grid, ..plain }
+    }
+
+    /// Stream-K (wgmma.cuh `sk_setup`) for a plan of more tiles than `slots` without a
+    /// split tail: after the whole waves, the last wave's tiles' slabs spread evenly over
+    /// every CTA (an even number each), the CTA holding a tile's first slab adding the
+    /// others' partial sums, which the workspace holds after the activation tiles
+    /// (`ceil(slabs / share)` slots a tile, one per later range at most). `sk` says when:
+    /// where a CTA's share of the last wave plus [`SK_COST_SLABS`] is less than a tile's
+    /// slabs, with at least [`TAIL_MIN_SLABS`] of them (`Rule`), wherever possible
+    /// (`Always`), or never. (The kernel takes it on 128-row tiles of the schemes other
+    /// than INT4-G32; the caller clears it elsewhere.)
+    fn stream_k(self, slabs: usize, slots: usize, sk: StreamK) -> Self {
+        let tiles = self.tiles_n * self.tiles_m;
+        if self.splits > 1 || self.tail > 0 || tiles <= slots || sk == StreamK::Never {
+            return self;
+        }
+        let left = tiles % slots;
+        let share = (left * slabs).div_ceil(slots).next_multiple_of(2);
+        let wanted = sk != StreamK::Rule || (slabs >= TAIL_MIN_SLABS && share + SK_COST_SLABS < slabs);
+        if left == 0 || !wanted {
+            return self;
+        }
+        let partials = left * slabs.div_ceil(share) * SK_PARTIAL_BYTES;
+        Self { ctas: slots, sk_tiles: left, sk_slabs: share, workspace: self.image + partials, ..self }
     }
 
     fn tiled(
@@ -373,6 +465,8 @@ impl Plan {
             workspace,
             wide: false,
             tail: 0,
+            sk_tiles: 0,
+            sk_slabs: 0,
         }
     }
 }
@@ -399,7 +493,9 @@ fn plan(
         let slots = wgmma_ctas_cap().map_or(slots, |c| c.min(slots));
         let counts = crate::device::active_clusters(dev, &kernel, &name, (WG_THREADS, smem));
         let tile_m = if wide { WG_WIDE_TILE } else { WG_TILE };
-        let plan = Plan::wgmma((m, w.rows, w.slabs), tile_m, slots, &|s| counts[s], tail_rule());
+        // Stream-K on the 128-row tiles of every scheme but INT4-G32 (wgemm.cu `stream_k`).
+        let sk = if wide || w.scheme == Scheme::Int4G32 { StreamK::Never } else { sk_rule() };
+        let plan = Plan::wgmma((m, w.rows, w.slabs), tile_m, slots, &|s| counts[s], tail_rule(), sk);
         (kernel, Plan { wide, ..plan })
     } else {
         let kernel = dev.function_with_threads(&KernelName::pgemm(w.scheme, f16), THREADS, smem_bytes(w.scheme))?;
@@ -494,7 +590,12 @@ fn launch_fused<O: DeviceElement>(
     let image = if wgmma { 0 } else { acts.decoded_bytes(m, k) };
     let (kernel, plan) = plan(dev, f, (m, image), acts.f16(), wgmma)?;
     let mut scratch = dev.scratch_for(plan.workspace, route.grow && plan.workspace > 0)?;
-    let (ws_ptr, g_ws) = crate::device::scratch_ptr(&mut scratch.workspace, plan.workspace > 0, stream);
+    let crate::device::Scratch { workspace, counters } = &mut *scratch;
+    if plan.sk_tiles > 0 && counters.is_none() {
+        return Err(CudaError::WorkspaceTooSmall { needed: plan.workspace, available: 0 });
+    }
+    let (ws_ptr, g_ws) = crate::device::scratch_ptr(workspace, plan.workspace > 0, stream);
+    let (cnt_ptr, g_cnt) = crate::device::scratch_ptr(counters, plan.sk_tiles > 0, stream);
     let out_stride = out.row_stride;
     let (out_ptr, g_out) = out.data.device_ptr_mut(stream);
     let (w_ptr, g_w) = f.codes.device_ptr(stream);
@@ -525,6 +626,9 @@ fn launch_fused<O: DeviceElement>(
         splits: plan.splits as u32,
         slabs_per_split: plan.slabs_per_split as u32,
         tail: plan.tail as u32,
+        sk_tiles: plan.sk_tiles as u32,
+        sk_slabs: plan.sk_slabs as u32,
+        counters: cnt_ptr,
     };
     // Whole 8-element chunks: K is a multiple of every scheme's block, 16 at the least.
     debug_assert!(k % 16 == 0, "the weights hold whole blocks along K");
@@ -611,7 +715,7 @@ fn launch_fused<O: DeviceElement>(
         launch(stream, &reduce, config, Order::DEPENDENT, &params)
             .map_err(CudaError::driver("launching the GEMM's split-K reduction"))?;
     }
-    drop((g_ws, g_out, g_w, g_s, g_b));
+    drop((g_ws, g_cnt, g_out, g_w, g_s, g_b));
     Ok(())
 }
 
@@ -895,33 +999,40 @@ mod tests {
         // M = 128, N = K = 4096 on 132 SMs: 32 tiles, 4 splits of 16 slabs (clusters of
         // 4), 128 CTAs; the workspace holds one 128-row block of activation tiles (64
         // slabs of 16 KiB) and nothing else (the splits add their sums in the cluster).
-        let p = Plan::wgmma((128, 4096, 64), 128, 132, &ideal, TailRule::Rule);
+        let p = Plan::wgmma((128, 4096, 64), 128, 132, &ideal, TailRule::Rule, StreamK::Never);
         assert_eq!((p.tiles_n, p.tiles_m, p.splits, p.slabs_per_split, p.ctas), (32, 1, 4, 16, 128));
         assert_eq!((p.image, p.workspace), (64 * 16384, 64 * 16384));
         // If only 30 clusters of 4 fit at once: 3 splits (of 22, 22 and 20 slabs).
-        let p = Plan::wgmma((128, 4096, 64), 128, 132, &|s| if s == 4 { 30 } else { ideal(s) }, TailRule::Rule);
+        let p = Plan::wgmma(
+            (128, 4096, 64),
+            128,
+            132,
+            &|s| if s == 4 { 30 } else { ideal(s) },
+            TailRule::Rule,
+            StreamK::Never,
+        );
         assert_eq!((p.splits, p.slabs_per_split, p.ctas), (3, 22, 96));
         // No cluster fits: no split.
-        assert_eq!(Plan::wgmma((128, 4096, 64), 128, 132, &|_| 0, TailRule::Rule).splits, 1);
+        assert_eq!(Plan::wgmma((128, 4096, 64), 128, 132, &|_| 0, TailRule::Rule, StreamK::Never).splits, 1);
         // M = 128, N = 7168, K = 2048: 56 tiles, 2 splits of 16 slabs.
-        let p = Plan::wgmma((128, 7168, 32), 128, 132, &ideal, TailRule::Rule);
+        let p = Plan::wgmma((128, 7168, 32), 128, 132, &ideal, TailRule::Rule, StreamK::Never);
         assert_eq!((p.splits, p.slabs_per_split, p.ctas), (2, 16, 112));
         // A single tile splits into a cluster of at most 8, each split at least 8 slabs.
-        assert_eq!(Plan::wgmma((64, 128, 256), 128, 132, &ideal, TailRule::Rule).splits, 8);
-        assert_eq!(Plan::wgmma((64, 128, 24), 128, 132, &ideal, TailRule::Rule).splits, 3);
+        assert_eq!(Plan::wgmma((64, 128, 256), 128, 132, &ideal, TailRule::Rule, StreamK::Never).splits, 8);
+        assert_eq!(Plan::wgmma((64, 128, 24), 128, 132, &ideal, TailRule::Rule, StreamK::Never).splits, 3);
         // M = 300, N = 28672: 224 x 3 tiles on 132 CTAs, no split.
-        let q = Plan::wgmma((300, 28672, 128), 128, 132, &ideal, TailRule::Rule);
+        let q = Plan::wgmma((300, 28672, 128), 128, 132, &ideal, TailRule::Rule, StreamK::Never);
         assert_eq!((q.tiles_n, q.tiles_m, q.splits, q.ctas), (224, 3, 1, 132));
         assert_eq!((q.image, q.workspace), (3 * 128 * 16384, 3 * 128 * 16384));
         // N = 130: two tiles.
-        assert_eq!(Plan::wgmma((64, 130, 4), 128, 132, &ideal, TailRule::Rule).tiles_n, 2);
+        assert_eq!(Plan::wgmma((64, 130, 4), 128, 132, &ideal, TailRule::Rule, StreamK::Never).tiles_n, 2);
     }
 
     #[test]
     fn wgmma_plan_splits_a_last_wave_at_most_half_full() {
         let ideal = |s: usize| 132 / s;
         let tail = |(m, n, slabs), tile_m, active: &dyn Fn(usize) -> usize, rule| {
-            let p = Plan::wgmma((m, n, slabs), tile_m, 132, active, rule);
+            let p = Plan::wgmma((m, n, slabs), tile_m, 132, active, rule, StreamK::Never);
             (p.splits, p.tail, p.ctas)
         };
         // M = 512, N = 28672, K = 8192 on wide tiles: 448 tiles, 3 waves of 132 and 52
@@ -940,7 +1051,7 @@ mod tests {
         assert_eq!(tail((512, 28672, 128), 256, &ideal, TailRule::Never), (1, 0, 132));
         assert_eq!(tail((512, 28672, 128), 256, &|s| usize::from(s == 1) * 132, TailRule::Always), (1, 0, 132));
         // A grid capped at 4 CTAs (the GPU bundle's test pass): 141 tiles, 1 left.
-        let p = Plan::wgmma((300, 5980, 8), 128, 4, &ideal, TailRule::Always);
+        let p = Plan::wgmma((300, 5980, 8), 128, 4, &ideal, TailRule::Always, StreamK::Never);
         assert_eq!((p.tail, p.ctas), (1, 4));
         // Where K splits (fewer tiles than slots) there is no tail.
         assert_eq!(tail((128, 4096, 64), 128, &ideal, TailRule::Always), (4, 0, 128));
@@ -989,6 +1100,43 @@ mod tests {
         assert!(!wide_tiles(Scheme::Int4G128, (512, 28672, 128), false, 132));
         assert!(!wide_tiles(Scheme::MxFp4, (512, 28672, 128), true, 132));
         assert!(wide_tiles(Scheme::MxFp8E4M3, (1024, 4096, 64), false, 132));
+    }
+
+    #[test]
+    fn wgmma_plan_spreads_a_last_wave_more_than_half_full_by_slabs() {
+        let ideal = |s: usize| 132 / s;
+        let sk = |(m, n, slabs), slots, rule| {
+            let p = Plan::wgmma((m, n, slabs), 128, slots, &ideal, TailRule::Rule, rule);
+            (p.tail, p.sk_tiles, p.sk_slabs, p.ctas, p.workspace - p.image)
+        };
+        // M = 128, N = 28672, K = 8192: 224 tiles, 92 left after a wave; their 92 x 128
+        // slabs over 132 CTAs, 90 each (even), so each tile has a later range at most
+        // twice: 2 partial slots a tile.
+        assert_eq!(sk((128, 28672, 128), 132, StreamK::Rule), (0, 92, 90, 132, 92 * 2 * SK_PARTIAL_BYTES));
+        // A last wave at most half full takes the split tail instead.
+        assert_eq!(sk((300, 28672, 128), 132, StreamK::Rule).0, 12);
+        // Short K, unless forced; never; fewer tiles than slots (K splits).
+        assert_eq!(sk((128, 28672, 16), 132, StreamK::Rule).1, 0);
+        assert_eq!(sk((128, 28672, 16), 132, StreamK::Always), (0, 92, 12, 132, 92 * 2 * SK_PARTIAL_BYTES));
+        assert_eq!(sk((128, 28672, 128), 132, StreamK::Never).1, 0);
+        assert_eq!(sk((128, 4096, 64), 132, StreamK::Always).1, 0);
+        // Four CTAs (the GPU bundle's pass): 141 tiles, 1 left, its 8 slabs 2 a CTA (4
+        // ranges: 3 partial slots at most, 4 counted).
+        assert_eq!(sk((300, 5980, 8), 4, StreamK::Always), (0, 1, 2, 4, 4 * SK_PARTIAL_BYTES));
+        // The tail first where it is taken.
+        let p = Plan::wgmma((300, 5980, 8), 128, 4, &ideal, TailRule::Always, StreamK::Always);
+        assert_eq!((p.tail, p.sk_tiles, p.ctas), (1, 0, 4));
+        // Everywhere: fewer tiles than slots spread every tile instead of splitting K.
+        // 128 x 4096 x 4096: 32 tiles of 64 slabs, 16 a CTA (4 ranges a tile, 3 of them
+        // later); 128 x 7168 x 2048: 56 tiles of 32 slabs, 14 a CTA (3 ranges at most).
+        let every = |(m, n, slabs)| {
+            let p = Plan::wgmma((m, n, slabs), 128, 132, &ideal, TailRule::Rule, StreamK::Everywhere);
+            (p.splits, p.sk_tiles, p.sk_slabs, p.ctas, p.workspace - p.image)
+        };
+        assert_eq!(every((128, 4096, 64)), (1, 32, 16, 132, 32 * 4 * SK_PARTIAL_BYTES));
+        assert_eq!(every((128, 7168, 32)), (1, 56, 14, 132, 56 * 3 * SK_PARTIAL_BYTES));
+        // More tiles than slots: the last wave's rule, as Always.
+        assert_eq!(every((128, 28672, 128)), (1, 92, 90, 132, 92 * 2 * SK_PARTIAL_BYTES));
     }
 
     #[test]
