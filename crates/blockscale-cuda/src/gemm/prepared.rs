@@ -348,7 +348,10 @@ impl Plan {
     /// K in halves, the two CTAs of a cluster adding them (a split tail): the call then
     /// takes the whole waves and half a tile instead of one more tile. `rule` says when:
     /// where that is shorter and K has at least [`TAIL_MIN_SLABS`] slabs (`Rule`),
-    /// wherever the shape allows (`Always`) or never.
+    /// wherever the shape allows (`Always`) or never. Without a split tail, a last wave
+    /// may instead be spread over every CTA by slabs (stream-K, [`Plan::stream_k`], as
+    /// `sk` says); [`StreamK::Everywhere`] also spreads every tile of a plan of fewer
+    /// tiles than slots, in place of its K splits.
     fn wgmma(
         (m, n, slabs): (usize, usize, usize),
         tile_m: usize,
