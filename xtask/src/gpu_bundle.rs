@@ -18,7 +18,8 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # wgmma kernel's wide tiles wherever M > 128 allows them and a fourth without the wgmma
 # kernel (pgemm and CUTLASS, SM120's route), twice more on a grid of 4 persistent wgmma
 # CTAs with the last wave's tiles split in K halves (128-row and wide tiles), once more with
-# the last wave spread over those CTAs by slabs (stream-K), the GEMV tests
+# the last wave spread over those CTAs by slabs (stream-K) and once with every tile of a
+# one-wave plan so spread instead of split in clusters (BLOCKSCALE_GEMM_SK=2), the GEMV tests
 # a second time with its one-wave K splits added through the workspace and a third on
 # unspread grids, whose splits from two rows on add in a cluster), the golden files
 # against the CUDA backend, compute-sanitizer (memcheck and racecheck) over short
@@ -56,6 +57,8 @@ if [ "$mode" = test ] || [ "$mode" = all ]; then
         || status=1
     echo "== bin/test-gemm's prepared-weight tests on 4 persistent wgmma CTAs, the last wave spread over them by slabs (stream-K)"
     BLOCKSCALE_GEMM_WGMMA_CTAS=4 BLOCKSCALE_GEMM_TAIL=0 BLOCKSCALE_GEMM_SK=1 bin/test-gemm --test-threads=1 prepared || status=1
+    echo "== bin/test-gemm's prepared-weight tests with every tile of a one-wave plan spread by slabs (BLOCKSCALE_GEMM_SK=2)"
+    BLOCKSCALE_GEMM_SK=2 bin/test-gemm --test-threads=1 prepared || status=1
     echo "== bin/test-gemv with one-wave K splits added through the workspace, as larger grids add them (no clusters)"
     BLOCKSCALE_GEMV_CLUSTERS=0 bin/test-gemv --test-threads=1 || status=1
     echo "== bin/test-gemv on unspread grids: from two rows on, one-wave K splits add in a cluster"
