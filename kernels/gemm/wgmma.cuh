@@ -400,7 +400,7 @@ __device__ __forceinline__ void sk_setup(const PgemmParams& p) {
     for (int e = 0; e < 2; ++e) {
         const uint32_t a = e == 0 ? lo : (lo / S + 1u) * S;
         sp.count[e] = 0;
-        if (p.sk_tiles == 0 || a >= hi) continue;
+        if (a >= hi) continue;
         const uint32_t x = a / S, b = min(hi, (x + 1u) * S);
         sp.x[e] = x;
         sp.s0[e] = a - x * S;
@@ -453,8 +453,8 @@ __device__ __forceinline__ void sk_publish(const PgemmParams& p) {
 template <int ROWS = BM>
 __device__ __forceinline__ bool sk_piece(const PgemmParams& p, uint32_t e, Tile& r) {
     if (p.sk_tiles == 0 || e > 1u) return false;
-    const SkPlan& sp = sk_plan();
-    mbar_wait(const_cast<uint64_t*>(&sp.ready), 0);
+    SkPlan& sp = sk_plan();
+    mbar_wait(&sp.ready, 0);
     if (sp.count[e] == 0) return false;
     const uint32_t x = sp.x[e];
     r = tile_at<ROWS>(p, sp.items + x);  // (m, n) in tile_at's order; K below

@@ -364,27 +364,12 @@ impl Plan {
         let image = m.div_ceil(WG_TILE) * slabs * WG_ACT_TILE;
         let (tiles_n, tiles_m) = (n.div_ceil(WG_TILE_N), m.div_ceil(tile_m));
         let tiles = tiles_n * tiles_m;
-        if sk == StreamK::Everywhere && tiles < slots {
-            // Every tile's slabs over every slot (no whole waves before them).
-            let share = (tiles * slabs).div_ceil(slots).next_multiple_of(2);
-            if share < slabs {
-                let partials = tiles * slabs.div_ceil(share) * SK_PARTIAL_BYTES;
-                return Self {
-                    tiles_n,
-                    tiles_m,
-                    splits: 1,
-                    slabs_per_split: slabs,
-                    image,
-                    ctas: slots,
-                    workspace: image + partials,
-                    wide: false,
-                    tail: 0,
-                    sk_tiles: tiles,
-                    sk_slabs: share,
-                };
-            }
-        }
-        let most = if tiles < slots { (slots / tiles).min(slabs / MIN_SPLIT_SLABS).clamp(1, MAX_CLUSTER) } else { 1 };
+        // (Everywhere: no K splits; stream_k spreads the tiles instead.)
+        let most = if tiles < slots && sk != StreamK::Everywhere {
+            (slots / tiles).min(slabs / MIN_SPLIT_SLABS).clamp(1, MAX_CLUSTER)
+        } else {
+            1
+        };
         // s splits of an even number of slabs (the pair-scaled schemes' scale steps).
         let split = |s: usize| {
             let per = slabs.div_ceil(s).next_multiple_of(2);
@@ -427,16 +412,23 @@ impl Plan {
     /// (`ceil(slabs / share)` slots a tile, one per later range at most). `sk` says when:
     /// where a CTA's share of the last wave plus [`SK_COST_SLABS`] is less than a tile's
     /// slabs, with at least [`TAIL_MIN_SLABS`] of them (`Rule`), wherever possible
-    /// (`Always`), or never. (The kernel takes it on 128-row tiles of the schemes other
-    /// than INT4-G32; the caller clears it elsewhere.)
+    /// (`Always`), or never; `Everywhere` also spreads every tile of a plan of fewer tiles
+    /// than slots (which then has no K splits). (The kernel takes it on 128-row tiles of
+    /// the schemes other than INT4-G32; the caller clears it elsewhere.)
     fn stream_k(self, slabs: usize, slots: usize, sk: StreamK) -> Self {
         let tiles = self.tiles_n * self.tiles_m;
-        if self.splits > 1 || self.tail > 0 || tiles <= slots || sk == StreamK::Never {
+        // Fewer tiles than slots: every tile's slabs (Everywhere), where each CTA's share
+        // is less than a tile's.
+        let every = tiles < slots && sk == StreamK::Everywhere;
+        if self.splits > 1 || self.tail > 0 || (tiles <= slots && !every) || sk == StreamK::Never {
             return self;
         }
         let left = tiles % slots;
         let share = (left * slabs).div_ceil(slots).next_multiple_of(2);
-        let wanted = sk != StreamK::Rule || (slabs >= TAIL_MIN_SLABS && share + SK_COST_SLABS < slabs);
+        let wanted = match sk {
+            StreamK::Rule => slabs >= TAIL_MIN_SLABS && share + SK_COST_SLABS < slabs,
+            _ => !every || share < slabs,
+        };
         if left == 0 || !wanted {
             return self;
         }
